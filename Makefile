@@ -1,0 +1,41 @@
+# The two commands of the README are the contract: `make run` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: venv run test unit integration lint bench clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test,dev]'
+	touch $(STAMP)
+
+## Run the daemon on the embedded default: broker, demo producer, one live job, a second job backfilling.
+run: $(STAMP)
+	$(PY) -m source_backfill.demo
+
+## The whole test suite (unit + integration against a real broker, real Spark, real Delta tables).
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+unit: $(STAMP)
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+integration: $(STAMP)
+	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check source_backfill connectors tests bench
+	$(VENV)/bin/mypy source_backfill/core
+
+## Benchmarks print ratios against a baseline measured in the same run.
+bench: $(STAMP)
+	$(PY) -m bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache var

@@ -1,0 +1,72 @@
+"""The one error hierarchy of source-backfill.
+
+Every error the product raises on purpose derives from :class:`SourceBackfillError`, so callers (the API,
+the CLI, the epoch loop) can tell "ours, with a clear message" from a bug. Subsystems add one-line
+subclasses here rather than defining their own roots.
+"""
+
+from __future__ import annotations
+
+
+class SourceBackfillError(Exception):
+    """Root of every error raised on purpose by source-backfill."""
+
+
+# -- configuration and input -------------------------------------------------------------------------
+class ConfigError(SourceBackfillError):
+    """The configuration is invalid or inconsistent."""
+
+
+class StateFormatError(SourceBackfillError):
+    """A persisted backfill state is malformed (bad JSON, unknown stage, wrong types)."""
+
+
+class InvalidOffsetError(SourceBackfillError):
+    """An offset went backwards or is otherwise impossible for the split it belongs to."""
+
+
+# -- Kafka ---------------------------------------------------------------------------------------------
+class KafkaConnectorError(SourceBackfillError):
+    """A Kafka connector error."""
+
+
+class UnknownTopicError(KafkaConnectorError):
+    """A subscribed topic does not exist on the broker."""
+
+
+class BrokerUnavailableError(KafkaConnectorError):
+    """The broker could not be reached before the deadline."""
+
+
+class DataLossError(KafkaConnectorError):
+    """Requested offsets are below the log start (retention or compaction removed them)."""
+
+
+# -- Delta ---------------------------------------------------------------------------------------------
+class DeltaSinkError(SourceBackfillError):
+    """A Delta sink error."""
+
+
+class ForeignTableError(DeltaSinkError):
+    """The table's log belongs to another job, so this job refuses to write to or recover from it."""
+
+
+class ConcurrentCommitError(DeltaSinkError):
+    """Another writer committed the same epoch concurrently."""
+
+
+# -- runtime and control ------------------------------------------------------------------------------
+class JobError(SourceBackfillError):
+    """A job-level error."""
+
+
+class JobNotFoundError(JobError):
+    """No job with that name is registered."""
+
+
+class JobExistsError(JobError):
+    """A job with that name is already registered."""
+
+
+class SourceNotFoundError(JobError):
+    """No source with that name is configured."""

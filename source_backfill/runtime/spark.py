@@ -1,0 +1,65 @@
+"""Build the SparkSession the daemon, the tests and the benchmarks share."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+logger = logging.getLogger(__name__)
+
+#: Defaults that keep a laptop (or this 2-core CI box) responsive; any key can be overridden by config.
+DEFAULT_CONF: dict[str, str] = {
+    "spark.sql.shuffle.partitions": "4",
+    "spark.default.parallelism": "4",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.driver.memory": "2g",
+    "spark.python.worker.reuse": "true",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.streaming.stopGracefullyOnShutdown": "true",
+}
+
+
+def build_spark(
+    master: str = "local[*]",
+    app_name: str = "source-backfill",
+    conf: Mapping[str, str] | None = None,
+) -> SparkSession:
+    """Create (or return the active) SparkSession with our defaults and data sources registered.
+
+    The Python data sources of :mod:`connectors.kafka` are registered on the session, so
+    ``spark.read.format(KAFKA_FORMAT)`` works right after this call.
+    """
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", _python())
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", _python())
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in {**DEFAULT_CONF, **dict(conf or {})}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    register_data_sources(spark)
+    logger.info('spark started master="%s" version="%s"', master, spark.version)
+    return spark
+
+
+def register_data_sources(spark: SparkSession) -> None:
+    """Register the project's Python data sources on ``spark`` (idempotent)."""
+    try:
+        from connectors.kafka.source import register
+    except ImportError:  # connector not built yet
+        return
+    register(spark)
+
+
+def _python() -> str:
+    import sys
+
+    return sys.executable
