@@ -1,0 +1,212 @@
+"""The one typed configuration model: a TOML file, overridden by ``SOURCE_BACKFILL_*`` environment variables.
+
+Nested keys use ``__`` in the environment: ``SOURCE_BACKFILL_API__TOKEN=secret``,
+``SOURCE_BACKFILL_SPARK__MASTER=spark://host:7077``. Lists (sources, jobs) come from the file; a JSON
+value in the environment replaces the whole list.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from source_backfill.errors import ConfigError
+
+#: Names of sources and jobs appear in paths, metric labels and URLs.
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
+Name = Annotated[str, Field(pattern=NAME_PATTERN)]
+
+#: The bootstrap value that makes the daemon start its own in-memory broker (laptop and demo default).
+EMBEDDED = "embedded"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# -- job start positions ------------------------------------------------------------------------------
+class EarliestStart(_Frozen):
+    """Backfill from the earliest offset still in the log (the default)."""
+
+    kind: Literal["earliest"] = "earliest"
+
+
+class OffsetsStart(_Frozen):
+    """Backfill from an explicit offset per split (``"topic:partition" -> offset``); others from earliest."""
+
+    kind: Literal["offsets"] = "offsets"
+    offsets: dict[str, Annotated[int, Field(ge=0)]]
+
+    @field_validator("offsets")
+    @classmethod
+    def _split_ids(cls, value: dict[str, int]) -> dict[str, int]:
+        for split in value:
+            topic, _, partition = split.rpartition(":")
+            if not topic or not partition.isdigit():
+                msg = f'split id "{split}" is not "topic:partition"'
+                raise ValueError(msg)
+        return value
+
+
+class TimestampStart(_Frozen):
+    """Backfill from the first record at or after ``timestamp_ms`` (Kafka record timestamps)."""
+
+    kind: Literal["timestamp"] = "timestamp"
+    timestamp_ms: Annotated[int, Field(ge=0)]
+
+
+StartSpec = Annotated[EarliestStart | OffsetsStart | TimestampStart, Field(discriminator="kind")]
+
+
+# -- sources and jobs ----------------------------------------------------------------------------------
+class SourceConfig(_Frozen):
+    """One shared live Kafka source: one streaming query reading ``topics``, fanned out to its jobs."""
+
+    name: Name
+    bootstrap_servers: str = EMBEDDED
+    topics: list[str] = Field(min_length=1)
+    #: ``kafka.*`` options passed to the consumer (without the prefix), e.g. security settings.
+    kafka: dict[str, str] = Field(default_factory=dict)
+    trigger_interval_s: float = Field(default=1.0, gt=0)
+    max_offsets_per_trigger: int | None = Field(default=None, gt=0)
+    #: Where the live stream starts the first time the source runs (jobs backfill what lies before).
+    starting_offsets: Literal["earliest", "latest"] = "latest"
+    fail_on_data_loss: bool = True
+
+
+class JobSpec(_Frozen):
+    """A downstream job: backfill the source's history, then follow it live, into a Delta table."""
+
+    name: Name
+    source: Name
+    sink_path: str = Field(min_length=1)
+    start: StartSpec = Field(default_factory=EarliestStart)
+    #: History rows per second; ``None`` = unlimited, ``0`` = read no history (loses nothing; resumes later).
+    rate_limit: float | None = Field(default=None, ge=0)
+    max_rows_per_epoch: int | None = Field(default=None, gt=0)
+    #: Spark SQL over the Kafka columns, reading ``{source}``; ``None`` = identity.
+    transform: str | None = None
+    mode: Literal["append"] = "append"
+
+    @field_validator("transform")
+    @classmethod
+    def _transform_reads_source(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not re.match(r"^\s*(select|with)\b", value, re.IGNORECASE):
+            msg = "transform must be a Spark SQL SELECT (or WITH ... SELECT) query"
+            raise ValueError(msg)
+        if "{source}" not in value:
+            msg = "transform must read the Kafka rows as {source}, e.g. SELECT key, value FROM {source}"
+            raise ValueError(msg)
+        return value
+
+
+class SparkConfig(_Frozen):
+    master: str = "local[*]"
+    conf: dict[str, str] = Field(default_factory=dict)
+
+
+class ApiConfig(_Frozen):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    #: When set, mutating calls need ``Authorization: Bearer <token>``.
+    token: SecretStr | None = None
+
+
+class MetricsConfig(_Frozen):
+    #: A separate Prometheus port; ``None`` serves ``/metrics`` on the API port only.
+    port: int | None = Field(default=9108, ge=0, le=65535)
+
+
+class DaemonConfig(_Frozen):
+    #: Root of everything the daemon persists: job registry, mutation log, streaming checkpoints.
+    state_root: Path = Path("var/state")
+    #: Seconds a graceful shutdown waits for the running epoch before abandoning it (never half-committed).
+    shutdown_timeout_s: float = Field(default=30.0, gt=0)
+
+
+_toml_file: contextvars.ContextVar[Path | None] = contextvars.ContextVar("toml_file", default=None)
+
+
+class Settings(BaseSettings):
+    """Everything the daemon is configured with."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="SOURCE_BACKFILL_", env_nested_delimiter="__", extra="forbid", frozen=True
+    )
+
+    daemon: DaemonConfig = Field(default_factory=DaemonConfig)
+    spark: SparkConfig = Field(default_factory=SparkConfig)
+    api: ApiConfig = Field(default_factory=ApiConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    sources: list[SourceConfig] = Field(default_factory=list)
+    jobs: list[JobSpec] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _references(self) -> Settings:
+        names = [s.name for s in self.sources]
+        if len(set(names)) != len(names):
+            msg = f"duplicate source names: {names}"
+            raise ValueError(msg)
+        jobs = [j.name for j in self.jobs]
+        if len(set(jobs)) != len(jobs):
+            msg = f"duplicate job names: {jobs}"
+            raise ValueError(msg)
+        for job in self.jobs:
+            if job.source not in names:
+                msg = f'job "{job.name}" reads unknown source "{job.source}" (configured: {names})'
+                raise ValueError(msg)
+        return self
+
+    def source(self, name: str) -> SourceConfig:
+        """The source called ``name``."""
+        for source in self.sources:
+            if source.name == name:
+                return source
+        msg = f'unknown source "{name}"'
+        raise ConfigError(msg)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Precedence: explicit arguments, then the environment, then the TOML file."""
+        toml = _toml_file.get()
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if toml is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml))
+        return tuple(sources)
+
+
+def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
+    """Load settings from ``path`` (TOML) with environment overrides; raise ConfigError when invalid."""
+    from pydantic import ValidationError
+
+    toml = Path(path) if path is not None else None
+    if toml is not None and not toml.is_file():
+        msg = f"config file not found: {toml}"
+        raise ConfigError(msg)
+    token = _toml_file.set(toml)
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        msg = f"invalid configuration{f' in {toml}' if toml else ''}:\n{exc}"
+        raise ConfigError(msg) from exc
+    finally:
+        _toml_file.reset(token)

@@ -1,0 +1,92 @@
+"""Every Prometheus metric of source-backfill, defined once (DESIGN 8).
+
+RisingWave's names are given in comments so dashboards can be mapped across.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+PREFIX = "source_backfill_"
+
+#: Numeric value of each split stage on :data:`SPLIT_STAGE`.
+STAGE_VALUES = {"backfilling": 0, "source_caching_up": 1, "finished": 2}
+
+# -- source backfill rows (RW: source_backfill_row_count, stream_source_output_rows_counts) ------------
+HISTORY_ROWS = Counter(
+    PREFIX + "history_rows",
+    "Rows emitted by history (backfill) reads.",
+    ["job", "split"],
+)
+LIVE_ROWS = Counter(
+    PREFIX + "live_rows",
+    "Rows emitted from the live stream.",
+    ["job", "split"],
+)
+SPLIT_STAGE = Gauge(
+    PREFIX + "split_stage",
+    "Backfill stage per split: 0 backfilling, 1 source_caching_up, 2 finished.",
+    ["job", "split"],
+)
+SPLIT_LAG = Gauge(
+    PREFIX + "split_lag_offsets",
+    "Offsets still to backfill per split (target - backfilled offset).",
+    ["job", "split"],
+)
+SPLIT_CHANGES = Counter(
+    PREFIX + "split_changes",
+    "Split changes applied to a job (added, removed).",
+    ["job", "change"],
+)
+# RW: user_source_error_count
+SOURCE_ERRORS = Counter(
+    PREFIX + "source_errors",
+    "History-read (user source) errors, each followed by a reader rebuild with backoff.",
+    ["job", "error_type"],
+)
+DATA_LOSS_OFFSETS = Counter(
+    PREFIX + "data_loss_offsets",
+    "Offsets skipped because they were below the log start (failOnDataLoss=false).",
+    ["job", "split"],
+)
+
+# -- epochs (RW: barrier latency) ----------------------------------------------------------------------
+EPOCH_DURATION = Histogram(
+    PREFIX + "epoch_duration_seconds",
+    "Wall time of one epoch (one micro-batch of the source), all jobs included.",
+    ["source"],
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60),
+)
+EPOCH_LAG = Gauge(
+    PREFIX + "epoch_lag_seconds",
+    "Seconds since the last completed epoch of the source.",
+    ["source"],
+)
+EPOCH = Gauge(PREFIX + "epoch", "Last completed epoch (micro-batch id) of the source.", ["source"])
+COMMITS = Counter(PREFIX + "commits", "Delta commits per job (skipped replays not counted).", ["job"])
+
+# -- table backfill (RW: snapshot_backfill_consume_row_count, arrangement_backfill_*) -------------------
+TABLE_BACKFILL_ROWS = Counter(
+    PREFIX + "table_backfill_rows",
+    "Rows of table-backfill jobs by stage (consuming_snapshot, consuming_log_store, consume_upstream).",
+    ["job", "stage"],
+)
+
+# -- job progress (RW: CreateMviewProgressReporter) -----------------------------------------------------
+JOB_ROWS = Gauge(PREFIX + "job_rows", "Rows written by a job, by kind (history, live).", ["job", "kind"])
+JOB_SPLITS = Gauge(PREFIX + "job_splits", "Splits of a job, by stage.", ["job", "stage"])
+JOB_ETA = Gauge(PREFIX + "job_eta_seconds", "Estimated seconds until the job's backfill finishes.", ["job"])
+JOB_BACKFILLING = Gauge(PREFIX + "job_backfilling", "1 while the job is backfilling, 0 once finished.", ["job"])
+
+
+def forget_job(job: str) -> None:
+    """Drop every labelled series of ``job`` (on job drop), so dashboards do not show ghosts."""
+    for metric in (HISTORY_ROWS, LIVE_ROWS, SPLIT_STAGE, SPLIT_LAG, DATA_LOSS_OFFSETS):
+        for labels in list(metric._metrics):  # noqa: SLF001 - prometheus_client has no public iterator
+            if labels[0] == job:
+                metric.remove(*labels)
+    for metric in (SPLIT_CHANGES, SOURCE_ERRORS, COMMITS, TABLE_BACKFILL_ROWS, JOB_ROWS, JOB_SPLITS, JOB_ETA,
+                   JOB_BACKFILLING):
+        for labels in list(metric._metrics):  # noqa: SLF001
+            if labels[0] == job:
+                metric.remove(*labels)
