@@ -1,0 +1,71 @@
+"""The pure core: split state machines, the epoch planner, budgets, progress. No I/O."""
+
+from source_backfill.core.batch import (
+    HistoryBatchResult,
+    LiveBatchResult,
+    LiveDecision,
+    apply_history_batch,
+    apply_live_batch,
+    decide_live,
+)
+from source_backfill.core.budget import WAIT_EPOCH_MULTIPLE, history_budget
+from source_backfill.core.codec import states_from_json, states_to_json
+from source_backfill.core.plan import (
+    EpochPlan,
+    HistoryRange,
+    LiveStats,
+    SplitChange,
+    attach,
+    finish_epoch,
+    is_backfill_done,
+    is_finish_reported,
+    plan_epoch,
+    reconcile_splits,
+    rejoin,
+)
+from source_backfill.core.progress import JobProgressSummary, job_progress, split_lag
+from source_backfill.core.splits import (
+    SplitId,
+    SplitState,
+    Stage,
+    on_history_row,
+    on_live_row,
+    parse_split_id,
+    split_id,
+)
+from source_backfill.core.vnode import vnode
+
+__all__ = [
+    "WAIT_EPOCH_MULTIPLE",
+    "EpochPlan",
+    "HistoryBatchResult",
+    "HistoryRange",
+    "JobProgressSummary",
+    "LiveBatchResult",
+    "LiveDecision",
+    "LiveStats",
+    "SplitChange",
+    "SplitId",
+    "SplitState",
+    "Stage",
+    "apply_history_batch",
+    "apply_live_batch",
+    "attach",
+    "decide_live",
+    "finish_epoch",
+    "history_budget",
+    "is_backfill_done",
+    "is_finish_reported",
+    "job_progress",
+    "on_history_row",
+    "on_live_row",
+    "parse_split_id",
+    "plan_epoch",
+    "reconcile_splits",
+    "rejoin",
+    "split_id",
+    "split_lag",
+    "states_from_json",
+    "states_to_json",
+    "vnode",
+]

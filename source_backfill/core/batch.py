@@ -1,0 +1,88 @@
+"""Vectorized forms of the row rules: one split, one batch of increasing offsets, one decision.
+
+Per split, offsets of a batch increase, so the row rules collapse to thresholds: the live rows emitted
+are always a suffix (``offset > emit_above``), the history rows emitted always a prefix. The property
+tests prove these equal to folding :func:`on_live_row` / :func:`on_history_row` over the batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from source_backfill.core.splits import SplitState, Stage
+
+Offsets = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, slots=True)
+class LiveDecision:
+    """The live rows to emit (``offset > emit_above``; None: none) and the state after the batch."""
+
+    emit_above: int | None
+    state: SplitState
+
+
+@dataclass(frozen=True, slots=True)
+class LiveBatchResult:
+    """:class:`LiveDecision` plus the exact number of emitted rows."""
+
+    emit_above: int | None
+    emitted: int
+    state: SplitState
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryBatchResult:
+    """The history rows to emit (the first ``emit_count``) and the state after the batch."""
+
+    emit_count: int
+    state: SplitState
+
+
+def decide_live(state: SplitState, first: int, last: int) -> LiveDecision:
+    """The live rule for a non-empty batch whose offsets run from ``first`` to ``last``.
+
+    Only the ends matter: in Backfilling(b) a batch starting above ``b`` is dropped whole (the target
+    moves to ``last``); one reaching ``b`` finishes the split and emits what lies above ``b``; one ending
+    below ``b`` leaves it SourceCachingUp(b). SourceCachingUp(b) finishes once the batch reaches ``b``.
+    """
+    stage, b = state.stage, state.offset
+    if stage is Stage.FINISHED:
+        return LiveDecision(-1, state)
+    if stage is Stage.BACKFILLING and (b is None or first > b):
+        return LiveDecision(None, SplitState(stage, b, state.num_consumed_rows, last))
+    assert b is not None  # noqa: S101 - Backfilling(None) handled above; CachingUp always has b
+    if last >= b:
+        return LiveDecision(b, state.with_stage(Stage.FINISHED, b))
+    return LiveDecision(None, state.with_stage(Stage.SOURCE_CACHING_UP, b))
+
+
+def apply_live_batch(state: SplitState, offsets: Offsets) -> LiveBatchResult:
+    """Apply a whole live batch of one split (sorted offsets)."""
+    n = int(offsets.shape[0])
+    if n == 0:
+        return LiveBatchResult(None, 0, state)
+    decision = decide_live(state, int(offsets[0]), int(offsets[-1]))
+    above = decision.emit_above
+    emitted = 0 if above is None else n - int(np.searchsorted(offsets, above, side="right"))
+    return LiveBatchResult(above if emitted else None, emitted, decision.state)
+
+
+def apply_history_batch(state: SplitState, offsets: Offsets) -> HistoryBatchResult:
+    """Apply a whole history batch of one split (sorted offsets): emit a prefix, count every row."""
+    n = int(offsets.shape[0])
+    if n == 0:
+        return HistoryBatchResult(0, state)
+    rows = state.num_consumed_rows + n
+    target = state.target_offset
+    if state.stage is not Stage.BACKFILLING:
+        return HistoryBatchResult(0, SplitState(state.stage, state.offset, rows, target))
+    if target is not None:
+        idx = int(np.searchsorted(offsets, target, side="left"))
+        if idx < n:
+            reached = SplitState(Stage.SOURCE_CACHING_UP, int(offsets[idx]), rows, target)
+            return HistoryBatchResult(idx + 1, reached)
+    return HistoryBatchResult(n, SplitState(Stage.BACKFILLING, int(offsets[-1]), rows, target))

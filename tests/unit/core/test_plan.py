@@ -1,0 +1,96 @@
+from source_backfill.core import (
+    HistoryRange,
+    LiveStats,
+    SplitState,
+    Stage,
+    attach,
+    finish_epoch,
+    is_backfill_done,
+    is_finish_reported,
+    job_progress,
+    plan_epoch,
+    reconcile_splits,
+    rejoin,
+)
+
+B, C, F = SplitState.backfilling, SplitState.caching_up, SplitState.finished
+
+
+def test_attach_targets_the_live_position_and_finishes_empty_splits():
+    states = attach(["t:0", "t:1", "t:2"], {"t:0": 10, "t:1": 0, "t:2": 5}, {"t:0": 0, "t:1": 0, "t:2": 7})
+    assert states == {"t:0": B(-1, 9), "t:1": F(), "t:2": F()}
+
+
+def test_history_range_is_bounded_by_target_and_budget():
+    plan = plan_epoch({"t:0": B(-1, 9)}, {}, 4, {"t:0": 10})
+    assert plan.history == (HistoryRange("t:0", 0, 4),)
+    assert plan.emit_above == {"t:0": None}
+    assert finish_epoch(plan, {"t:0": 4}) == {"t:0": B(3, 9, rows=4)}
+
+
+def test_range_read_to_target_caches_up_then_finishes_at_the_boundary():
+    plan = plan_epoch({"t:0": B(3, 9)}, {}, 100, {"t:0": 10})
+    assert plan.history == (HistoryRange("t:0", 4, 10),)
+    # offsets 8, 9 were transaction markers: only 4 records, the range still completes
+    assert finish_epoch(plan, {"t:0": 4}) == {"t:0": SplitState(Stage.FINISHED, 9, 4, 9)}
+
+
+def test_live_rows_ahead_of_backfill_are_dropped_and_move_the_target():
+    plan = plan_epoch({"t:0": B(3, 9)}, {"t:0": LiveStats(10, 14, 5, 15)}, 100, {"t:0": 15})
+    assert plan.emit_above == {"t:0": None}
+    assert plan.history == (HistoryRange("t:0", 4, 15),)
+    assert finish_epoch(plan, {"t:0": 11})["t:0"].stage is Stage.FINISHED
+
+
+def test_finished_split_emits_every_live_row():
+    plan = plan_epoch({"t:0": F(9)}, {"t:0": LiveStats(10, 14, 5, 15)}, 100, {"t:0": 15})
+    assert plan.emit_above == {"t:0": -1}
+    assert plan.history == ()
+
+
+def test_budget_zero_reads_nothing_but_keeps_the_target_moving():
+    plan = plan_epoch({"t:0": B(3, 9)}, {"t:0": LiveStats(10, 14, 5, 15)}, 0, {"t:0": 15})
+    assert plan.history == ()
+    assert finish_epoch(plan, {}) == {"t:0": B(3, 14)}
+
+
+def test_budget_is_shared_by_water_filling():
+    states = {"a:0": B(-1, 1), "a:1": B(-1, 99), "a:2": B(-1, 99)}
+    plan = plan_epoch(states, {}, 60, {s: 100 for s in states})
+    widths = {r.split: r.end - r.start for r in plan.history}
+    assert widths == {"a:0": 2, "a:1": 29, "a:2": 29}
+    assert sum(widths.values()) <= 60
+
+
+def test_no_target_reads_no_history():
+    plan = plan_epoch({"t:0": B(None)}, {}, 100, {"t:0": 5})
+    assert plan.history == ()
+
+
+def test_boundary_rule_needs_the_live_position_past_b():
+    plan = plan_epoch({"t:0": C(9, 9)}, {}, 10, {"t:0": 9})
+    assert finish_epoch(plan, {})["t:0"].stage is Stage.SOURCE_CACHING_UP
+    plan = plan_epoch({"t:0": C(9, 9)}, {}, 10, {"t:0": 10})
+    assert finish_epoch(plan, {})["t:0"].stage is Stage.FINISHED
+
+
+def test_split_changes_new_finished_vanished_trimmed_existing_resumed():
+    states, changes = reconcile_splits({"t:0": B(3, 9), "t:1": F()}, ["t:0", "t:2"])
+    assert states == {"t:0": B(3, 9), "t:2": F()}
+    assert {(c.split, c.kind) for c in changes} == {("t:2", "added"), ("t:1", "removed")}
+
+
+def test_rejoin_backfills_the_epochs_a_job_missed():
+    states = {"t:0": F(4), "t:1": B(2, 6), "t:2": C(8, 8), "t:3": F()}
+    out = rejoin(states, {"t:0": 10, "t:1": 10, "t:2": 9, "t:3": 20}, {"t:0": 20, "t:1": 20, "t:2": 20, "t:3": 20})
+    assert out == {"t:0": B(9, 19), "t:1": B(2, 19), "t:2": B(8, 19), "t:3": F()}
+
+
+def test_finish_reported_vs_done_and_progress():
+    states = {"t:0": C(5, 5, 6), "t:1": F(3, 3, 4), "t:2": B(1, 11, 2)}
+    assert not is_finish_reported(states)
+    assert is_finish_reported({k: v for k, v in states.items() if k != "t:2"})
+    assert not is_backfill_done({"t:0": C(5)})
+    p = job_progress(states, history_rows_per_s=5.0)
+    assert (p.splits_total, p.splits_finished, p.rows_backfilled, p.remaining_offsets) == (3, 1, 12, 10)
+    assert p.eta_seconds == 2.0
