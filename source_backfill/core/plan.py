@@ -172,20 +172,29 @@ def plan_epoch(
 
 
 def _share(demand: list[tuple[int, SplitId, int]], budget: int) -> tuple[HistoryRange, ...]:
-    """Water-filling: every split gets an equal share, what small splits leave goes to the others."""
+    """Water-filling: every split gets ``min(want, L)`` for the largest equal cap ``L`` within budget.
+
+    What small splits do not need goes to the others; at most ``len(demand) - 1`` offsets stay unused.
+    """
     if budget <= 0 or not demand:
         return ()
-    if sum(d[0] for d in demand) <= budget:
-        return tuple(HistoryRange(split, lo, lo + want) for want, split, lo in demand)
-    ranges: list[HistoryRange] = []
-    remaining = budget
-    ordered = sorted(demand)
-    for i, (want, split, lo) in enumerate(ordered):
-        give = min(want, remaining // (len(ordered) - i))
-        if give > 0:
-            ranges.append(HistoryRange(split, lo, lo + give))
-            remaining -= give
-    return tuple(ranges)
+    level = water_level(sorted(d[0] for d in demand), budget)
+    return tuple(HistoryRange(split, lo, lo + min(want, level)) for want, split, lo in demand
+                 if min(want, level) > 0)
+
+
+def water_level(wants_sorted: list[int], budget: int) -> int:
+    """The largest ``L`` with ``sum(min(w, L)) <= budget`` (``wants_sorted`` ascending, all > 0)."""
+    if sum(wants_sorted) <= budget:
+        return wants_sorted[-1] if wants_sorted else 0
+    prefix = 0
+    k = len(wants_sorted)
+    for j, want in enumerate(wants_sorted):
+        level = (budget - prefix) // (k - j)
+        if level < want:
+            return level
+        prefix += want
+    return wants_sorted[-1]  # pragma: no cover - the total exceeds the budget, so the loop returns
 
 
 def finish_epoch(plan: EpochPlan, history_counts: Mapping[SplitId, int]) -> dict[SplitId, SplitState]:

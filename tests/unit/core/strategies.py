@@ -11,9 +11,10 @@ offsets_small = st.integers(min_value=0, max_value=60)
 @st.composite
 def states(draw):
     stage = draw(st.sampled_from(list(Stage)))
-    offset = draw(st.one_of(st.none(), st.integers(-1, 60))) if stage is not Stage.SOURCE_CACHING_UP else draw(
-        st.integers(-1, 60)
-    )
+    if stage is Stage.SOURCE_CACHING_UP:
+        offset = draw(st.integers(-1, 60))
+    else:
+        offset = draw(st.one_of(st.none(), st.integers(-1, 60)))
     target = draw(st.one_of(st.none(), st.integers(-1, 60)))
     rows = draw(st.integers(0, 5))
     return SplitState(stage, offset, rows, target)

@@ -82,7 +82,8 @@ def test_split_changes_new_finished_vanished_trimmed_existing_resumed():
 
 def test_rejoin_backfills_the_epochs_a_job_missed():
     states = {"t:0": F(4), "t:1": B(2, 6), "t:2": C(8, 8), "t:3": F()}
-    out = rejoin(states, {"t:0": 10, "t:1": 10, "t:2": 9, "t:3": 20}, {"t:0": 20, "t:1": 20, "t:2": 20, "t:3": 20})
+    covered = {"t:0": 10, "t:1": 10, "t:2": 9, "t:3": 20}
+    out = rejoin(states, covered, dict.fromkeys(states, 20))
     assert out == {"t:0": B(9, 19), "t:1": B(2, 19), "t:2": B(8, 19), "t:3": F()}
 
 
