@@ -113,11 +113,15 @@ class JobSpec(_Frozen):
 
 
 class SparkConfig(_Frozen):
+    """Where Spark runs and any extra Spark conf."""
+
     master: str = "local[*]"
     conf: dict[str, str] = Field(default_factory=dict)
 
 
 class ApiConfig(_Frozen):
+    """The HTTP control API's bind address and token."""
+
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
     #: When set, mutating calls need ``Authorization: Bearer <token>``.
@@ -125,11 +129,15 @@ class ApiConfig(_Frozen):
 
 
 class MetricsConfig(_Frozen):
+    """The Prometheus endpoint."""
+
     #: A separate Prometheus port; ``None`` serves ``/metrics`` on the API port only.
     port: int | None = Field(default=9108, ge=0, le=65535)
 
 
 class DaemonConfig(_Frozen):
+    """Process-wide settings."""
+
     #: Root of everything the daemon persists: job registry, mutation log, streaming checkpoints.
     state_root: Path = Path("var/state")
     #: Seconds a graceful shutdown waits for the running epoch before abandoning it (never half-committed).

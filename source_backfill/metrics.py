@@ -76,7 +76,9 @@ TABLE_BACKFILL_ROWS = Counter(
 JOB_ROWS = Gauge(PREFIX + "job_rows", "Rows written by a job, by kind (history, live).", ["job", "kind"])
 JOB_SPLITS = Gauge(PREFIX + "job_splits", "Splits of a job, by stage.", ["job", "stage"])
 JOB_ETA = Gauge(PREFIX + "job_eta_seconds", "Estimated seconds until the job's backfill finishes.", ["job"])
-JOB_BACKFILLING = Gauge(PREFIX + "job_backfilling", "1 while the job is backfilling, 0 once finished.", ["job"])
+JOB_BACKFILLING = Gauge(
+    PREFIX + "job_backfilling", "1 while the job is backfilling, 0 once finished.", ["job"]
+)
 
 
 def forget_job(job: str) -> None:
