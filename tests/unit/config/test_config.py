@@ -1,0 +1,84 @@
+import pytest
+
+from source_backfill.config import JobSpec, OffsetsStart, TimestampStart, load_settings
+from source_backfill.errors import ConfigError
+
+TOML = """
+[daemon]
+state_root = "/tmp/sb"
+
+[api]
+port = 9000
+
+[[sources]]
+name = "events"
+topics = ["a", "b"]
+trigger_interval_s = 0.5
+
+[[jobs]]
+name = "copy"
+source = "events"
+sink_path = "/tmp/copy"
+start = { kind = "timestamp", timestamp_ms = 1700000000000 }
+rate_limit = 500
+transform = "SELECT key, value, partition, offset FROM {source}"
+"""
+
+
+def write(tmp_path, text=TOML):
+    p = tmp_path / "config.toml"
+    p.write_text(text)
+    return p
+
+
+def test_toml_file_loads_into_the_typed_model(tmp_path):
+    s = load_settings(write(tmp_path))
+    assert s.api.port == 9000
+    assert s.source("events").topics == ["a", "b"]
+    job = s.jobs[0]
+    assert isinstance(job.start, TimestampStart) and job.start.timestamp_ms == 1700000000000
+    assert job.rate_limit == 500
+
+
+def test_environment_overrides_the_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("SOURCE_BACKFILL_API__PORT", "7777")
+    monkeypatch.setenv("SOURCE_BACKFILL_API__TOKEN", "s3cret")
+    s = load_settings(write(tmp_path))
+    assert s.api.port == 7777
+    assert s.api.token.get_secret_value() == "s3cret"
+    assert "s3cret" not in repr(s)
+
+
+def test_defaults_work_without_a_file():
+    s = load_settings()
+    assert s.spark.master == "local[*]"
+    assert s.api.token is None
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        (TOML.replace('source = "events"', 'source = "nope"'), 'unknown source "nope"'),
+        (TOML.replace("port = 9000", "port = 99999"), "port"),
+        (TOML.replace('name = "copy"', 'name = "bad name!"'), "name"),
+        (TOML.replace("FROM {source}", "FROM t"), "{source}"),
+        (TOML + "\n[bogus]\nx = 1\n", "bogus"),
+    ],
+)
+def test_invalid_configuration_is_a_clear_config_error(tmp_path, text, needle):
+    with pytest.raises(ConfigError, match="invalid configuration") as exc:
+        load_settings(write(tmp_path, text))
+    assert needle in str(exc.value)
+
+
+def test_missing_file_is_named(tmp_path):
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_settings(tmp_path / "nope.toml")
+
+
+def test_offsets_start_validates_split_ids():
+    assert OffsetsStart(offsets={"t:0": 5}).offsets == {"t:0": 5}
+    with pytest.raises(ValueError, match="topic:partition"):
+        OffsetsStart(offsets={"t0": 5})
+    with pytest.raises(ValueError, match="SELECT"):
+        JobSpec(name="j", source="s", sink_path="p", transform="DROP TABLE {source}")
