@@ -21,6 +21,10 @@ class StateFormatError(SourceBackfillError):
     """A persisted backfill state is malformed (bad JSON, unknown stage, wrong types)."""
 
 
+class MutationLogError(StateFormatError):
+    """The job registry's durable mutation log is malformed (other than a torn last line)."""
+
+
 class InvalidOffsetError(SourceBackfillError):
     """An offset went backwards or is otherwise impossible for the split it belongs to."""
 
