@@ -1,0 +1,404 @@
+"""Kafka metadata and offsets: topics, splits ("topic:partition") and exact earliest/end/timestamp offsets.
+
+End offsets are taken from a *fetch response's* high watermark, never from ListOffsets(latest): on Tansu
+ListOffsets(latest) returns the last record batch's base offset + 1, which is short of the end when the
+last batch holds several records or a transaction marker follows it. :meth:`KafkaAdmin.end_offsets` assigns
+a consumer at the listed end (never past the true end) and waits for the partition-EOF event, whose fetch
+response carries the real high watermark (the last stable offset under ``read_committed``); it then reads it
+with ``get_watermark_offsets(cached=True)``. On Apache Kafka this costs one empty fetch per partition.
+
+Tansu also answers ListOffsets(timestamp) with the log start, so :meth:`KafkaAdmin.offsets_for_timestamp`
+binary-searches the log with single-record fetches (timestamps are assumed non-decreasing per partition,
+true for LogAppendTime and for ordinary producers).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
+
+from tenacity import RetryCallState, retry_if_exception, stop_after_delay, wait_exponential
+
+from source_backfill.errors import BrokerUnavailableError, KafkaConnectorError, UnknownTopicError
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Consumer settings every reader of this connector uses (see DESIGN.md section 3).
+CONSUMER_DEFAULTS: dict[str, Any] = {
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+    "isolation.level": "read_committed",
+    "enable.partition.eof": True,
+    "fetch.queue.backoff.ms": 0,
+    "auto.offset.reset": "earliest",
+    "log_level": 3,
+}
+
+
+# -- split ids -----------------------------------------------------------------------------------------
+def split_id(topic: str, partition: int) -> str:
+    """The split id of a topic partition: ``"topic:partition"``."""
+    return f"{topic}:{partition}"
+
+
+def parse_split_id(sid: str) -> tuple[str, int]:
+    """Inverse of :func:`split_id`; the topic may itself contain ``:`` (split on the last colon)."""
+    topic, sep, part = sid.rpartition(":")
+    if not sep or not topic:
+        msg = f'invalid split id "{sid}" (expected "topic:partition")'
+        raise KafkaConnectorError(msg)
+    try:
+        return topic, int(part)
+    except ValueError:
+        msg = f'invalid split id "{sid}" (partition is not an integer)'
+        raise KafkaConnectorError(msg) from None
+
+
+# -- client configuration ------------------------------------------------------------------------------
+def client_config(bootstrap_servers: str, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Build librdkafka settings from ``options``; a ``kafka.`` key prefix is stripped."""
+    conf: dict[str, Any] = {}
+    for key, value in (options or {}).items():
+        name = key[len("kafka.") :] if key.startswith("kafka.") else key
+        conf[name] = value
+    if bootstrap_servers:
+        conf["bootstrap.servers"] = bootstrap_servers
+    if not conf.get("bootstrap.servers"):
+        msg = "kafka.bootstrap.servers is required"
+        raise KafkaConnectorError(msg)
+    return conf
+
+
+def consumer_config(
+    bootstrap_servers: str, options: Mapping[str, Any] | None = None, **overrides: Any
+) -> dict[str, Any]:
+    """Consumer settings: our defaults, then user ``options``, then ``overrides``; a private group id."""
+    conf = {**CONSUMER_DEFAULTS, **client_config(bootstrap_servers, options), **overrides}
+    conf.setdefault("group.id", f"source-backfill-{uuid.uuid4().hex}")
+    return conf
+
+
+# -- retries -------------------------------------------------------------------------------------------
+def _is_retriable(exc: BaseException) -> bool:
+    from confluent_kafka import KafkaError, KafkaException
+
+    if not isinstance(exc, KafkaException) or not exc.args:
+        return False
+    err = exc.args[0]
+    if not isinstance(err, KafkaError):
+        return False
+    return bool(
+        err.retriable()
+        or err.code()
+        in (
+            KafkaError._TRANSPORT,
+            KafkaError._TIMED_OUT,
+            KafkaError._ALL_BROKERS_DOWN,
+            KafkaError.LEADER_NOT_AVAILABLE,
+            KafkaError.NOT_LEADER_FOR_PARTITION,
+            KafkaError.UNKNOWN_TOPIC_OR_PART,
+        )
+    )
+
+
+def _is_unreachable(exc: BaseException) -> bool:
+    from confluent_kafka import KafkaError, KafkaException
+
+    if not isinstance(exc, KafkaException) or not exc.args or not isinstance(exc.args[0], KafkaError):
+        return False
+    return exc.args[0].code() in (
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._RESOLVE,
+    )
+
+
+def call_with_retry(fn: Callable[[], T], what: str, deadline_s: float, bootstrap: str) -> T:
+    """Run ``fn``, retrying retriable Kafka errors until ``deadline_s``; unreachable -> BrokerUnavailable."""
+    from tenacity import Retrying
+
+    def _log(state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        logger.warning('kafka retry op="%s" attempt="%d" error="%s"', what, state.attempt_number, exc)
+
+    try:
+        for attempt in Retrying(
+            retry=retry_if_exception(_is_retriable),
+            stop=stop_after_delay(deadline_s),
+            wait=wait_exponential(multiplier=0.1, max=2),
+            before_sleep=_log,
+            reraise=True,
+        ):
+            with attempt:
+                return fn()
+    except Exception as exc:
+        if _is_unreachable(exc):
+            msg = f"Kafka broker at {bootstrap} unreachable for {what} within {deadline_s:.0f}s: {exc}"
+            raise BrokerUnavailableError(msg) from exc
+        if isinstance(exc, KafkaConnectorError):
+            raise
+        msg = f"Kafka {what} failed against {bootstrap}: {exc}"
+        raise KafkaConnectorError(msg) from exc
+    msg = "retry loop ended without a result"  # pragma: no cover
+    raise AssertionError(msg)  # pragma: no cover
+
+
+class KafkaAdmin:
+    """Topic administration and exact offset queries against one cluster.
+
+    ``options`` are librdkafka settings (``kafka.`` prefixes allowed). ``timeout_s`` bounds every
+    operation including its retries; an unreachable broker raises :class:`BrokerUnavailableError` then.
+    """
+
+    def __init__(
+        self, bootstrap_servers: str, options: dict | None = None, timeout_s: float = 10.0
+    ) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        self.bootstrap_servers = bootstrap_servers
+        self.options = dict(options or {})
+        self.timeout_s = timeout_s
+        conf = client_config(bootstrap_servers, self.options)
+        conf.setdefault("log_level", 3)
+        self._admin = AdminClient(conf)
+
+    # -- helpers -------------------------------------------------------------------------------------
+    def _retry(self, fn: Callable[[], T], what: str) -> T:
+        return call_with_retry(fn, what, self.timeout_s, self.bootstrap_servers)
+
+    def _attempt_timeout(self) -> float:
+        return max(1.0, min(5.0, self.timeout_s))
+
+    def _consumer(self, **overrides: Any) -> Any:
+        from confluent_kafka import Consumer
+
+        overrides.setdefault("fetch.wait.max.ms", 10)
+        return Consumer(consumer_config(self.bootstrap_servers, self.options, **overrides))
+
+    def topic_partitions(self) -> dict[str, int]:
+        """Every topic on the broker with its partition count."""
+
+        def fetch() -> dict[str, int]:
+            md = self._admin.list_topics(timeout=self._attempt_timeout())
+            return {name: len(t.partitions) for name, t in md.topics.items() if t.error is None}
+
+        return self._retry(fetch, "list topics")
+
+    # -- topics --------------------------------------------------------------------------------------
+    def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 1) -> None:
+        """Create ``name`` with ``partitions`` partitions (no-op if it exists); waits until it is visible."""
+        from confluent_kafka import KafkaError, KafkaException
+        from confluent_kafka.admin import NewTopic
+
+        def create() -> None:
+            fut = self._admin.create_topics(
+                [NewTopic(name, partitions, replication_factor)], operation_timeout=self._attempt_timeout()
+            )[name]
+            try:
+                fut.result(timeout=self._attempt_timeout())
+            except KafkaException as exc:
+                if exc.args and exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                    return
+                raise
+
+        self._retry(create, f'create topic "{name}"')
+        self._wait_partitions(name, partitions)
+        logger.info('topic created topic="%s" partitions="%d"', name, partitions)
+
+    def add_partitions(self, topic: str, total: int) -> None:
+        """Grow ``topic`` to ``total`` partitions; waits until the metadata shows them."""
+        from confluent_kafka.admin import NewPartitions
+
+        if self.list_partition_count(topic) >= total:
+            return
+
+        def grow() -> None:
+            fut = self._admin.create_partitions(
+                [NewPartitions(topic, total)], operation_timeout=self._attempt_timeout()
+            )[topic]
+            fut.result(timeout=self._attempt_timeout())
+
+        self._retry(grow, f'add partitions to "{topic}"')
+        self._wait_partitions(topic, total)
+        logger.info('partitions added topic="%s" total="%d"', topic, total)
+
+    def list_partition_count(self, topic: str) -> int:
+        """Number of partitions of ``topic`` (UnknownTopicError if missing)."""
+        counts = self.topic_partitions()
+        if topic not in counts:
+            msg = f'Kafka topic "{topic}" does not exist on {self.bootstrap_servers}'
+            raise UnknownTopicError(msg)
+        return counts[topic]
+
+    def _wait_partitions(self, topic: str, count: int) -> None:
+        deadline = time.monotonic() + self.timeout_s
+        while time.monotonic() < deadline:
+            if self.topic_partitions().get(topic, 0) >= count:
+                return
+            time.sleep(0.05)
+        msg = f'topic "{topic}" did not show {count} partitions within {self.timeout_s}s'
+        raise KafkaConnectorError(msg)
+
+    def list_splits(self, topics: Iterable[str]) -> list[tuple[str, int]]:
+        """All (topic, partition) of ``topics``, sorted; UnknownTopicError names the missing topics."""
+        wanted = list(dict.fromkeys(topics))
+        counts = self.topic_partitions()
+        missing = [t for t in wanted if t not in counts]
+        if missing:
+            msg = f"Kafka topic(s) {', '.join(missing)} do not exist on {self.bootstrap_servers}"
+            raise UnknownTopicError(msg)
+        return [(t, p) for t in wanted for p in range(counts[t])]
+
+    # -- offsets -------------------------------------------------------------------------------------
+    def _tps(self, split_ids: Iterable[str]) -> dict[str, Any]:
+        from confluent_kafka import TopicPartition
+
+        return {sid: TopicPartition(*parse_split_id(sid)) for sid in split_ids}
+
+    def _list_offsets(self, split_ids: Iterable[str], spec: Any, what: str) -> dict[str, int]:
+        from confluent_kafka import IsolationLevel
+
+        tps = self._tps(split_ids)
+        if not tps:
+            return {}
+
+        def query() -> dict[str, int]:
+            futs = self._admin.list_offsets(
+                {tp: spec for tp in tps.values()},
+                isolation_level=IsolationLevel.READ_COMMITTED,
+                request_timeout=self._attempt_timeout(),
+            )
+            by_tp = {(tp.topic, tp.partition): f for tp, f in futs.items()}
+            return {
+                sid: int(by_tp[(tp.topic, tp.partition)].result(timeout=self._attempt_timeout()).offset)
+                for sid, tp in tps.items()
+            }
+
+        try:
+            return self._retry(query, what)
+        except KafkaConnectorError as exc:
+            self._raise_unknown(tps, exc)
+            raise
+
+    def _raise_unknown(self, tps: Mapping[str, Any], exc: Exception) -> None:
+        if isinstance(exc, BrokerUnavailableError):
+            return
+        counts = self.topic_partitions()
+        missing = [sid for sid, tp in tps.items() if counts.get(tp.topic, 0) <= tp.partition]
+        if missing:
+            msg = f"Kafka split(s) {', '.join(missing)} do not exist on {self.bootstrap_servers}"
+            raise UnknownTopicError(msg) from exc
+
+    def earliest_offsets(self, split_ids: Iterable[str]) -> dict[str, int]:
+        """The log-start offset of each split."""
+        from confluent_kafka.admin import OffsetSpec
+
+        return self._list_offsets(split_ids, OffsetSpec.earliest(), "list earliest offsets")
+
+    def listed_end_offsets(self, split_ids: Iterable[str]) -> dict[str, int]:
+        """ListOffsets(latest) as the broker answers it — NOT exact on Tansu; a lower bound of the end."""
+        from confluent_kafka.admin import OffsetSpec
+
+        return self._list_offsets(split_ids, OffsetSpec.latest(), "list latest offsets")
+
+    def end_offsets(self, split_ids: Iterable[str]) -> dict[str, int]:
+        """Exact end (next offset to be written; LSO under read_committed) from a fetch's high watermark."""
+        from confluent_kafka import KafkaError, TopicPartition
+
+        sids = list(dict.fromkeys(split_ids))
+        if not sids:
+            return {}
+        listed = self.listed_end_offsets(sids)
+        earliest = self.earliest_offsets(sids)
+        tps = self._tps(sids)
+        consumer = self._consumer()
+        try:
+            consumer.assign(
+                [TopicPartition(tp.topic, tp.partition, max(listed[s], earliest[s])) for s, tp in tps.items()]
+            )
+            key_to_sid = {(tp.topic, tp.partition): s for s, tp in tps.items()}
+            pending = set(sids)
+            deadline = time.monotonic() + self.timeout_s
+            while pending:
+                if time.monotonic() > deadline:
+                    msg = (
+                        f"end offsets of {', '.join(sorted(pending))} not known within {self.timeout_s}s "
+                        f"(no fetch response from {self.bootstrap_servers})"
+                    )
+                    raise BrokerUnavailableError(msg)
+                for m in consumer.consume(num_messages=1000, timeout=0.5):
+                    err = m.error()
+                    if err is None:
+                        continue
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        pending.discard(key_to_sid.get((m.topic(), m.partition()), ""))
+                    elif err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                        msg = f"Kafka split {m.topic()}:{m.partition()} does not exist: {err}"
+                        raise UnknownTopicError(msg)
+                    elif err.fatal() or not err.retriable():
+                        logger.warning('end offset probe error="%s"', err)
+            result: dict[str, int] = {}
+            for sid, tp in tps.items():
+                _low, high = consumer.get_watermark_offsets(tp, cached=True)
+                result[sid] = max(int(high), listed[sid])
+            return result
+        finally:
+            consumer.close()
+
+    def offsets_for_timestamp(self, split_ids: Iterable[str], ts_ms: int) -> dict[str, int]:
+        """First offset whose record timestamp is >= ``ts_ms`` per split; the end offset when none is.
+
+        Binary search over single-record fetches (Tansu's ListOffsets(timestamp) is not usable); assumes
+        timestamps are non-decreasing within a partition.
+        """
+        sids = list(dict.fromkeys(split_ids))
+        if not sids:
+            return {}
+        ends = self.end_offsets(sids)
+        starts = self.earliest_offsets(sids)
+        consumer = self._consumer(**{"fetch.max.bytes": 1 << 20, "max.partition.fetch.bytes": 1 << 16})
+        try:
+            result = {}
+            for sid in sids:
+                result[sid] = self._search_ts(consumer, sid, starts[sid], ends[sid], ts_ms)
+            return result
+        finally:
+            consumer.close()
+
+    def _search_ts(self, consumer: Any, sid: str, lo: int, hi: int, ts_ms: int) -> int:
+        end = hi
+        while lo < hi:
+            mid = (lo + hi) // 2
+            rec = self._probe(consumer, sid, mid, end)
+            if rec is None or rec[1] >= ts_ms:
+                hi = mid
+            else:
+                lo = rec[0] + 1
+        rec = self._probe(consumer, sid, lo, end) if lo < end else None
+        return end if rec is None or rec[1] < ts_ms else rec[0]
+
+    def _probe(self, consumer: Any, sid: str, offset: int, end: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record at or after ``offset`` below ``end``, else None."""
+        from confluent_kafka import KafkaError, TopicPartition
+
+        topic, part = parse_split_id(sid)
+        consumer.assign([TopicPartition(topic, part, offset)])
+        deadline = time.monotonic() + self.timeout_s
+        try:
+            while time.monotonic() < deadline:
+                for m in consumer.consume(num_messages=1, timeout=0.5):
+                    err = m.error()
+                    if err is None:
+                        return (m.offset(), m.timestamp()[1]) if m.offset() < end else None
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        return None
+            msg = f"no fetch response for {sid} at offset {offset} within {self.timeout_s}s"
+            raise BrokerUnavailableError(msg)
+        finally:
+            consumer.unassign()
