@@ -1,0 +1,204 @@
+"""The HTTP control API: jobs (create, show, pause, resume, throttle, drop), health and Prometheus metrics.
+
+Mutations are recorded durably by the registry before the call returns and take effect at the job's next
+epoch boundary, so pause/resume/PATCH/DELETE answer ``202 Accepted`` with the job's accepted state
+(``pending_mutations`` counts what the epoch loop has not applied yet). Every error is an
+:class:`~source_backfill.api.models.ErrorBody` naming the offending field; how our errors map to status
+codes is decided in one table, :data:`ERROR_STATUS`.
+"""
+
+# No ``from __future__ import annotations``: FastAPI must evaluate the route signatures, which close over
+# locals of create_app (the bearer scheme).
+import hmac
+import logging
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Path, Request, status
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import SecretStr
+from starlette.exceptions import HTTPException
+
+from source_backfill import metrics  # noqa: F401 - importing registers every metric with prometheus_client
+from source_backfill.api.models import ErrorBody, ErrorDetail, JobPatch, JobView
+from source_backfill.config import NAME_PATTERN, JobSpec
+from source_backfill.errors import (
+    ConfigError,
+    JobError,
+    JobExistsError,
+    JobNotFoundError,
+    SourceBackfillError,
+    SourceNotFoundError,
+    StateFormatError,
+)
+from source_backfill.runtime.registry import JobRecord, JobRegistry
+
+logger = logging.getLogger(__name__)
+
+HTTP_422 = 422  # starlette renamed the constant (UNPROCESSABLE_ENTITY -> _CONTENT); the number is stable
+
+#: Our errors -> (HTTP status, error type, request field it is about). Most specific first.
+ERROR_STATUS: list[tuple[type[SourceBackfillError], int, str, str | None]] = [
+    (JobNotFoundError, status.HTTP_404_NOT_FOUND, "job_not_found", "name"),
+    (JobExistsError, status.HTTP_409_CONFLICT, "job_exists", "name"),
+    (SourceNotFoundError, HTTP_422, "source_not_found", "source"),
+    (ConfigError, HTTP_422, "invalid_request", None),
+    (JobError, status.HTTP_409_CONFLICT, "job_error", None),
+    (StateFormatError, status.HTTP_500_INTERNAL_SERVER_ERROR, "state_error", None),
+    (SourceBackfillError, status.HTTP_500_INTERNAL_SERVER_ERROR, "internal_error", None),
+]
+
+_HTTP_TYPES = {401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed"}
+_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorBody} for code in (401, 404, 409, 422)
+}
+
+JobName = Annotated[str, Path(pattern=NAME_PATTERN, description="The job's name.")]
+
+
+def error_response(
+    status_code: int, type_: str, message: str, field: str | None = None, *,
+    details: list[dict[str, Any]] | None = None, headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    """The one shape of every error the API returns."""
+    body = ErrorBody(error=ErrorDetail(type=type_, message=message, field=field, details=details))
+    return JSONResponse(body.model_dump(mode="json", exclude_none=True), status_code=status_code,
+                        headers=headers)
+
+
+def create_app(
+    registry: JobRegistry,
+    token: SecretStr | None = None,
+    health: Callable[[], dict[str, Any]] | None = None,
+) -> FastAPI:
+    """The control API over ``registry``; mutating calls need ``Bearer <token>`` when ``token`` is set."""
+    app = FastAPI(
+        title="source-backfill",
+        version="0.1.0",
+        summary="Attach jobs to a live shared Kafka source; backfill history and hand over exactly once.",
+    )
+    expected = token.get_secret_value().encode() if token is not None else None
+    bearer = HTTPBearer(auto_error=False, description="Needed on mutating calls when the daemon has a token.")
+
+    def authorize(
+        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+    ) -> None:
+        if expected is None:
+            return
+        given = credentials.credentials.encode() if credentials is not None else b""
+        if not hmac.compare_digest(given, expected):
+            raise HTTPException(
+                status.HTTP_401_UNAUTHORIZED,
+                "missing or wrong bearer token" if credentials is not None else "missing bearer token",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+
+    mutating: dict[str, Any] = {"dependencies": [Depends(authorize)], "responses": _ERROR_RESPONSES}
+
+    def view(record: JobRecord) -> JobView:
+        return JobView.of(record, registry.progress(record.name), registry.pending(record.name))
+
+    # -- errors -----------------------------------------------------------------------------------------
+    @app.exception_handler(SourceBackfillError)
+    async def _our_error(_request: Request, exc: SourceBackfillError) -> JSONResponse:
+        for kind, code, type_, field in ERROR_STATUS:
+            if isinstance(exc, kind):
+                if code >= 500:
+                    logger.error('request failed error_type="%s" error="%s"', type(exc).__name__, exc)
+                return error_response(code, type_, str(exc), field)
+        raise exc  # unreachable: SourceBackfillError is the last row
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        details = [{"field": _field(e.get("loc", ())), "message": _message(e)} for e in exc.errors()]
+        first = details[0] if details else {"field": None, "message": "invalid request"}
+        message = f"{first['field']}: {first['message']}" if first["field"] else str(first["message"])
+        return error_response(
+            HTTP_422, "validation_error", message, first["field"],
+            details=details if len(details) > 1 else None,
+        )
+
+    @app.exception_handler(HTTPException)
+    async def _http(_request: Request, exc: HTTPException) -> Response:
+        if exc.status_code in (204, 304) or exc.status_code < 200:
+            return Response(status_code=exc.status_code, headers=exc.headers)
+        type_ = _HTTP_TYPES.get(exc.status_code, "http_error")
+        return error_response(exc.status_code, type_, str(exc.detail), headers=exc.headers)
+
+    @app.exception_handler(Exception)
+    async def _bug(_request: Request, exc: Exception) -> JSONResponse:
+        logger.exception('unhandled API error error_type="%s"', type(exc).__name__)
+        return error_response(500, "internal_error", f"{type(exc).__name__}: {exc}")
+
+    # -- routes -----------------------------------------------------------------------------------------
+    @app.get("/health", tags=["daemon"])
+    def get_health() -> JSONResponse:
+        """Liveness and per-source epochs; 503 while the daemon reports itself not ok."""
+        body: dict[str, Any] = {"ok": True}
+        if health is not None:
+            body.update(health())
+        body.setdefault("jobs", len(registry.list()))
+        code = status.HTTP_200_OK if body.get("ok", True) else status.HTTP_503_SERVICE_UNAVAILABLE
+        return JSONResponse(body, status_code=code)
+
+    @app.get("/metrics", tags=["daemon"], response_class=Response)
+    def get_metrics() -> Response:
+        """Prometheus metrics (text exposition format)."""
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/jobs", tags=["jobs"])
+    def list_jobs() -> list[JobView]:
+        """Every job, in creation order."""
+        return [view(r) for r in registry.list()]
+
+    @app.post("/jobs", tags=["jobs"], status_code=status.HTTP_201_CREATED, **mutating)
+    def create_job(spec: JobSpec, response: Response) -> JobView:
+        """Register a job; it attaches to its source at the next epoch boundary."""
+        record = registry.create(spec)
+        response.headers["Location"] = f"/jobs/{record.name}"
+        return view(record)
+
+    @app.get("/jobs/{name}", tags=["jobs"], responses={404: {"model": ErrorBody}})
+    def show_job(name: JobName) -> JobView:
+        """The job's state, rows and ETA, and per split: stage, backfilled offset, target, rows, lag."""
+        return view(registry.get(name))
+
+    @app.post("/jobs/{name}/pause", tags=["jobs"], status_code=status.HTTP_202_ACCEPTED, **mutating)
+    def pause_job(name: JobName) -> JobView:
+        """Stop reading history for the job (its live rows keep flowing)."""
+        return view(registry.pause(name))
+
+    @app.post("/jobs/{name}/resume", tags=["jobs"], status_code=status.HTTP_202_ACCEPTED, **mutating)
+    def resume_job(name: JobName) -> JobView:
+        """Read history again."""
+        return view(registry.resume(name))
+
+    @app.patch("/jobs/{name}", tags=["jobs"], status_code=status.HTTP_202_ACCEPTED, **mutating)
+    def patch_job(name: JobName, patch: JobPatch) -> JobView:
+        """Change the job's history rate limit (rows/s; null unlimited; 0 reads none and loses nothing)."""
+        return view(registry.throttle(name, patch.rate_limit))
+
+    @app.delete("/jobs/{name}", tags=["jobs"], status_code=status.HTTP_202_ACCEPTED, **mutating)
+    def drop_job(name: JobName) -> JobView:
+        """Detach the job at the next epoch boundary; its table is left as it is."""
+        return view(registry.drop(name))
+
+    return app
+
+
+def _message(error: dict[str, Any]) -> str:
+    """Pydantic's message without its ``Value error, `` prefix (our validators' messages stand alone)."""
+    return str(error.get("msg", "invalid")).removeprefix("Value error, ")
+
+
+def _field(loc: tuple[Any, ...] | list[Any]) -> str:
+    """``("body", "start", "offsets")`` -> ``"start.offsets"``; the whole body when no field is named."""
+    parts = [str(p) for p in loc]
+    if parts and parts[0] in ("body", "path", "query", "header", "cookie"):
+        parts = parts[1:]
+    if parts and all(p.isdigit() for p in parts):  # a JSON decode error's character position
+        parts = []
+    return ".".join(parts) or "body"

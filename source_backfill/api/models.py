@@ -1,0 +1,127 @@
+"""Request and response bodies of the control API (the request to create a job is :class:`JobSpec`)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from source_backfill.config import StartSpec
+from source_backfill.runtime.registry import JobProgress, JobRecord, SplitProgress
+
+JobViewStatus = Literal["pending", "backfilling", "finished", "failed"]
+
+
+class JobPatch(BaseModel):
+    """``PATCH /jobs/{name}``: change the job's history rate limit."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: History rows per second; ``null`` = unlimited, ``0`` = read no history (loses nothing).
+    rate_limit: float | None = Field(ge=0, allow_inf_nan=False)
+
+
+class SplitView(BaseModel):
+    """One split of a job: its backfill stage and how far history has been read."""
+
+    split: str
+    stage: str
+    backfilled_offset: int | None
+    target_offset: int | None
+    rows: int
+    lag: int | None
+    #: Fraction of the split's backfill done, ``rows / (rows + lag)``; 1.0 once finished.
+    progress: float | None
+
+    @classmethod
+    def of(cls, s: SplitProgress) -> SplitView:
+        """The view of one split's published progress."""
+        if s.stage == "finished":
+            fraction: float | None = 1.0
+        elif s.lag is None:
+            fraction = None
+        else:
+            total = s.rows + s.lag
+            fraction = 1.0 if total <= 0 else s.rows / total
+        return cls(split=s.split, stage=s.stage, backfilled_offset=s.backfilled_offset,
+                   target_offset=s.target_offset, rows=s.rows, lag=s.lag, progress=fraction)
+
+
+class JobView(BaseModel):
+    """A job: its spec, accepted control state, and the progress the epoch loop last published."""
+
+    name: str
+    source: str
+    sink_path: str
+    start: StartSpec
+    transform: str | None
+    max_rows_per_epoch: int | None
+    created_at: datetime
+    #: ``pending`` until the job's first epoch; ``failed`` when the epoch loop marked it so.
+    status: JobViewStatus
+    paused: bool
+    rate_limit: float | None
+    #: True while a drop is accepted but not applied yet.
+    dropped: bool
+    #: Control commands accepted but not yet applied at an epoch boundary.
+    pending_mutations: int
+    epoch: int | None
+    rows_history: int
+    rows_live: int
+    history_rows_per_s: float | None
+    splits_total: int
+    splits_finished: int
+    eta_seconds: float | None
+    finish_reported: bool
+    error: str | None
+    splits: list[SplitView]
+
+    @classmethod
+    def of(cls, record: JobRecord, progress: JobProgress | None, pending: int = 0) -> JobView:
+        """Merge a registry record with its progress."""
+        spec = record.spec
+        splits = [SplitView.of(s) for s in progress.splits] if progress is not None else []
+        status: JobViewStatus = progress.status if progress is not None else "pending"
+        if record.error is not None:
+            status = "failed"
+        return cls(
+            name=spec.name,
+            source=spec.source,
+            sink_path=spec.sink_path,
+            start=spec.start,
+            transform=spec.transform,
+            max_rows_per_epoch=spec.max_rows_per_epoch,
+            created_at=record.created_at,
+            status=status,
+            paused=record.paused,
+            rate_limit=record.rate_limit,
+            dropped=record.dropped,
+            pending_mutations=pending,
+            epoch=progress.epoch if progress is not None else None,
+            rows_history=progress.rows_history if progress is not None else 0,
+            rows_live=progress.rows_live if progress is not None else 0,
+            history_rows_per_s=progress.history_rows_per_s if progress is not None else None,
+            splits_total=len(splits),
+            splits_finished=sum(1 for s in splits if s.stage == "finished"),
+            eta_seconds=progress.eta_seconds if progress is not None else None,
+            finish_reported=progress.finish_reported if progress is not None else False,
+            error=record.error,
+            splits=splits,
+        )
+
+
+class ErrorDetail(BaseModel):
+    """What went wrong, and which request field caused it (dotted path, ``null`` when none)."""
+
+    type: str
+    message: str
+    field: str | None = None
+    #: Every validation problem when there are several: ``[{"field": ..., "message": ...}]``.
+    details: list[dict[str, Any]] | None = None
+
+
+class ErrorBody(BaseModel):
+    """Every 4xx/5xx response of the API."""
+
+    error: ErrorDetail
