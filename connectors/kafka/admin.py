@@ -156,9 +156,7 @@ class KafkaAdmin:
     operation including its retries; an unreachable broker raises :class:`BrokerUnavailableError` then.
     """
 
-    def __init__(
-        self, bootstrap_servers: str, options: dict | None = None, timeout_s: float = 10.0
-    ) -> None:
+    def __init__(self, bootstrap_servers: str, options: dict | None = None, timeout_s: float = 10.0) -> None:
         from confluent_kafka.admin import AdminClient
 
         self.bootstrap_servers = bootstrap_servers

@@ -1,0 +1,543 @@
+"""Kafka as a PySpark Python Data Source (batch over offset ranges + streaming), format ``kafka_py``.
+
+The rows have the schema of Spark's own Kafka source and the options mirror it, so the JVM connector can be
+swapped in where its jars exist (DESIGN.md section 3).
+
+Batch options: ``kafka.bootstrap.servers`` (+ any ``kafka.*`` passed to confluent-kafka) and EITHER
+``ranges`` = JSON list of ``{"topic", "partition", "start", "end"}`` (end exclusive; what the runtime uses)
+OR ``subscribe``/``subscribePattern`` + ``startingOffsets``/``endingOffsets`` (``earliest``, ``latest`` or
+JSON ``{"topic": {"0": 23}}`` with -2 = earliest, -1 = latest); ``failOnDataLoss`` (default true);
+``includeHeaders`` (default false); ``kafkaConsumer.pollTimeoutMs`` (stall deadline, default 60 s).
+
+Streaming options: ``subscribe`` (comma list) or ``subscribePattern``, ``startingOffsets``
+(earliest | latest | JSON), ``maxOffsetsPerTrigger``, ``failOnDataLoss``, ``includeHeaders``, ``kafka.*``.
+The streaming offset is ``{"splits": {"topic:partition": next_offset}, "tick": n}``; ``tick`` grows on every
+``latestOffset`` call so Spark runs a micro-batch on every trigger even when no record arrived.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from source_backfill.errors import DataLossError, KafkaConnectorError, UnknownTopicError
+
+try:  # pyspark >= 4.2: admission control + availableNow
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadLimit,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
+except ImportError:  # pragma: no cover - older pyspark
+    ReadAllAvailable = ReadLimit = ReadMaxRows = None  # type: ignore[assignment,misc]
+    SupportsTriggerAvailableNow = object  # type: ignore[assignment,misc]
+
+logger = logging.getLogger(__name__)
+
+KAFKA_FORMAT = "kafka_py"
+
+#: Offsets per InputPartition before a range is split so that every core gets work.
+MAX_OFFSETS_PER_PARTITION = 250_000
+#: Rows per yielded Arrow record batch.
+CHUNK_ROWS = 10_000
+DEFAULT_POLL_TIMEOUT_MS = 60_000
+
+
+def kafka_schema(include_headers: bool = False) -> StructType:
+    """Exactly the schema of Spark's Kafka source (with ``headers`` when ``includeHeaders``)."""
+    fields = [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+    ]
+    if include_headers:
+        header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+        fields.append(StructField("headers", ArrayType(header)))
+    return StructType(fields)
+
+
+def register(spark: Any) -> None:
+    """Register the ``kafka_py`` data source on ``spark``."""
+    spark.dataSource.register(KafkaDataSource)
+
+
+# -- option parsing ------------------------------------------------------------------------------------
+def _bool(options: Mapping[str, str], key: str, default: bool) -> bool:
+    raw = options.get(key)
+    if raw is None:
+        return default
+    return str(raw).strip().lower() in ("true", "1", "yes")
+
+
+def _kafka_options(options: Mapping[str, str]) -> dict[str, str]:
+    """The ``kafka.*`` options with the prefix stripped (``kafka.bootstrap.servers`` included)."""
+    return {k[len("kafka.") :]: v for k, v in options.items() if k.lower().startswith("kafka.")}
+
+
+def _bootstrap(options: Mapping[str, str]) -> str:
+    servers = options.get("kafka.bootstrap.servers")
+    if not servers:
+        msg = 'option "kafka.bootstrap.servers" is required for format kafka_py'
+        raise KafkaConnectorError(msg)
+    return str(servers)
+
+
+def _poll_timeout_s(options: Mapping[str, str]) -> float:
+    return int(options.get("kafkaConsumer.pollTimeoutMs", DEFAULT_POLL_TIMEOUT_MS)) / 1000.0
+
+
+def _subscription(admin: Any, options: Mapping[str, str]) -> list[tuple[str, int]]:
+    """Splits of ``subscribe`` (comma list; UnknownTopicError if missing) or ``subscribePattern``."""
+    if options.get("subscribe"):
+        topics = [t.strip() for t in str(options["subscribe"]).split(",") if t.strip()]
+        return admin.list_splits(topics)
+    if options.get("subscribePattern"):
+        pattern = re.compile(str(options["subscribePattern"]))
+        topics = sorted(t for t in admin.topic_partitions() if pattern.fullmatch(t))
+        return admin.list_splits(topics)
+    msg = 'one of the options "ranges", "subscribe" or "subscribePattern" is required for kafka_py'
+    raise KafkaConnectorError(msg)
+
+
+def _resolve_offsets(
+    admin: Any, sids: list[str], spec: str | None, default: str, allow_latest: bool = True
+) -> dict[str, int]:
+    """Offsets per split for ``earliest``/``latest``/JSON (-2 earliest, -1 latest); absent -> ``default``."""
+    spec = (spec or default).strip()
+    wanted: dict[str, int] = {}
+    if spec == "earliest":
+        wanted = dict.fromkeys(sids, -2)
+    elif spec == "latest":
+        wanted = dict.fromkeys(sids, -1)
+    else:
+        try:
+            parsed = json.loads(spec)
+        except json.JSONDecodeError as exc:
+            msg = f"offsets option is neither earliest, latest nor JSON: {spec!r}"
+            raise KafkaConnectorError(msg) from exc
+        fallback = -2 if default == "earliest" else -1
+        for sid in sids:
+            topic, part = sid.rsplit(":", 1)
+            wanted[sid] = int(parsed.get(topic, {}).get(part, fallback))
+    need_earliest = [s for s, o in wanted.items() if o == -2]
+    need_latest = [s for s, o in wanted.items() if o == -1]
+    earliest = admin.earliest_offsets(need_earliest) if need_earliest else {}
+    latest = admin.end_offsets(need_latest) if need_latest else {}
+    out = {}
+    for sid, off in wanted.items():
+        out[sid] = earliest[sid] if off == -2 else latest[sid] if off == -1 else off
+    return out
+
+
+# -- partitions ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class KafkaRange(InputPartition):
+    """Offsets ``[start, end)`` of one topic partition; ``check_loss`` on the first piece of a range."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+    check_loss: bool = True
+
+    @property
+    def split_id(self) -> str:
+        """The split id ``topic:partition``."""
+        return f"{self.topic}:{self.partition}"
+
+
+def split_ranges(ranges: Sequence[KafkaRange], max_size: int = MAX_OFFSETS_PER_PARTITION) -> list[KafkaRange]:
+    """Cut ranges larger than ``max_size`` offsets into equal pieces; empty ranges are dropped."""
+    out: list[KafkaRange] = []
+    for rng in ranges:
+        size = rng.end - rng.start
+        if size <= 0:
+            continue
+        pieces = max(1, math.ceil(size / max_size))
+        step = math.ceil(size / pieces)
+        for i, lo in enumerate(range(rng.start, rng.end, step)):
+            out.append(KafkaRange(rng.topic, rng.partition, lo, min(lo + step, rng.end), i == 0))
+    return out
+
+
+# -- reading one range ---------------------------------------------------------------------------------
+def _arrow_schema(include_headers: bool) -> Any:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(kafka_schema(include_headers), timezone="UTC")
+
+
+def read_range(
+    rng: KafkaRange,
+    bootstrap: str,
+    kafka_options: Mapping[str, Any],
+    include_headers: bool = False,
+    fail_on_data_loss: bool = True,
+    chunk_rows: int = CHUNK_ROWS,
+    poll_timeout_s: float = DEFAULT_POLL_TIMEOUT_MS / 1000.0,
+) -> Iterator[Any]:
+    """Yield ``pyarrow.RecordBatch`` es with the records of ``rng`` (stateless; replays are identical).
+
+    The range ends when the consumer's position reaches ``end`` or a partition EOF at/after ``end`` is
+    seen, so a tail of transaction markers or compacted-away offsets finishes without a record at
+    ``end - 1``. ``poll_timeout_s`` without progress raises :class:`KafkaConnectorError`.
+    """
+    if rng.end <= rng.start:
+        return
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    from connectors.kafka.admin import consumer_config
+
+    schema = _arrow_schema(include_headers)
+    conf = consumer_config(bootstrap, kafka_options)
+    conf.setdefault("fetch.wait.max.ms", 50)
+    consumer = Consumer(conf)
+    start = rng.start
+    try:
+        tp = TopicPartition(rng.topic, rng.partition)
+        if rng.check_loss:
+            low, _high = consumer.get_watermark_offsets(tp, timeout=poll_timeout_s)
+            if start < low:
+                if fail_on_data_loss:
+                    msg = (
+                        f"data loss on Kafka split {rng.split_id}: offsets {start}..{min(low, rng.end) - 1} "
+                        f"are gone (log start is {low}; retention or compaction removed them); set "
+                        f"failOnDataLoss=false to skip forward"
+                    )
+                    raise DataLossError(msg)
+                logger.warning(
+                    'kafka data loss skipped split="%s" requested="%d" log_start="%d"',
+                    rng.split_id,
+                    start,
+                    low,
+                )
+                start = low
+                if start >= rng.end:
+                    return
+        consumer.assign([TopicPartition(rng.topic, rng.partition, start)])
+        topic_arr_cache: dict[int, Any] = {}
+        part_scalar = pa.scalar(rng.partition, pa.int32())
+        keys: list = []
+        values: list = []
+        offsets: list = []
+        stamps: list = []
+        ts_types: list = []
+        headers: list = []
+        pos = start
+        done = False
+        last_progress = time.monotonic()
+
+        def flush() -> Any:
+            n = len(offsets)
+            if n not in topic_arr_cache:
+                topic_arr_cache.clear()
+                topic_arr_cache[n] = pa.repeat(pa.scalar(rng.topic, pa.string()), n)
+            ts = pc.multiply(pa.array(stamps, pa.int64()), 1000).cast(schema.field("timestamp").type)
+            cols = [
+                pa.array(keys, pa.binary()),
+                pa.array(values, pa.binary()),
+                topic_arr_cache[n],
+                pa.repeat(part_scalar, n),
+                pa.array(offsets, pa.int64()),
+                ts,
+                pa.array(ts_types, pa.int32()),
+            ]
+            if include_headers:
+                cols.append(pa.array(headers, schema.field("headers").type))
+            batch = pa.RecordBatch.from_arrays(cols, schema=schema)
+            for buf in (keys, values, offsets, stamps, ts_types, headers):
+                buf.clear()
+            return batch
+
+        while not done:
+            want = max(1, min(chunk_rows - len(offsets), rng.end - pos))
+            msgs = consumer.consume(num_messages=want, timeout=1.0)
+            for m in msgs:
+                err = m.error()
+                if err is not None:
+                    code = err.code()
+                    if code == KafkaError._PARTITION_EOF:
+                        if m.offset() >= rng.end:
+                            done = True
+                            break
+                        continue
+                    if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION):
+                        msg = f"Kafka split {rng.split_id} does not exist: {err}"
+                        raise UnknownTopicError(msg)
+                    if code == KafkaError.OFFSET_OUT_OF_RANGE and fail_on_data_loss:
+                        msg = f"data loss on Kafka split {rng.split_id} at offset {pos}: {err}"
+                        raise DataLossError(msg)
+                    if err.fatal():
+                        msg = f"fatal Kafka error reading {rng.split_id}: {err}"
+                        raise KafkaConnectorError(msg)
+                    logger.warning('kafka read error split="%s" error="%s"', rng.split_id, err)
+                    continue
+                off = m.offset()
+                if off >= rng.end:
+                    done = True
+                    break
+                keys.append(m.key())
+                values.append(m.value())
+                offsets.append(off)
+                ts_type, ts_ms = m.timestamp()
+                stamps.append(ts_ms)
+                ts_types.append(ts_type - 1)
+                if include_headers:
+                    hdrs = m.headers()
+                    headers.append([{"key": k, "value": v} for k, v in hdrs] if hdrs else None)
+                pos = off + 1
+            if msgs:
+                last_progress = time.monotonic()
+            if not done:
+                current = consumer.position([TopicPartition(rng.topic, rng.partition)])[0].offset
+                if current >= 0:
+                    pos = max(pos, current)
+                if pos >= rng.end:
+                    done = True
+            if len(offsets) >= chunk_rows or (done and offsets):
+                yield flush()
+            if not done and time.monotonic() - last_progress > poll_timeout_s:
+                msg = (
+                    f"Kafka split {rng.split_id} stalled at offset {pos} before end {rng.end} for "
+                    f"{poll_timeout_s:.0f}s (broker {bootstrap} unreachable, or the end is past the "
+                    f"high watermark / last stable offset)"
+                )
+                raise KafkaConnectorError(msg)
+    finally:
+        consumer.close()
+
+
+# -- batch ---------------------------------------------------------------------------------------------
+class _ReaderOptions:
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.options = options  # Spark's CaseInsensitiveDict: keep it (keys are lower-cased inside)
+        self.bootstrap = _bootstrap(self.options)
+        self.kafka = _kafka_options(self.options)
+        self.include_headers = _bool(self.options, "includeHeaders", False)
+        self.fail_on_data_loss = _bool(self.options, "failOnDataLoss", True)
+        self.poll_timeout_s = _poll_timeout_s(self.options)
+
+    def admin(self) -> Any:
+        from connectors.kafka.admin import KafkaAdmin
+
+        return KafkaAdmin(self.bootstrap, self.kafka)
+
+    def read(self, partition: KafkaRange) -> Iterator[Any]:
+        return read_range(
+            partition,
+            self.bootstrap,
+            self.kafka,
+            include_headers=self.include_headers,
+            fail_on_data_loss=self.fail_on_data_loss,
+            poll_timeout_s=self.poll_timeout_s,
+        )
+
+
+def parse_ranges(raw: str) -> list[KafkaRange]:
+    """Parse the ``ranges`` option (JSON list of {"topic", "partition", "start", "end"})."""
+    try:
+        items = json.loads(raw)
+        return [
+            KafkaRange(str(r["topic"]), int(r["partition"]), int(r["start"]), int(r["end"])) for r in items
+        ]
+    except (ValueError, KeyError, TypeError) as exc:
+        msg = f'option "ranges" must be a JSON list of {{"topic","partition","start","end"}}: {exc}'
+        raise KafkaConnectorError(msg) from exc
+
+
+class KafkaBatchReader(DataSourceReader):
+    """Batch reader: one InputPartition per offset range (large ranges split)."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self._opts = _ReaderOptions(options)
+
+    def _ranges(self) -> list[KafkaRange]:
+        options = self._opts.options
+        if options.get("ranges"):
+            return parse_ranges(str(options["ranges"]))
+        admin = self._opts.admin()
+        sids = [f"{t}:{p}" for t, p in _subscription(admin, options)]
+        starts = _resolve_offsets(admin, sids, options.get("startingOffsets"), "earliest")
+        ends = _resolve_offsets(admin, sids, options.get("endingOffsets"), "latest")
+        out = []
+        for sid in sids:
+            topic, part = sid.rsplit(":", 1)
+            out.append(KafkaRange(topic, int(part), starts[sid], ends[sid]))
+        return out
+
+    def partitions(self) -> Sequence[InputPartition]:
+        """One partition per (piece of a) non-empty range; one empty partition when there is nothing."""
+        parts = split_ranges(self._ranges())
+        logger.info('kafka batch planned partitions="%d"', len(parts))
+        return parts or [KafkaRange("", 0, 0, 0)]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        """Arrow record batches of one range."""
+        assert isinstance(partition, KafkaRange)
+        return self._opts.read(partition)
+
+
+# -- streaming -----------------------------------------------------------------------------------------
+def fair_advance(available: Mapping[str, int], budget: int) -> dict[str, int]:
+    """Spread ``budget`` offsets over splits (water-filling): every split gets an equal share or less."""
+    grant = dict.fromkeys(available, 0)
+    left = {s: a for s, a in available.items() if a > 0}
+    while budget > 0 and left:
+        share = max(1, budget // len(left))
+        for sid in sorted(left):
+            if budget <= 0:
+                break
+            take = min(share, left[sid], budget)
+            grant[sid] += take
+            left[sid] -= take
+            budget -= take
+        left = {s: a for s, a in left.items() if a > 0}
+    return grant
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
+    """Micro-batch reader; offsets are ``{"splits": {...}, "tick": n}``."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self._opts = _ReaderOptions(options)
+        raw_max = self._opts.options.get("maxOffsetsPerTrigger")
+        self._max_offsets = int(raw_max) if raw_max else None
+        self._target: dict[str, int] | None = None
+        self._admin_client: Any = None
+
+    @property
+    def _admin(self) -> Any:
+        if self._admin_client is None:
+            self._admin_client = self._opts.admin()
+        return self._admin_client
+
+    def _sids(self) -> list[str]:
+        return [f"{t}:{p}" for t, p in _subscription(self._admin, self._opts.options)]
+
+    def initialOffset(self) -> dict:
+        """Offsets of ``startingOffsets`` (default latest, like Spark) with tick 0."""
+        sids = self._sids()
+        starts = _resolve_offsets(self._admin, sids, self._opts.options.get("startingOffsets"), "latest")
+        return {"splits": starts, "tick": 0}
+
+    def getDefaultReadLimit(self) -> Any:
+        """``ReadMaxRows(maxOffsetsPerTrigger)`` when set, else read all available."""
+        if self._max_offsets and ReadMaxRows is not None:
+            return ReadMaxRows(self._max_offsets)
+        return ReadAllAvailable() if ReadAllAvailable is not None else None
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Remember the current ends; latestOffset never goes past them (and stops ticking there)."""
+        sids = self._sids()
+        self._target = self._admin.end_offsets(sids)
+
+    def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
+        """Next end offsets: exact ends, capped by the read limit, with ``tick`` + 1 (always a new batch)."""
+        start = start or {}
+        begin_splits: dict[str, int] = {k: int(v) for k, v in dict(start.get("splits", {})).items()}
+        tick = int(start.get("tick", 0)) + 1
+        sids = self._sids()
+        if self._target is not None:
+            sids = [s for s in sids if s in self._target]
+        ends = self._admin.end_offsets(sids)
+        if self._target is not None:
+            ends = {s: min(e, self._target[s]) for s, e in ends.items()}
+        new = [s for s in sids if s not in begin_splits]
+        earliest = self._admin.earliest_offsets(new) if new else {}
+        begins = {s: begin_splits.get(s, earliest.get(s, 0)) for s in sids}
+        for sid in sids:
+            if ends[sid] < begins[sid]:
+                msg = (
+                    f"Kafka split {sid} end offset {ends[sid]} is below the committed position "
+                    f"{begins[sid]} (topic recreated or truncated)"
+                )
+                if self._opts.fail_on_data_loss:
+                    raise DataLossError(msg)
+                logger.warning('kafka offsets went backwards split="%s" detail="%s"', sid, msg)
+                begins[sid] = ends[sid]
+        available = {s: ends[s] - begins[s] for s in sids}
+        budget: int | None = None
+        if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
+            budget = int(limit.max_rows)
+        elif limit is None and self._max_offsets:
+            budget = self._max_offsets
+        if budget is not None:
+            grant = fair_advance(available, budget)
+        else:
+            grant = available
+        splits = dict(begin_splits)
+        for sid in sids:
+            if sid in begin_splits or grant[sid] > 0:
+                splits[sid] = begins[sid] + grant[sid]
+        if self._target is not None and splits == begin_splits and start:
+            return start  # availableNow reached its target: no new batch, the query can finish
+        logger.debug('kafka latest offset tick="%d" splits="%d"', tick, len(splits))
+        return {"splits": splits, "tick": tick}
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        """One partition per split range ``[start, end)`` (new splits from their earliest)."""
+        begin = {k: int(v) for k, v in dict(start.get("splits", {})).items()}
+        stop = {k: int(v) for k, v in dict(end.get("splits", {})).items()}
+        new = [s for s in stop if s not in begin]
+        earliest = self._admin.earliest_offsets(new) if new else {}
+        ranges = []
+        for sid, e in stop.items():
+            s = begin.get(sid, earliest.get(sid, 0))
+            topic, part = sid.rsplit(":", 1)
+            ranges.append(KafkaRange(topic, int(part), s, e))
+        parts = split_ranges(ranges)
+        return parts or [KafkaRange("", 0, 0, 0)]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        """Arrow record batches of one split range."""
+        assert isinstance(partition, KafkaRange)
+        return self._opts.read(partition)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to do: the offsets live in Spark's checkpoint."""
+
+
+class KafkaDataSource(DataSource):
+    """The ``kafka_py`` data source (batch + streaming)."""
+
+    @classmethod
+    def name(cls) -> str:
+        """The format name ``kafka_py``."""
+        return KAFKA_FORMAT
+
+    def schema(self) -> StructType:
+        """Spark's Kafka source schema."""
+        return kafka_schema(_bool(self.options, "includeHeaders", False))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        """The batch reader."""
+        return KafkaBatchReader(self.options)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """The micro-batch stream reader."""
+        return KafkaStreamReader(self.options)

@@ -1,0 +1,169 @@
+"""Batch reads of the kafka_py source against a real Kafka-protocol broker."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from connectors.kafka.admin import KafkaAdmin
+from connectors.kafka.source import KAFKA_FORMAT, KafkaRange, kafka_schema, read_range, split_ranges
+from source_backfill.errors import BrokerUnavailableError, DataLossError, UnknownTopicError
+
+pytestmark = pytest.mark.integration
+
+
+def _read_ranges(spark, bootstrap, ranges, **options):
+    reader = spark.read.format(KAFKA_FORMAT).option("kafka.bootstrap.servers", bootstrap)
+    reader = reader.option("ranges", json.dumps(ranges))
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load()
+
+
+def test_ranges_return_exactly_the_produced_records(spark, kafka_bootstrap, topic_factory, produce):
+    topic = topic_factory(partitions=3)
+    expected = {}
+    for part in range(3):
+        values = [f"p{part}-v{i}".encode() for i in range(20 + part)]
+        hdrs = [("h1", b"a"), ("h2", None)] if part == 1 else None
+        for (p, off), v in zip(
+            produce(topic, values, partition=part, key=f"k{part}".encode(), headers=hdrs), values, strict=True
+        ):
+            expected[(p, off)] = (f"k{part}".encode(), v, hdrs)
+    admin = KafkaAdmin(kafka_bootstrap)
+    sids = [f"{topic}:{p}" for p in range(3)]
+    ends = admin.end_offsets(sids)
+    assert ends == {f"{topic}:{p}": 20 + p for p in range(3)}
+    ranges = [{"topic": topic, "partition": p, "start": 0, "end": ends[f"{topic}:{p}"]} for p in range(3)]
+    df = _read_ranges(spark, kafka_bootstrap, ranges, includeHeaders="true")
+    assert df.schema == kafka_schema(include_headers=True)
+    rows = df.collect()
+    got = {}
+    for r in rows:
+        hdrs = (
+            [(h["key"], None if h["value"] is None else bytes(h["value"])) for h in r.headers]
+            if r.headers
+            else None
+        )
+        got[(r.partition, r.offset)] = (bytes(r.key), bytes(r.value), hdrs)
+        assert r.topic == topic
+        assert r.timestampType == 0
+    assert got == expected
+
+    # a sub-range is exact too (end exclusive), and a range wholly past nothing is empty
+    sub = _read_ranges(spark, kafka_bootstrap, [{"topic": topic, "partition": 2, "start": 5, "end": 9}])
+    assert [r.offset for r in sub.orderBy("offset").collect()] == [5, 6, 7, 8]
+
+
+def test_subscribe_with_spark_style_offsets(spark, kafka_bootstrap, topic_factory, produce):
+    topic = topic_factory(partitions=2)
+    produce(topic, [b"a", b"b", b"c"], partition=0)
+    produce(topic, [b"d", b"e"], partition=1)
+    df = (
+        spark.read.format(KAFKA_FORMAT)
+        .option("kafka.bootstrap.servers", kafka_bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", json.dumps({topic: {"0": 1, "1": -2}}))
+        .option("endingOffsets", json.dumps({topic: {"0": -1, "1": 1}}))
+        .load()
+    )
+    assert sorted((r.partition, r.offset, bytes(r.value)) for r in df.collect()) == [
+        (0, 1, b"b"),
+        (0, 2, b"c"),
+        (1, 0, b"d"),
+    ]
+
+
+def test_transactional_topic_and_empty_partition_finish(spark, kafka_bootstrap, topic_factory):
+    from confluent_kafka import Producer
+
+    topic = topic_factory(partitions=2)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"tx-{topic}"})
+    producer.init_transactions()
+    for batch, commit in (("c1", True), ("ab", False), ("c2", True), ("ab2", False)):
+        producer.begin_transaction()
+        for i in range(5):
+            producer.produce(topic, f"{batch}-{i}".encode(), partition=0)
+        if commit:
+            producer.commit_transaction()
+        else:
+            producer.abort_transaction()
+    admin = KafkaAdmin(kafka_bootstrap)
+    ends = admin.end_offsets([f"{topic}:0", f"{topic}:1"])
+    assert ends[f"{topic}:1"] == 0
+    # the log ends on a marker: the end is past the last committed record
+    ranges = [
+        {"topic": topic, "partition": 0, "start": 0, "end": ends[f"{topic}:0"]},
+        {"topic": topic, "partition": 1, "start": 0, "end": ends[f"{topic}:1"]},
+    ]
+    t0 = time.monotonic()
+    values = sorted(bytes(r.value).decode() for r in _read_ranges(spark, kafka_bootstrap, ranges).collect())
+    assert time.monotonic() - t0 < 30
+    assert values == sorted([f"c1-{i}" for i in range(5)] + [f"c2-{i}" for i in range(5)])
+    assert not any(v.startswith("ab") for v in values)
+    last_committed = max(r.offset for r in _read_ranges(spark, kafka_bootstrap, ranges).collect())
+    assert ends[f"{topic}:0"] > last_committed + 1  # at least one marker after the last record
+
+
+def test_read_range_yields_spark_arrow_schema_and_splits_large_ranges(
+    kafka_bootstrap, topic_factory, produce
+):
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    topic = topic_factory(partitions=1)
+    produce(topic, [b"x" * 10] * 25, partition=0)
+    batches = list(read_range(KafkaRange(topic, 0, 0, 25), kafka_bootstrap, {}, chunk_rows=10))
+    assert [b.num_rows for b in batches] == [10, 10, 5]
+    assert all(b.schema == to_arrow_schema(kafka_schema(), timezone="UTC") for b in batches)
+    pieces = split_ranges([KafkaRange(topic, 0, 0, 25)], max_size=10)
+    assert [(p.start, p.end) for p in pieces] == [(0, 9), (9, 18), (18, 25)]
+    replay = [
+        r for p in pieces for b in read_range(p, kafka_bootstrap, {}) for r in b.column("offset").to_pylist()
+    ]
+    assert replay == list(range(25))
+
+
+def test_data_loss_below_log_start(kafka_bootstrap, topic_factory, produce):
+    from confluent_kafka import Consumer, TopicPartition
+
+    topic = topic_factory(partitions=1)
+    produce(topic, [b"a", b"b"], partition=0)
+    c = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "x"})
+    low, _ = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=5)
+    c.close()
+    if low == 0:
+        # fabricate a log start above 0 is impossible without retention; exercise the check via a bogus range
+        with pytest.raises(DataLossError):
+            list(read_range(KafkaRange(topic, 0, -5, 2), kafka_bootstrap, {}))
+        rows = [
+            b.num_rows
+            for b in read_range(KafkaRange(topic, 0, -5, 2), kafka_bootstrap, {}, fail_on_data_loss=False)
+        ]
+        assert sum(rows) == 2
+
+
+def test_unknown_topic(spark, kafka_bootstrap):
+    admin = KafkaAdmin(kafka_bootstrap)
+    with pytest.raises(UnknownTopicError):
+        admin.list_splits(["no-such-topic-xyz"])
+
+
+def test_unreachable_broker_fails_quickly():
+    t0 = time.monotonic()
+    with pytest.raises(BrokerUnavailableError, match="unreachable"):
+        KafkaAdmin("127.0.0.1:1", timeout_s=3).list_splits(["x"])
+    assert time.monotonic() - t0 < 10
+
+
+def test_offsets_for_timestamp(kafka_bootstrap, topic_factory, produce):
+    topic = topic_factory(partitions=1)
+    for i in range(10):
+        produce(topic, [b"v"], partition=0, timestamp=1_000 + 10 * i)
+    admin = KafkaAdmin(kafka_bootstrap)
+    sid = f"{topic}:0"
+    assert admin.offsets_for_timestamp([sid], 0) == {sid: 0}
+    assert admin.offsets_for_timestamp([sid], 1_035) == {sid: 4}
+    assert admin.offsets_for_timestamp([sid], 1_040) == {sid: 4}
+    assert admin.offsets_for_timestamp([sid], 9_999) == {sid: 10}
