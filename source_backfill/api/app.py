@@ -11,7 +11,7 @@ codes is decided in one table, :data:`ERROR_STATUS`.
 # locals of create_app (the bearer scheme).
 import hmac
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Path, Request, status
@@ -61,7 +61,7 @@ JobName = Annotated[str, Path(pattern=NAME_PATTERN, description="The job's name.
 
 def error_response(
     status_code: int, type_: str, message: str, field: str | None = None, *,
-    details: list[dict[str, Any]] | None = None, headers: dict[str, str] | None = None,
+    details: list[dict[str, Any]] | None = None, headers: Mapping[str, str] | None = None,
 ) -> JSONResponse:
     """The one shape of every error the API returns."""
     body = ErrorBody(error=ErrorDetail(type=type_, message=message, field=field, details=details))
