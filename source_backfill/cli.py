@@ -1,0 +1,385 @@
+"""The ``source-backfill`` command: run the daemon, control its jobs over the API, watch backfill progress.
+
+Exit codes: 0 ok, 1 the API refused the request (or could not be reached), 2 usage or configuration error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import IO, Any
+
+logger = logging.getLogger(__name__)
+
+ENV_API = "SOURCE_BACKFILL_API_URL"
+ENV_TOKEN = "SOURCE_BACKFILL_API_TOKEN"  # noqa: S105 - the name of an environment variable, not a secret
+DEFAULT_API = "http://127.0.0.1:8080"
+BAR_WIDTH = 20
+_SHORT_STAGE = {"source_caching_up": "caching_up"}
+
+EXIT_OK, EXIT_API, EXIT_USAGE = 0, 1, 2
+
+
+class CliError(Exception):
+    """A failure to report on one line, with the process exit code."""
+
+    def __init__(self, message: str, code: int = EXIT_API) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# -- API client ---------------------------------------------------------------------------------------
+class ApiClient:
+    """The control API over httpx; every non-2xx answer becomes a one-line :class:`CliError`."""
+
+    def __init__(self, url: str, token: str | None, timeout_s: float = 10.0) -> None:
+        import httpx
+
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.url = url.rstrip("/")
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s)
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._http.close()
+
+    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        """Send one request and return its JSON body; raise CliError on any failure."""
+        import httpx
+
+        try:
+            r = self._http.request(method, path, json=body)
+        except httpx.HTTPError as exc:
+            msg = f"cannot reach the API at {self.url}: {type(exc).__name__}: {exc}"
+            raise CliError(msg) from exc
+        if r.status_code >= 400:
+            raise CliError(_describe_error(r.status_code, r.text))
+        return r.json() if r.content else None
+
+
+def _describe_error(status: int, text: str) -> str:
+    """``job "a" already exists (HTTP 409 job_exists, field name)`` from the API's error body."""
+    try:
+        err = json.loads(text)["error"]
+        where = f", field {err['field']}" if err.get("field") else ""
+        return f"{err['message']} (HTTP {status} {err['type']}{where})"
+    except (ValueError, KeyError, TypeError):
+        first = text.strip().splitlines()[0][:200] if text.strip() else "no body"
+        return f"HTTP {status}: {first}"
+
+
+# -- rendering ------------------------------------------------------------------------------------------
+def split_bar(split: dict[str, Any], width: int = BAR_WIDTH) -> str:
+    """``events:0 [##########----------]  52% 5200/10000 backfilling`` (rows read / rows + lag)."""
+    rows = int(split.get("rows") or 0)
+    lag = split.get("lag")
+    stage = str(split.get("stage", "?"))
+    if stage == "finished":
+        frac: float | None = 1.0
+        total: str = str(rows)
+    elif lag is None:
+        frac, total = None, "?"
+    else:
+        frac = 1.0 if rows + lag <= 0 else rows / (rows + lag)
+        total = str(rows + lag)
+    filled = round((frac or 0.0) * width)
+    pct = f"{frac * 100:3.0f}%" if frac is not None else "  ?%"
+    bar = "#" * filled + "-" * (width - filled)
+    return f"{split.get('split')} [{bar}] {pct} {rows}/{total} {_SHORT_STAGE.get(stage, stage)}"
+
+
+def job_line(job: dict[str, Any]) -> str:
+    """One summary line of a job."""
+    flags = []
+    if job.get("paused"):
+        flags.append("paused")
+    if job.get("rate_limit") is not None:
+        flags.append(f"rate {job['rate_limit']:g}/s")
+    if job.get("dropped"):
+        flags.append("dropping")
+    if job.get("pending_mutations"):
+        flags.append(f"{job['pending_mutations']} pending")
+    eta = job.get("eta_seconds")
+    parts = [
+        f"{job['name']}",
+        f"{job['status']}",
+        f"epoch {job['epoch'] if job.get('epoch') is not None else '-'}",
+        f"splits {job.get('splits_finished', 0)}/{job.get('splits_total', 0)} finished",
+        f"history {job.get('rows_history', 0)} rows",
+        f"live {job.get('rows_live', 0)} rows",
+        f"eta {eta:.0f}s" if eta is not None else "eta -",
+    ]
+    line = "  ".join(parts)
+    if flags:
+        line += "  [" + ", ".join(flags) + "]"
+    if job.get("error"):
+        line += f"  error: {job['error']}"
+    return line
+
+
+def render_jobs(jobs: list[dict[str, Any]]) -> str:
+    """Each job's summary line followed by one progress bar per split."""
+    if not jobs:
+        return "no jobs"
+    out: list[str] = []
+    for job in jobs:
+        out.append(job_line(job))
+        width = max((len(str(s.get("split"))) for s in job.get("splits", [])), default=0)
+        for s in job.get("splits", []):
+            out.append("  " + split_bar({**s, "split": str(s.get("split")).ljust(width)}))
+    return "\n".join(out)
+
+
+def render_table(jobs: list[dict[str, Any]]) -> str:
+    """``jobs list``: one row per job."""
+    header = ("NAME", "SOURCE", "STATUS", "PAUSED", "RATE", "SPLITS", "HISTORY", "LIVE", "ETA")
+    rows = [header]
+    for j in jobs:
+        rows.append((
+            j["name"], j["source"], j["status"] + (" (dropping)" if j.get("dropped") else ""),
+            "yes" if j.get("paused") else "no",
+            "-" if j.get("rate_limit") is None else f"{j['rate_limit']:g}",
+            f"{j.get('splits_finished', 0)}/{j.get('splits_total', 0)}",
+            str(j.get("rows_history", 0)), str(j.get("rows_live", 0)),
+            "-" if j.get("eta_seconds") is None else f"{j['eta_seconds']:.0f}s",
+        ))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+
+
+# -- commands -------------------------------------------------------------------------------------------
+def _cmd_run(args: argparse.Namespace, _out: IO[str]) -> int:
+    from source_backfill.config import load_settings
+    from source_backfill.errors import ConfigError
+
+    try:
+        settings = load_settings(args.config)
+    except ConfigError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from exc
+    from source_backfill.runtime.daemon import run_daemon
+
+    return int(run_daemon(settings))
+
+
+def _cmd_jobs_list(args: argparse.Namespace, out: IO[str]) -> int:
+    jobs = _client(args).call("GET", "/jobs")
+    print(json.dumps(jobs, indent=2) if args.json else render_table(jobs), file=out)
+    return EXIT_OK
+
+
+def _cmd_jobs_create(args: argparse.Namespace, out: IO[str]) -> int:
+    body: dict[str, Any] = {"name": args.name, "source": args.source, "sink_path": args.sink,
+                            "start": args.start}
+    if args.rate_limit is not None:
+        body["rate_limit"] = args.rate_limit
+    if args.max_rows_per_epoch is not None:
+        body["max_rows_per_epoch"] = args.max_rows_per_epoch
+    if args.transform is not None:
+        body["transform"] = args.transform
+    job = _client(args).call("POST", "/jobs", body)
+    print(f'created job "{job["name"]}" on source "{job["source"]}" -> {job["sink_path"]}; '
+          "it attaches at the next epoch", file=out)
+    return EXIT_OK
+
+
+def _cmd_jobs_show(args: argparse.Namespace, out: IO[str]) -> int:
+    job = _client(args).call("GET", f"/jobs/{args.name}")
+    if args.json:
+        print(json.dumps(job, indent=2), file=out)
+        return EXIT_OK
+    print(render_jobs([job]), file=out)
+    start = job.get("start") or {}
+    print(f"  source {job['source']}  sink {job['sink_path']}  start {json.dumps(start)}"
+          f"  transform {job.get('transform') or 'identity'}", file=out)
+    return EXIT_OK
+
+
+Handler = Callable[[argparse.Namespace, IO[str]], int]
+
+
+def _mutation(
+    verb: str, method: str, path: str, body: Callable[[argparse.Namespace], Any] | None = None
+) -> Handler:
+    def run(args: argparse.Namespace, out: IO[str]) -> int:
+        job = _client(args).call(method, path.format(name=args.name), body(args) if body else None)
+        extra = ""
+        if verb == "throttled":
+            extra = " to " + ("unlimited" if job["rate_limit"] is None else f"{job['rate_limit']:g} rows/s")
+        print(f'{verb} job "{job["name"]}"{extra} (applies at the next epoch boundary)', file=out)
+        return EXIT_OK
+
+    return run
+
+
+def _cmd_status(args: argparse.Namespace, out: IO[str]) -> int:
+    client = _client(args)
+
+    def fetch() -> list[dict[str, Any]]:
+        if args.job:
+            return [client.call("GET", f"/jobs/{args.job}")]
+        return list(client.call("GET", "/jobs"))
+
+    if not args.watch:
+        print(render_jobs(fetch()), file=out)
+        return EXIT_OK
+    clear = out.isatty()
+    try:
+        while True:
+            jobs = fetch()
+            frame = render_jobs(jobs)
+            if clear:
+                out.write("\x1b[H\x1b[2J")
+            print(f"{time.strftime('%H:%M:%S')}  {client.url}\n{frame}\n", file=out, flush=True)
+            if args.until_finished and jobs and all(j["status"] in ("finished", "failed") for j in jobs):
+                return EXIT_OK
+            time.sleep(args.interval)
+    except KeyboardInterrupt:
+        return EXIT_OK
+
+
+# -- parsing --------------------------------------------------------------------------------------------
+def _start(values: list[str]) -> dict[str, Any]:
+    kind, rest = values[0], values[1:]
+    if kind == "earliest" and not rest:
+        return {"kind": "earliest"}
+    if kind == "offsets" and len(rest) == 1:
+        try:
+            offsets = json.loads(rest[0])
+        except ValueError as exc:
+            msg = f'--start offsets needs a JSON object like \'{{"topic:0": 42}}\': {exc}'
+            raise argparse.ArgumentTypeError(msg) from exc
+        if not isinstance(offsets, dict):
+            msg = '--start offsets needs a JSON object like \'{"topic:0": 42}\''
+            raise argparse.ArgumentTypeError(msg)
+        return {"kind": "offsets", "offsets": offsets}
+    if kind == "timestamp" and len(rest) == 1 and rest[0].isdigit():
+        return {"kind": "timestamp", "timestamp_ms": int(rest[0])}
+    msg = "--start takes: earliest | offsets JSON | timestamp MS"
+    raise argparse.ArgumentTypeError(msg)
+
+
+def _rate(value: str) -> float | None:
+    if value.lower() in ("none", "unlimited", "null"):
+        return None
+    try:
+        return float(value)
+    except ValueError as exc:
+        msg = f"rate must be rows/s (a number) or 'none' for unlimited, got {value!r}"
+        raise argparse.ArgumentTypeError(msg) from exc
+
+
+def _client(args: argparse.Namespace) -> ApiClient:
+    client = ApiClient(args.api, args.token, args.timeout)
+    args._clients.append(client)  # closed by main  # noqa: SLF001
+    return client
+
+
+def _api_flags(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """``--api``, ``--token``, ``--timeout``: env defaults on the top parser, repeatable after a command."""
+
+    def default(value: Any) -> Any:
+        return value if top else argparse.SUPPRESS
+
+    parser.add_argument("--api", metavar="URL", default=default(os.environ.get(ENV_API, DEFAULT_API)),
+                        help=f"control API base URL (default {DEFAULT_API}) [env: {ENV_API}]")
+    parser.add_argument("--token", default=default(os.environ.get(ENV_TOKEN) or None),
+                        help=f"bearer token for mutating calls [env: {ENV_TOKEN}]")
+    parser.add_argument("--timeout", type=float, metavar="S", default=default(10.0),
+                        help="HTTP timeout in seconds (default 10)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line."""
+    parser = argparse.ArgumentParser(
+        prog="source-backfill",
+        description="Attach jobs to a live shared Kafka source; backfill history, hand over exactly once.",
+        epilog="exit codes: 0 ok, 1 API error, 2 usage or configuration error",
+    )
+    _api_flags(parser, top=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run the daemon (until SIGTERM/SIGINT)")
+    run.add_argument("--config", required=True, metavar="FILE",
+                     help="TOML config file (SOURCE_BACKFILL_* environment variables override it)")
+    run.set_defaults(handler=_cmd_run)
+
+    jobs = sub.add_parser("jobs", help="list, create, show and control jobs")
+    jobs_sub = jobs.add_subparsers(dest="jobs_command", metavar="ACTION")
+    jobs.set_defaults(handler=None, parser=jobs)
+
+    def action(name: str, help_: str, handler: Any, *, job: bool = True) -> argparse.ArgumentParser:
+        p = jobs_sub.add_parser(name, help=help_, description=help_)
+        _api_flags(p, top=False)
+        if job:
+            p.add_argument("name", metavar="NAME", help="job name")
+        p.set_defaults(handler=handler)
+        return p
+
+    p = action("list", "list every job", _cmd_jobs_list, job=False)
+    p.add_argument("--json", action="store_true", help="print the API's JSON")
+    p = action("create", "create a job (it attaches at the next epoch boundary)", _cmd_jobs_create)
+    p.add_argument("--source", required=True, help="name of a configured source")
+    p.add_argument("--sink", required=True, metavar="PATH", help="Delta table path of the job's output")
+    p.add_argument("--start", nargs="+", metavar="ARG", default=["earliest"],
+                   help="earliest (default) | offsets '{\"topic:0\": 42}' | timestamp MS")
+    p.add_argument("--rate-limit", type=float, metavar="R", help="history rows/s (0 = read none for now)")
+    p.add_argument("--max-rows-per-epoch", type=int, metavar="N", help="history rows per epoch at most")
+    p.add_argument("--transform", metavar="SQL", help="Spark SQL over {source}, e.g. 'SELECT key, value FROM "
+                   "{source}'")
+    p = action("show", "show a job with per-split progress", _cmd_jobs_show)
+    p.add_argument("--json", action="store_true", help="print the API's JSON")
+    action("pause", "stop reading history (live rows keep flowing)",
+           _mutation("paused", "POST", "/jobs/{name}/pause"))
+    action("resume", "read history again", _mutation("resumed", "POST", "/jobs/{name}/resume"))
+    p = action("throttle", "set the history rate limit",
+               _mutation("throttled", "PATCH", "/jobs/{name}", lambda a: {"rate_limit": a.rate}))
+    p.add_argument("rate", metavar="RATE", type=_rate, help="rows/s, 0 to read none, 'none' for unlimited")
+    action("drop", "detach the job at the next epoch boundary (its table stays)",
+           _mutation("dropped", "DELETE", "/jobs/{name}"))
+
+    status = sub.add_parser("status", help="per-split backfill progress bars")
+    _api_flags(status, top=False)
+    status.add_argument("job", nargs="?", metavar="JOB", help="only this job")
+    status.add_argument("--watch", action="store_true", help="refresh until Ctrl-C")
+    status.add_argument("--interval", type=float, default=2.0, metavar="S", help="refresh period (default 2)")
+    status.add_argument("--until-finished", action="store_true",
+                        help="with --watch: stop once every shown job is finished (or failed)")
+    status.set_defaults(handler=_cmd_status)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``source-backfill``; returns the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # usage errors (2) and --help (0)
+        return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
+    handler = getattr(args, "handler", None)
+    if handler is None:
+        (getattr(args, "parser", None) or parser).print_help(sys.stderr)
+        return EXIT_USAGE
+    if getattr(args, "command", None) == "jobs" and args.handler is _cmd_jobs_create:
+        try:
+            args.start = _start(args.start)
+        except argparse.ArgumentTypeError as exc:
+            print(f"source-backfill jobs create: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    args._clients = []  # noqa: SLF001
+    try:
+        return int(handler(args, sys.stdout))
+    except CliError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.code
+    finally:
+        for client in args._clients:  # noqa: SLF001
+            client.close()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,209 @@
+"""The ``source-backfill`` CLI against a live API server (in-process ``cli.main`` with capsys)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+import types
+from pathlib import Path
+
+import pytest
+
+from source_backfill import cli
+from source_backfill.runtime.registry import JobProgress, SplitProgress
+from tests.integration.api.conftest import TOKEN
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture
+def run(live_api, capsys, monkeypatch):
+    """``run(*argv)`` -> (exit code, stdout, stderr) against the live server, with the token from the env."""
+    monkeypatch.setenv(cli.ENV_API, live_api.url)
+    monkeypatch.setenv(cli.ENV_TOKEN, TOKEN)
+
+    def invoke(*argv: str) -> tuple[int, str, str]:
+        code = cli.main(list(argv))
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    return invoke
+
+
+def _progress(finished: bool = False) -> JobProgress:
+    return JobProgress(
+        epoch=9, status="finished" if finished else "backfilling", rows_history=5300, rows_live=12,
+        eta_seconds=None if finished else 4.2, finish_reported=finished,
+        splits=[
+            SplitProgress("events:0", "finished" if finished else "backfilling", 9999 if finished else 5199,
+                          9999, 10000 if finished else 5200, 0 if finished else 4800),
+            SplitProgress("events:1", "source_caching_up", 99, 99, 100, 0),
+            SplitProgress("events:10", "backfilling", None, None, 0, None),
+        ],
+    )
+
+
+def test_create_list_show_and_control(run, live_api) -> None:
+    code, out, err = run("jobs", "create", "orders-copy", "--source", "events", "--sink", "/t/oc",
+                         "--start", "offsets", '{"events:0": 5}', "--rate-limit", "50",
+                         "--max-rows-per-epoch", "100", "--transform", "SELECT key FROM {source}")
+    assert (code, err) == (0, ""), err
+    assert 'created job "orders-copy"' in out
+    spec = live_api.registry.get("orders-copy").spec
+    assert spec.start.offsets == {"events:0": 5} and spec.rate_limit == 50 and spec.max_rows_per_epoch == 100
+    assert spec.transform == "SELECT key FROM {source}"
+
+    code, _, _ = run("jobs", "create", "ts", "--source", "orders", "--sink", "/t/ts",
+                     "--start", "timestamp", "1700")
+    assert code == 0
+    assert live_api.registry.get("ts").spec.start.timestamp_ms == 1700
+
+    code, out, _ = run("jobs", "list")
+    lines = out.splitlines()
+    assert code == 0 and lines[0].split()[:3] == ["NAME", "SOURCE", "STATUS"]
+    assert [line.split()[0] for line in lines[1:]] == ["orders-copy", "ts"]
+
+    assert run("jobs", "pause", "orders-copy")[1].startswith('paused job "orders-copy"')
+    assert live_api.registry.get("orders-copy").paused
+    assert run("jobs", "resume", "orders-copy")[0] == 0
+    assert not live_api.registry.get("orders-copy").paused
+    assert "to 0 rows/s" in run("jobs", "throttle", "orders-copy", "0")[1]
+    assert live_api.registry.get("orders-copy").rate_limit == 0
+    assert "to unlimited" in run("jobs", "throttle", "orders-copy", "none")[1]
+    assert live_api.registry.get("orders-copy").rate_limit is None
+
+    code, out, _ = run("jobs", "show", "orders-copy")
+    assert code == 0 and out.startswith("orders-copy  pending") and '"events:0": 5' in out
+    code, out, _ = run("jobs", "show", "orders-copy", "--json")
+    assert code == 0 and '"sink_path": "/t/oc"' in out
+
+    assert run("jobs", "drop", "ts")[0] == 0
+    assert live_api.registry.get("ts").dropped
+
+
+def test_api_errors_are_one_line_with_exit_1(run, live_api, monkeypatch) -> None:
+    run("jobs", "create", "a", "--source", "events", "--sink", "/t/a")
+    create_b = ("jobs", "create", "b", "--source", "events", "--sink", "/t/b")
+    cases = [
+        (("jobs", "create", "a", "--source", "events", "--sink", "/t/a"), 'job "a" already exists', "409"),
+        (("jobs", "create", "c", "--source", "nope", "--sink", "/t"), "unknown source", "field source"),
+        ((*create_b, "--rate-limit", "-1"), "greater than", "field rate_limit"),
+        ((*create_b, "--transform", "DROP x"), "SELECT", "field transform"),
+        (("jobs", "show", "ghost"), 'job "ghost" not found', "404"),
+        (("jobs", "throttle", "a", "-3"), "greater than or equal to 0", "field rate_limit"),
+        (("status", "ghost"), "not found", "404"),
+    ]
+    for argv, text, where in cases:
+        code, out, err = run(*argv)
+        assert code == 1, (argv, out, err)
+        assert err.startswith("error: ") and err.count("\n") == 1, err
+        assert text in err and where in err, err
+
+    monkeypatch.delenv(cli.ENV_TOKEN)
+    code, _, err = run("jobs", "pause", "a")
+    assert code == 1 and "missing bearer token (HTTP 401 unauthorized)" in err
+    code, _, err = run("jobs", "pause", "a", "--token", "wrong")
+    assert code == 1 and "HTTP 401" in err
+    assert run("jobs", "list")[0] == 0  # reads need no token
+    assert run("--token", TOKEN, "jobs", "pause", "a")[0] == 0
+
+
+def test_unreachable_api(run) -> None:
+    code, _, err = run("--api", "http://127.0.0.1:9", "jobs", "list")
+    assert code == 1 and err.startswith("error: cannot reach the API at http://127.0.0.1:9")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        (),
+        ("jobs",),
+        ("bogus",),
+        ("jobs", "create", "a", "--sink", "/t"),
+        ("jobs", "create", "a", "--source", "events", "--sink", "/t", "--start", "offsets", "not-json"),
+        ("jobs", "create", "a", "--source", "events", "--sink", "/t", "--start", "yesterday"),
+        ("jobs", "create", "a", "--source", "events", "--sink", "/t", "--start", "timestamp", "soon"),
+        ("jobs", "throttle", "a", "fast"),
+        ("status", "--interval", "x"),
+        ("run",),
+    ],
+)
+def test_usage_errors_exit_2(run, live_api, argv) -> None:
+    code, _, err = run(*argv)
+    assert code == 2 and err
+    assert live_api.registry.list() == []
+
+
+def test_help_shows_env_twins(run) -> None:
+    code, out, _ = run("--help")
+    assert code == 0
+    out = " ".join(out.split())  # argparse wraps lines
+    assert "[env: SOURCE_BACKFILL_API_URL]" in out
+    assert "SOURCE_BACKFILL_API_TOKEN]" in out
+    assert TOKEN not in out
+
+
+def test_status_bars(run, live_api) -> None:
+    run("jobs", "create", "p", "--source", "events", "--sink", "/t/p")
+    run("jobs", "create", "q", "--source", "events", "--sink", "/t/q")
+    live_api.registry.publish_progress("p", _progress())
+    code, out, _ = run("status", "p")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].startswith("p  backfilling  epoch 9  splits 0/3 finished  history 5300 rows")
+    assert "eta 4s" in lines[0]
+    assert lines[1] == "  events:0  [##########----------]  52% 5200/10000 backfilling"
+    assert lines[2] == "  events:1  [####################] 100% 100/100 caching_up"
+    assert lines[3] == "  events:10 [--------------------]   ?% 0/? backfilling"
+    code, out, _ = run("status")
+    assert code == 0 and "p  backfilling" in out and "q  pending" in out
+
+
+def test_status_watch_until_finished(run, live_api) -> None:
+    run("jobs", "create", "w", "--source", "events", "--sink", "/t/w")
+    live_api.registry.publish_progress("w", _progress())
+
+    def finish_later() -> None:
+        time.sleep(0.4)
+        live_api.registry.publish_progress("w", _progress(finished=True))
+
+    t = threading.Thread(target=finish_later)
+    t.start()
+    started = time.monotonic()
+    code, out, _ = run("status", "w", "--watch", "--interval", "0.1", "--until-finished")
+    t.join()
+    assert code == 0 and time.monotonic() - started < 10
+    frames = [f for f in out.split("\n\n") if f.strip()]
+    assert len(frames) >= 2
+    assert "52% 5200/10000 backfilling" in frames[0]
+    assert "events:0  [####################] 100% 10000/10000 finished" in frames[-1]
+    assert "w  finished  epoch 9  splits 1/3 finished" in frames[-1]
+
+
+def test_run_loads_the_config_and_calls_the_daemon(run, tmp_path, monkeypatch) -> None:
+    seen = {}
+    fake = types.ModuleType("source_backfill.runtime.daemon")
+    fake.run_daemon = lambda settings: seen.setdefault("settings", settings) and 0
+    monkeypatch.setitem(sys.modules, "source_backfill.runtime.daemon", fake)
+    config = tmp_path / "daemon.toml"
+    config.write_text('[[sources]]\nname = "events"\ntopics = ["t"]\n\n'
+                      '[[jobs]]\nname = "j"\nsource = "events"\nsink_path = "/t/j"\n')
+    assert run("run", "--config", str(config))[0] == 0
+    assert [j.name for j in seen["settings"].jobs] == ["j"]
+    code, _, err = run("run", "--config", str(tmp_path / "missing.toml"))
+    assert code == 2 and "config file not found" in err
+
+
+def test_console_script(live_api) -> None:
+    exe = ROOT / ".venv" / "bin" / "source-backfill"
+    if not exe.exists():
+        pytest.skip("console script not installed")
+    argv = [str(exe), "--api", live_api.url, "--token", TOKEN, "jobs", "create", "sub", "--source", "events",
+            "--sink", "/t/sub"]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([str(exe), "--api", live_api.url, "status", "sub"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0 and r.stdout.startswith("sub  pending"), r.stderr
