@@ -23,6 +23,8 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.python.worker.reuse": "true",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.streaming.stopGracefullyOnShutdown": "true",
+    # delta-rs and Delta readers expect microsecond timestamps, not Spark's legacy INT96
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
 }
 
 
