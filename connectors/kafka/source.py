@@ -7,7 +7,8 @@ Batch options: ``kafka.bootstrap.servers`` (+ any ``kafka.*`` passed to confluen
 ``ranges`` = JSON list of ``{"topic", "partition", "start", "end"}`` (end exclusive; what the runtime uses)
 OR ``subscribe``/``subscribePattern`` + ``startingOffsets``/``endingOffsets`` (``earliest``, ``latest`` or
 JSON ``{"topic": {"0": 23}}`` with -2 = earliest, -1 = latest); ``failOnDataLoss`` (default true);
-``includeHeaders`` (default false); ``kafkaConsumer.pollTimeoutMs`` (stall deadline, default 60 s).
+``includeHeaders`` (default false); ``kafkaConsumer.pollTimeoutMs`` (stall deadline, default 60 s);
+``chunkRows`` (rows per Arrow batch, default 10000).
 
 Streaming options: ``subscribe`` (comma list) or ``subscribePattern``, ``startingOffsets``
 (earliest | latest | JSON), ``maxOffsetsPerTrigger``, ``failOnDataLoss``, ``includeHeaders``, ``kafka.*``.
@@ -17,6 +18,7 @@ The streaming offset is ``{"splits": {"topic:partition": next_offset}, "tick": n
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 import math
@@ -190,6 +192,10 @@ def _arrow_schema(include_headers: bool) -> Any:
     return to_arrow_schema(kafka_schema(include_headers), timezone="UTC")
 
 
+def _headers(hdrs: Any) -> list[dict[str, Any]] | None:
+    return [{"key": k, "value": v} for k, v in hdrs] if hdrs else None
+
+
 def read_range(
     rng: KafkaRange,
     bootstrap: str,
@@ -216,6 +222,7 @@ def read_range(
     schema = _arrow_schema(include_headers)
     conf = consumer_config(bootstrap, kafka_options)
     conf.setdefault("fetch.wait.max.ms", 50)
+    conf.setdefault("max.partition.fetch.bytes", 8 << 20)
     consumer = Consumer(conf)
     start = rng.start
     try:
@@ -274,45 +281,50 @@ def read_range(
                 buf.clear()
             return batch
 
+        def on_error(m: Any) -> bool:
+            """Handle an error event; True when it ends the range."""
+            err = m.error()
+            code = err.code()
+            if code == KafkaError._PARTITION_EOF:
+                return bool(m.offset() >= rng.end)
+            if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION):
+                msg = f"Kafka split {rng.split_id} does not exist: {err}"
+                raise UnknownTopicError(msg)
+            if code == KafkaError.OFFSET_OUT_OF_RANGE and fail_on_data_loss:
+                msg = f"data loss on Kafka split {rng.split_id} at offset {pos}: {err}"
+                raise DataLossError(msg)
+            if err.fatal():
+                msg = f"fatal Kafka error reading {rng.split_id}: {err}"
+                raise KafkaConnectorError(msg)
+            logger.warning('kafka read error split="%s" error="%s"', rng.split_id, err)
+            return False
+
         while not done:
             want = max(1, min(chunk_rows - len(offsets), rng.end - pos))
             msgs = consumer.consume(num_messages=want, timeout=1.0)
-            for m in msgs:
-                err = m.error()
-                if err is not None:
-                    code = err.code()
-                    if code == KafkaError._PARTITION_EOF:
-                        if m.offset() >= rng.end:
-                            done = True
-                            break
-                        continue
-                    if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION):
-                        msg = f"Kafka split {rng.split_id} does not exist: {err}"
-                        raise UnknownTopicError(msg)
-                    if code == KafkaError.OFFSET_OUT_OF_RANGE and fail_on_data_loss:
-                        msg = f"data loss on Kafka split {rng.split_id} at offset {pos}: {err}"
-                        raise DataLossError(msg)
-                    if err.fatal():
-                        msg = f"fatal Kafka error reading {rng.split_id}: {err}"
-                        raise KafkaConnectorError(msg)
-                    logger.warning('kafka read error split="%s" error="%s"', rng.split_id, err)
-                    continue
-                off = m.offset()
-                if off >= rng.end:
-                    done = True
-                    break
-                keys.append(m.key())
-                values.append(m.value())
-                offsets.append(off)
-                ts_type, ts_ms = m.timestamp()
-                stamps.append(ts_ms)
-                ts_types.append(ts_type - 1)
-                if include_headers:
-                    hdrs = m.headers()
-                    headers.append([{"key": k, "value": v} for k, v in hdrs] if hdrs else None)
-                pos = off + 1
             if msgs:
                 last_progress = time.monotonic()
+                # column-wise list comprehensions: ~2x faster than a per-message loop with appends
+                good = [m for m in msgs if m.error() is None]
+                if len(good) != len(msgs):
+                    for m in msgs:
+                        if m.error() is not None and on_error(m):
+                            done = True
+                if good:
+                    offs = [m.offset() for m in good]
+                    if offs[-1] >= rng.end:
+                        cut = bisect.bisect_left(offs, rng.end)
+                        good, offs, done = good[:cut], offs[:cut], True
+                if good:
+                    offsets += offs
+                    keys += [m.key() for m in good]
+                    values += [m.value() for m in good]
+                    stamp_pairs = [m.timestamp() for m in good]
+                    ts_types += [t[0] - 1 for t in stamp_pairs]
+                    stamps += [t[1] for t in stamp_pairs]
+                    if include_headers:
+                        headers += [_headers(m.headers()) for m in good]
+                    pos = offs[-1] + 1
             if not done:
                 current = consumer.position([TopicPartition(rng.topic, rng.partition)])[0].offset
                 if current >= 0:
@@ -341,6 +353,7 @@ class _ReaderOptions:
         self.include_headers = _bool(self.options, "includeHeaders", False)
         self.fail_on_data_loss = _bool(self.options, "failOnDataLoss", True)
         self.poll_timeout_s = _poll_timeout_s(self.options)
+        self.chunk_rows = int(self.options.get("chunkRows", CHUNK_ROWS))
 
     def admin(self) -> Any:
         from connectors.kafka.admin import KafkaAdmin
@@ -355,6 +368,7 @@ class _ReaderOptions:
             include_headers=self.include_headers,
             fail_on_data_loss=self.fail_on_data_loss,
             poll_timeout_s=self.poll_timeout_s,
+            chunk_rows=self.chunk_rows,
         )
 
 
