@@ -375,7 +375,7 @@ def _to_arrow(schema: Any) -> pa.Schema:
         return schema
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    return to_arrow_schema(schema)
+    return to_arrow_schema(schema, timezone="UTC")
 
 
 def _json(text: Any, path: str, key: str) -> dict[str, Any]:

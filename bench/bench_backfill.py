@@ -1,0 +1,177 @@
+"""End-to-end backfill benchmark (issue 5).
+
+Measured in one run, on the embedded broker, with the same connector and sink:
+
+* baseline: a batch copy of the history offsets (one Kafka batch read -> one Delta commit);
+* backfill: a job attached to the live source backfilling the same history while a producer writes a
+  steady live stream; the time from attach to Finished. Ratio = baseline / backfill (goal >= 0.9);
+* live latency (produce -> visible in the table, from the Kafka timestamp to the Delta commit timestamp
+  of the version that added the row) of an already-Finished job, without and with the backfill running;
+  ratio of the p99s (goal <= 1.2).
+
+``BENCH_BACKFILL_RECORDS`` (default 1,000,000) sets the history size.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+RECORDS = int(os.environ.get("BENCH_BACKFILL_RECORDS", "1000000"))
+PARTITIONS = 4
+LIVE_PER_S = 200.0
+WINDOW_S = float(os.environ.get("BENCH_BACKFILL_WINDOW_S", "20"))
+
+
+def _fill(bootstrap: str, topic: str, n: int) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.num.messages": 20000,
+                         "queue.buffering.max.messages": 1_000_000})
+    pad = b"x" * 120
+    for i in range(n):
+        producer.produce(topic, value=b"%d:" % i + pad, partition=i % PARTITIONS)
+        if i % 20000 == 0:
+            producer.poll(0)
+    producer.flush(120)
+
+
+def _live(bootstrap: str, topic: str, stop: threading.Event) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    i = 0
+    while not stop.wait(10 / LIVE_PER_S):
+        for _ in range(10):
+            producer.produce(topic, value=b"live%d" % i, partition=i % PARTITIONS)
+            i += 1
+        producer.poll(0)
+    producer.flush(10)
+
+
+def _latencies(table: str, since_ms: float, until_ms: float) -> list[float]:
+    """Per live row committed in the window: Delta commit time - Kafka record time, in ms."""
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+
+    dt = DeltaTable(table)
+    history = {h["version"]: h["timestamp"] for h in dt.history()}
+    cdf = dt.load_cdf(starting_version=0).read_all()
+    versions = cdf.column("_commit_version").to_pylist()
+    kafka_ts = pc.cast(cdf.column("timestamp"), "int64").to_pylist()  # microseconds
+    out = []
+    for v, ts in zip(versions, kafka_ts, strict=True):
+        produced_ms = ts / 1000.0
+        if since_ms <= produced_ms <= until_ms:
+            out.append(history[v] - produced_ms)
+    return out
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def main() -> dict[str, float]:
+    from connectors.delta.sink import DeltaEpochSink
+    from connectors.kafka.admin import KafkaAdmin
+    from connectors.kafka.embedded import EmbeddedBroker
+    from connectors.kafka.source import KAFKA_FORMAT
+    from source_backfill.config import load_settings
+    from source_backfill.runtime.daemon import Daemon
+    from source_backfill.runtime.spark import build_spark
+
+    work = Path(tempfile.mkdtemp(prefix="bench-backfill-"))
+    stop = threading.Event()
+    with EmbeddedBroker() as broker:
+        bootstrap = broker.bootstrap
+        admin = KafkaAdmin(bootstrap)
+        topic = "bench-backfill"
+        admin.create_topic(topic, PARTITIONS)
+        t = time.monotonic()
+        _fill(bootstrap, topic, RECORDS)
+        print(f"produced {RECORDS} history records in {time.monotonic() - t:.1f}s", flush=True)
+        splits = [f"{topic}:{p}" for p in range(PARTITIONS)]
+        ends = admin.end_offsets(splits)
+        spark = build_spark("local[*]", "bench-backfill")
+
+        # -- baseline: batch copy of the same offsets with the same connector and sink ----------------
+        ranges = [{"topic": topic, "partition": p, "start": 0, "end": ends[f"{topic}:{p}"]}
+                  for p in range(PARTITIONS)]
+        t = time.monotonic()
+        df = (spark.read.format(KAFKA_FORMAT).option("kafka.bootstrap.servers", bootstrap)
+              .option("ranges", json.dumps(ranges)).load())
+        DeltaEpochSink(str(work / "batch-copy"), "batch-copy", df.schema).commit_epoch(0, df, {"batch": True})
+        batch_s = time.monotonic() - t
+        print(f"baseline batch copy: {batch_s:.1f}s ({RECORDS / batch_s:,.0f} rows/s)", flush=True)
+
+        # -- the daemon: a Finished live job, then a backfilling job attached mid-stream ----------------
+        live_thread = threading.Thread(target=_live, args=(bootstrap, topic, stop), daemon=True)
+        live_thread.start()
+        settings = load_settings(
+            daemon={"state_root": str(work / "state")},
+            api={"port": 0},
+            metrics={"port": None},
+            sources=[{"name": "bench", "bootstrap_servers": bootstrap, "topics": [topic],
+                      "trigger_interval_s": 1.0}],
+            jobs=[{"name": "live", "source": "bench", "sink_path": str(work / "live"),
+                   "start": {"kind": "offsets", "offsets": ends}}],
+        )
+        daemon = Daemon(settings)
+        daemon.start()
+        source = daemon.sources["bench"]
+        while not (source.jobs["live"].backfill_done):
+            time.sleep(0.5)
+        time.sleep(3)
+        a0 = time.time() * 1000
+        time.sleep(WINDOW_S)
+        a1 = time.time() * 1000
+
+        from source_backfill.config import JobSpec
+
+        t = time.monotonic()
+        daemon.registry.create(JobSpec(name="bf", source="bench", sink_path=str(work / "bf")))
+        b0 = time.time() * 1000
+        while "bf" not in source.jobs or not source.jobs["bf"].backfill_done:
+            time.sleep(0.25)
+        backfill_s = time.monotonic() - t
+        b1 = time.time() * 1000
+        time.sleep(3)
+        stop.set()
+        live_thread.join(10)
+        daemon.stop()
+        spark.stop()
+
+        without = _latencies(str(work / "live"), a0, a1)
+        with_bf = _latencies(str(work / "live"), b0, b1)
+    shutil.rmtree(work, ignore_errors=True)
+
+    p99_a, p99_b = _pct(without, 0.99), _pct(with_bf, 0.99)
+    result = {
+        "history_records": RECORDS,
+        "batch_copy_s": round(batch_s, 2),
+        "backfill_s": round(backfill_s, 2),
+        "backfill_vs_batch_copy": round(batch_s / backfill_s, 3),
+        "live_p50_ms_without": round(_pct(without, 0.5), 1),
+        "live_p99_ms_without": round(p99_a, 1),
+        "live_p50_ms_with_backfill": round(_pct(with_bf, 0.5), 1),
+        "live_p99_ms_with_backfill": round(p99_b, 1),
+        "live_p99_ratio": round(p99_b / p99_a, 3) if p99_a == p99_a and p99_a > 0 else float("nan"),
+        "live_samples_without": len(without),
+        "live_samples_with": len(with_bf),
+    }
+    print("bench_backfill:", json.dumps(result), flush=True)
+    print(f"  backfill speed vs batch copy: {result['backfill_vs_batch_copy']} (goal >= 0.9)")
+    print(f"  live p99 with/without backfill: {result['live_p99_ratio']} (goal <= 1.2)")
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,412 @@
+"""Per-job source backfill: the core decides, Spark moves the rows, the Delta sink commits.
+
+One :class:`SourceBackfillJob` per job. At every epoch of its source (one micro-batch of the live
+stream) :meth:`SourceBackfillJob.run_epoch`:
+
+1. plans from the committed states ``S(e-1)`` and the batch's per-split offset stats (core, pure);
+2. keeps the live rows the plan emits (a per-split ``offset > threshold`` filter, none for a split
+   still backfilling, all once it is finished);
+3. reads the planned history ranges with the Kafka batch source (each range is emitted whole: the
+   planner never plans a history row the rules would drop);
+4. applies the job's transform and commits output + ``S(e)`` + plan to Delta in one transaction.
+
+A history-read error never stops the live stream: the epoch commits its live part with the history
+states unchanged, the error is counted, and history resumes after a backoff from the committed offsets.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from source_backfill import metrics
+from source_backfill.config import EarliestStart, JobSpec, OffsetsStart, SourceConfig, TimestampStart
+from source_backfill.core import (
+    LiveStats,
+    SplitState,
+    Stage,
+    attach,
+    finish_epoch,
+    history_budget,
+    is_backfill_done,
+    is_finish_reported,
+    job_progress,
+    plan_epoch,
+    reconcile_splits,
+    rejoin,
+    split_lag,
+    states_from_json,
+    states_to_json,
+)
+from source_backfill.errors import DataLossError, JobError
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+    from connectors.kafka.admin import KafkaAdmin
+
+logger = logging.getLogger(__name__)
+
+#: Above this many splits with a partial live threshold, the live filter is a broadcast join, not an OR.
+_MAX_FILTER_TERMS = 64
+#: History-read error backoff (seconds): doubles per consecutive error up to the cap.
+_BACKOFF_BASE_S = 1.0
+_BACKOFF_CAP_S = 60.0
+
+
+@dataclass(frozen=True)
+class EpochInput:
+    """What the source hands every job at epoch ``epoch``."""
+
+    epoch: int
+    batch: DataFrame
+    #: Per split: first/last offset and row count of the live batch, and the exclusive end position.
+    live: Mapping[str, LiveStats]
+    #: Exclusive live positions per split before / after this batch (``start`` None: unknown).
+    start: Mapping[str, int] | None
+    end: Mapping[str, int]
+    interval_s: float
+
+
+@dataclass
+class _Rates:
+    """Measured history throughput and epoch cost, input of the adaptive budget."""
+
+    history_rows_per_s: float | None = None
+    last_epoch_s: float | None = None
+    errors_in_a_row: int = 0
+    backoff_until: float = 0.0
+    rows_history: int = 0
+    rows_live: int = 0
+    started_at: float = field(default_factory=time.monotonic)
+
+
+class SourceBackfillJob:
+    """One job on a shared Kafka source: split state machines, history reads and exactly-once commits."""
+
+    def __init__(
+        self,
+        spec: JobSpec,
+        source: SourceConfig,
+        spark: SparkSession,
+        admin: KafkaAdmin,
+        *,
+        bootstrap_servers: str,
+    ) -> None:
+        from connectors.delta.sink import DeltaEpochSink
+
+        self.spec = spec
+        self.source = source
+        self.spark = spark
+        self.admin = admin
+        self.bootstrap_servers = bootstrap_servers
+        self.paused = False
+        self.rate_limit: float | None = spec.rate_limit
+        self.failed: str | None = None
+        self.states: dict[str, SplitState] | None = None
+        self.committed_epoch: int | None = None
+        #: Live positions after the job's last committed epoch (what it has covered), for rejoining.
+        self._covered_to: dict[str, int] = {}
+        self._rates = _Rates()
+        self.sink = DeltaEpochSink(spec.sink_path, spec.name, self.output_schema())
+        recovered = self.sink.recover()
+        if recovered is not None:
+            self.states = states_from_json(recovered.state)
+            self.committed_epoch = recovered.epoch
+            self._covered_to = dict((recovered.plan or {}).get("end", {}))
+            self._rates.rows_history = sum(s.num_consumed_rows for s in self.states.values())
+            logger.info(
+                'job recovered job="%s" epoch=%d splits=%d finished=%s',
+                spec.name, recovered.epoch, len(self.states), is_backfill_done(self.states),
+            )
+
+    @property
+    def name(self) -> str:
+        """The job's name (also its Delta transaction app id)."""
+        return self.spec.name
+
+    # -- schema and transform ---------------------------------------------------------------------------
+    def output_schema(self) -> Any:
+        """The schema of the job's table: its transform applied to the Kafka source schema."""
+        from connectors.kafka.source import kafka_schema
+
+        empty = self.spark.createDataFrame([], kafka_schema())
+        return self.transform(empty).schema
+
+    def transform(self, df: DataFrame) -> DataFrame:
+        """Apply the job's SQL transform (identity when none) to Kafka rows."""
+        if self.spec.transform is None:
+            return df
+        return self.spark.sql(self.spec.transform, source=df)
+
+    # -- attach ----------------------------------------------------------------------------------------
+    def attach(self, inp: EpochInput) -> None:
+        """Create the split state machines at this epoch's live position ``P`` (the batch's start)."""
+        if inp.start is None:
+            msg = "attach needs the exact live position at the start of the batch"
+            raise JobError(msg)
+        splits = sorted(inp.end)
+        positions = {s: inp.start.get(s, 0) for s in splits}
+        starts = self._start_offsets(splits, positions)
+        self.states = attach(splits, positions, starts)
+        finished = sum(1 for s in self.states.values() if s.stage is Stage.FINISHED)
+        logger.info(
+            'job attached job="%s" epoch=%d splits=%d nothing_to_backfill=%d',
+            self.name, inp.epoch, len(splits), finished,
+        )
+
+    def _start_offsets(self, splits: list[str], positions: Mapping[str, int]) -> dict[str, int]:
+        start = self.spec.start
+        earliest = self.admin.earliest_offsets(splits)
+        if isinstance(start, EarliestStart):
+            chosen = dict(earliest)
+        elif isinstance(start, OffsetsStart):
+            chosen = {s: max(start.offsets.get(s, earliest[s]), earliest[s]) for s in splits}
+        elif isinstance(start, TimestampStart):
+            chosen = self.admin.offsets_for_timestamp(splits, start.timestamp_ms)
+        else:  # pragma: no cover - the config union is closed
+            msg = f"unknown start {start!r}"
+            raise JobError(msg)
+        # A start beyond the live position has nothing to backfill: the live stream covers it.
+        return {s: min(chosen.get(s, positions[s]), positions[s]) for s in splits}
+
+    # -- the epoch -------------------------------------------------------------------------------------
+    def run_epoch(self, inp: EpochInput) -> bool:
+        """Process epoch ``inp.epoch``; return False when it was already committed (replay)."""
+        if self.failed is not None:
+            return False
+        if self.committed_epoch is not None and self.committed_epoch >= inp.epoch:
+            logger.info('epoch already committed, skipped job="%s" epoch=%d', self.name, inp.epoch)
+            return False
+        t0 = time.monotonic()
+        if self.states is None:
+            self.attach(inp)
+        assert self.states is not None  # noqa: S101 - set by attach
+        states = self.states
+        if self.committed_epoch is not None and self.committed_epoch < inp.epoch - 1 and inp.start:
+            # the job missed epochs (dropped and re-created on its table, say): history covers them
+            states = rejoin(states, self._covered_to, inp.start)
+            logger.info('job rejoins job="%s" last_epoch=%d epoch=%d', self.name, self.committed_epoch,
+                        inp.epoch)
+        states, changes = reconcile_splits(states, sorted(inp.end))
+        for change, count in _count_changes(changes).items():
+            metrics.SPLIT_CHANGES.labels(self.name, change).inc(count)
+
+        budget = 0 if time.monotonic() < self._rates.backoff_until else history_budget(
+            rate_limit_rows_per_s=self.rate_limit,
+            interval_s=inp.interval_s,
+            max_rows_per_epoch=self.spec.max_rows_per_epoch,
+            measured_rows_per_s=self._rates.history_rows_per_s,
+            last_epoch_s=self._rates.last_epoch_s,
+            paused=self.paused,
+        )
+        plan = plan_epoch(states, inp.live, budget, inp.end)
+
+        live = self._live_rows(inp.batch, plan.emit_above)
+        history, counts, read_s = self._read_history(plan.history)
+        if history is None:
+            plan = dataclasses.replace(plan, history=())  # nothing read: no range may complete
+            out = live
+        else:
+            out = live.unionByName(history)
+        new_states = finish_epoch(plan, counts)
+        try:
+            result = self.sink.commit_epoch(
+                inp.epoch,
+                self.transform(out),
+                states_to_json(new_states),
+                plan=_plan_summary(plan, budget),
+            )
+        finally:
+            if history is not None:
+                history.unpersist()
+        if result.committed:
+            self.states = new_states
+        else:  # another attempt committed this epoch first: its state is the truth
+            recovered = self.sink.recover()
+            if recovered is not None:
+                self.states = states_from_json(recovered.state)
+        self.committed_epoch = inp.epoch
+        self._covered_to = dict(inp.end)
+        elapsed = time.monotonic() - t0
+        self._account(inp, plan, counts, read_s, elapsed, committed=result.committed)
+        return bool(result.committed)
+
+    def _live_rows(self, batch: DataFrame, emit_above: Mapping[str, int | None]) -> DataFrame:
+        """The live rows the plan emits: per split ``offset > threshold`` (None: none of them)."""
+        from pyspark.sql import functions as F  # noqa: N812
+
+        keep = {s: t for s, t in emit_above.items() if t is not None}
+        if len(keep) == len(emit_above) and all(t < 0 for t in keep.values()):
+            return batch  # every split finished: the hot path of a caught-up job
+        if not keep:
+            return batch.limit(0)
+        if len(keep) <= _MAX_FILTER_TERMS:
+            cond: Column | None = None
+            for split, threshold in keep.items():
+                topic, partition = _parse(split)
+                term = (F.col("topic") == topic) & (F.col("partition") == partition) & (
+                    F.col("offset") > threshold
+                )
+                cond = term if cond is None else cond | term
+            assert cond is not None  # noqa: S101
+            return batch.where(cond)
+        rows = [(*_parse(s), t) for s, t in keep.items()]
+        thresholds = self.spark.createDataFrame(rows, "topic string, partition int, _emit_above long")
+        joined = batch.join(F.broadcast(thresholds), ["topic", "partition"])
+        return joined.where(F.col("offset") > F.col("_emit_above")).drop("_emit_above").select(*batch.columns)
+
+    def _read_history(
+        self, ranges: Any
+    ) -> tuple[DataFrame | None, dict[str, int], float]:
+        """Read the planned history ranges (cached: counted, then written); errors back off."""
+        from connectors.kafka.source import KAFKA_FORMAT
+
+        if not ranges:
+            return None, {}, 0.0
+        t0 = time.monotonic()
+        spec = [{"topic": _parse(r.split)[0], "partition": _parse(r.split)[1], "start": r.start,
+                 "end": r.end} for r in ranges]
+        reader = (
+            self.spark.read.format(KAFKA_FORMAT)
+            .option("kafka.bootstrap.servers", self.bootstrap_servers)
+            .option("ranges", json.dumps(spec))
+            .option("failOnDataLoss", str(self.source.fail_on_data_loss).lower())
+        )
+        for key, value in self.source.kafka.items():
+            reader = reader.option(f"kafka.{key}", value)
+        try:
+            df = reader.load().persist()
+            counted = df.groupBy("topic", "partition").count().collect()
+        except Exception as exc:  # noqa: BLE001 - any reader failure: live goes on, history backs off
+            self._history_error(exc)
+            return None, {}, 0.0
+        self._rates.errors_in_a_row = 0
+        counts = {f"{row['topic']}:{row['partition']}": int(row["count"]) for row in counted}
+        return df, counts, time.monotonic() - t0
+
+    def _history_error(self, exc: Exception) -> None:
+        if _is_data_loss(exc) and self.source.fail_on_data_loss:
+            self.failed = (
+                f"history offsets are below the log start (retention removed them): {exc}. "
+                "Set fail_on_data_loss=false on the source to skip forward."
+            )
+            metrics.SOURCE_ERRORS.labels(self.name, "data_loss").inc()
+            logger.error('job failed job="%s" error="%s"', self.name, self.failed)
+            raise JobError(self.failed) from exc
+        self._rates.errors_in_a_row += 1
+        delay = min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2 ** (self._rates.errors_in_a_row - 1))
+        self._rates.backoff_until = time.monotonic() + delay
+        metrics.SOURCE_ERRORS.labels(self.name, type(exc).__name__).inc()
+        logger.warning(
+            'history read failed, live continues job="%s" retry_in_s=%.1f error="%s"', self.name, delay, exc
+        )
+
+    def _account(
+        self, inp: EpochInput, plan: Any, counts: Mapping[str, int], read_s: float, elapsed: float,
+        *, committed: bool,
+    ) -> None:
+        history_rows = sum(counts.values())
+        if history_rows and read_s > 0:
+            rate = history_rows / read_s
+            prev = self._rates.history_rows_per_s
+            self._rates.history_rows_per_s = rate if prev is None else 0.5 * prev + 0.5 * rate
+        self._rates.last_epoch_s = elapsed
+        self._rates.rows_history += history_rows
+        live_rows = 0
+        for split, stats in inp.live.items():
+            threshold = plan.emit_above.get(split)
+            if threshold is None:
+                continue
+            emitted = stats.count if threshold < stats.first else _estimate_above(stats, threshold)
+            live_rows += emitted
+            metrics.LIVE_ROWS.labels(self.name, split).inc(emitted)
+        self._rates.rows_live += live_rows
+        for split, n in counts.items():
+            metrics.HISTORY_ROWS.labels(self.name, split).inc(n)
+        if committed:
+            metrics.COMMITS.labels(self.name).inc()
+        assert self.states is not None  # noqa: S101
+        for split, state in self.states.items():
+            metrics.SPLIT_STAGE.labels(self.name, split).set(metrics.STAGE_VALUES[state.stage.value])
+            lag = split_lag(state)
+            metrics.SPLIT_LAG.labels(self.name, split).set(lag or 0)
+        progress = self.progress()
+        metrics.JOB_ROWS.labels(self.name, "history").set(self._rates.rows_history)
+        metrics.JOB_ROWS.labels(self.name, "live").set(self._rates.rows_live)
+        for stage in ("backfilling", "source_caching_up", "finished"):
+            metrics.JOB_SPLITS.labels(self.name, stage).set(
+                sum(1 for s in self.states.values() if s.stage.value == stage)
+            )
+        metrics.JOB_ETA.labels(self.name).set(progress.eta_seconds or 0)
+        metrics.JOB_BACKFILLING.labels(self.name).set(0 if is_backfill_done(self.states) else 1)
+        logger.info(
+            'epoch committed job="%s" epoch=%d history_rows=%d live_rows=%d seconds=%.3f finished=%d/%d',
+            self.name, inp.epoch, history_rows, live_rows, elapsed,
+            progress.splits_finished, progress.splits_total,
+        )
+
+    # -- observability ---------------------------------------------------------------------------------
+    def progress(self) -> Any:
+        """Pure progress summary of the current states (core.job_progress)."""
+        return job_progress(self.states or {}, self._rates.history_rows_per_s)
+
+    @property
+    def finish_reported(self) -> bool:
+        """Every split is SourceCachingUp or Finished."""
+        return self.states is not None and is_finish_reported(self.states)
+
+    @property
+    def backfill_done(self) -> bool:
+        """Every split is Finished: the job is a plain live consumer now."""
+        return self.states is not None and is_backfill_done(self.states)
+
+    @property
+    def rows(self) -> tuple[int, int]:
+        """Rows written so far by this process: (history, live)."""
+        return self._rates.rows_history, self._rates.rows_live
+
+
+def _parse(split: str) -> tuple[str, int]:
+    topic, _, partition = split.rpartition(":")
+    return topic, int(partition)
+
+
+def _estimate_above(stats: LiveStats, threshold: int) -> int:
+    """Rows of a batch above ``threshold``, assuming offsets spread evenly (metrics only)."""
+    if threshold >= stats.last:
+        return 0
+    width = max(1, stats.last - stats.first + 1)
+    return round(stats.count * (stats.last - threshold) / width)
+
+
+def _count_changes(changes: Any) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for change in changes or ():
+        kind = getattr(change, "kind", None) or str(change)
+        counts[kind] = counts.get(kind, 0) + 1
+    return counts
+
+
+def _plan_summary(plan: Any, budget: int) -> dict[str, Any]:
+    return {
+        "budget": budget,
+        "history": [[r.split, r.start, r.end] for r in plan.history],
+        "end": dict(plan.end),
+    }
+
+
+def _is_data_loss(exc: BaseException) -> bool:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, DataLossError) or "DataLossError" in str(current):
+            return True
+        current = current.__cause__ or current.__context__
+    return False

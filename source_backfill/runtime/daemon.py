@@ -1,0 +1,144 @@
+"""The daemon: Spark, the live sources and their jobs, the control API and the metrics endpoint.
+
+``run_daemon(settings)`` blocks until SIGTERM/SIGINT, then stops every source after its running epoch
+(never half-committed) and shuts the API down.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from source_backfill import metrics
+from source_backfill.config import EMBEDDED, Settings
+from source_backfill.errors import ConfigError
+
+if TYPE_CHECKING:
+    from source_backfill.runtime.source import LiveSource
+
+logger = logging.getLogger(__name__)
+
+
+class Daemon:
+    """Everything one ``source-backfill run`` process owns."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.sources: dict[str, LiveSource] = {}
+        self.started_at = time.time()
+        self._broker: Any = None
+        self._api: Any = None
+        self._stop = threading.Event()
+        self.registry: Any = None
+        self.spark: Any = None
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start Spark, the registry, every source (recovering its jobs), the API and metrics."""
+        from connectors.kafka.admin import KafkaAdmin
+        from source_backfill.api.app import create_app
+        from source_backfill.api.server import ApiServer
+        from source_backfill.runtime.registry import JobRegistry
+        from source_backfill.runtime.source import LiveSource
+        from source_backfill.runtime.spark import build_spark
+
+        cfg = self.settings
+        root = cfg.daemon.state_root
+        root.mkdir(parents=True, exist_ok=True)
+        self.registry = JobRegistry(root, [s.name for s in cfg.sources])
+        for spec in cfg.jobs:
+            try:
+                self.registry.ensure(spec)
+            except ConfigError as exc:  # edited in the file after it was registered: the registry wins
+                logger.warning('config job differs from the registered one, keeping the registered spec '
+                               'job="%s" detail="%s" (use the API to throttle, or drop and re-create)',
+                               spec.name, exc)
+        self.spark = build_spark(cfg.spark.master, "source-backfill", cfg.spark.conf)
+        for source in cfg.sources:
+            bootstrap = self._bootstrap(source.bootstrap_servers)
+            admin = KafkaAdmin(bootstrap, dict(source.kafka))
+            live = LiveSource(
+                source, self.spark, self.registry, admin, state_root=root, bootstrap_servers=bootstrap
+            )
+            live.start()
+            self.sources[source.name] = live
+        if cfg.metrics.port is not None:
+            from prometheus_client import start_http_server
+
+            start_http_server(cfg.metrics.port, addr=cfg.api.host)
+            logger.info('metrics served url="http://%s:%d/metrics"', cfg.api.host, cfg.metrics.port)
+        app = create_app(self.registry, cfg.api.token, health=self.health)
+        self._api = ApiServer(app, cfg.api.host, cfg.api.port)
+        self._api.start()
+        threading.Thread(target=self._watch_lag, name="epoch-lag", daemon=True).start()
+        logger.info('daemon started api="%s" sources=%d', self._api.url, len(self.sources))
+
+    @property
+    def api_url(self) -> str:
+        """The control API's base URL (valid after start)."""
+        return str(self._api.url)
+
+    def stop(self) -> None:
+        """Stop sources after their running epoch, then the API, the embedded broker last."""
+        self._stop.set()
+        for source in self.sources.values():
+            source.stop(self.settings.daemon.shutdown_timeout_s)
+        if self._api is not None:
+            self._api.stop()
+        if self._broker is not None:
+            self._broker.stop()
+        logger.info("daemon stopped")
+
+    def wait(self) -> None:
+        """Block until :meth:`stop` is called (or a signal arrives)."""
+        while not self._stop.wait(0.5):
+            pass
+
+    def health(self) -> dict[str, Any]:
+        """Liveness plus per-source last epoch; ``ok`` is False while a source query is failing."""
+        sources = {
+            name: {"last_epoch": s.last_epoch, "last_epoch_at": s.last_epoch_at, "error": s.error,
+                   "jobs": sorted(s.jobs)}
+            for name, s in self.sources.items()
+        }
+        ok = all(s["error"] is None for s in sources.values())
+        return {"ok": ok, "uptime_s": round(time.time() - self.started_at, 1), "sources": sources}
+
+    def _bootstrap(self, configured: str) -> str:
+        if configured != EMBEDDED:
+            return configured
+        if self._broker is None:
+            from connectors.kafka.embedded import EmbeddedBroker
+
+            self._broker = EmbeddedBroker()
+            self._broker.start()
+            logger.info('embedded broker started bootstrap="%s"', self._broker.bootstrap)
+        return str(self._broker.bootstrap)
+
+    def _watch_lag(self) -> None:
+        while not self._stop.wait(1.0):
+            for name, source in self.sources.items():
+                if source.last_epoch_at is not None:
+                    metrics.EPOCH_LAG.labels(name).set(time.time() - source.last_epoch_at)
+
+
+def run_daemon(settings: Settings) -> int:
+    """Run until SIGTERM/SIGINT; return the process exit code."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    daemon = Daemon(settings)
+
+    def _signal(signum: int, _frame: Any) -> None:
+        logger.info("signal received signum=%d, stopping", signum)
+        daemon._stop.set()  # noqa: SLF001 - the handler only flips the flag; stop() runs below
+
+    signal.signal(signal.SIGTERM, _signal)
+    signal.signal(signal.SIGINT, _signal)
+    daemon.start()
+    try:
+        daemon.wait()
+    finally:
+        daemon.stop()
+    return 0

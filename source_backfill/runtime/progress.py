@@ -1,0 +1,50 @@
+"""Turn a running job into the progress record the registry serves (API, CLI, metrics)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from source_backfill.core import split_lag
+
+if TYPE_CHECKING:
+    from source_backfill.executors.source_backfill import SourceBackfillJob
+    from source_backfill.runtime.registry import JobProgress
+
+
+def to_job_progress(job: SourceBackfillJob) -> JobProgress:
+    """A snapshot of ``job``'s split states, rows, rate and ETA."""
+    from source_backfill.runtime.registry import JobProgress, SplitProgress
+
+    states = job.states
+    history, live = job.rows
+    if states is None:
+        status = "pending"
+    elif job.failed is not None:
+        status = "failed"
+    elif job.backfill_done:
+        status = "finished"
+    else:
+        status = "backfilling"
+    summary = job.progress()
+    splits = []
+    for split, state in sorted((states or {}).items()):
+        splits.append(
+            SplitProgress(
+                split=split,
+                stage=state.stage.value,
+                backfilled_offset=state.offset,
+                target_offset=state.target_offset,
+                rows=state.num_consumed_rows,
+                lag=split_lag(state),
+            )
+        )
+    return JobProgress(
+        epoch=job.committed_epoch,
+        status=status,
+        rows_history=history,
+        rows_live=live,
+        splits=splits,
+        finish_reported=job.finish_reported,
+        eta_seconds=summary.eta_seconds,
+        history_rows_per_s=job._rates.history_rows_per_s,  # noqa: SLF001 - same package, read-only
+    )

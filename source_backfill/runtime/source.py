@@ -1,0 +1,253 @@
+"""The live source: one streaming query per topic set, fanning each micro-batch out to its jobs.
+
+Each micro-batch is one epoch (epoch id = Spark ``batchId``). At the boundary, inside ``foreachBatch``:
+
+1. read the batch's exact per-split start/end positions from the query's offset log;
+2. apply the queued mutations of this source's jobs (recorded durably by the registry before);
+3. run every job's epoch (plan, filter live, read history, commit output + state atomically);
+4. mark the mutations applied and publish progress.
+
+A job already committed for this epoch skips it (replay after a crash). A job that fails with a
+:class:`~source_backfill.errors.JobError` is marked failed; the others and the live stream go on. Any
+other failure stops the query; the supervisor restarts it from its checkpoint, which replays the batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from source_backfill import metrics
+from source_backfill.config import SourceConfig
+from source_backfill.core import LiveStats
+from source_backfill.errors import JobError, SourceBackfillError
+from source_backfill.executors.source_backfill import EpochInput, SourceBackfillJob
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+    from connectors.kafka.admin import KafkaAdmin
+    from source_backfill.runtime.registry import JobRegistry, Mutation
+
+logger = logging.getLogger(__name__)
+
+
+class EpochAbandonedError(SourceBackfillError):
+    """The daemon is stopping: this epoch is abandoned before any job commits (it replays on restart)."""
+
+
+class LiveSource:
+    """One shared live Kafka source and the jobs attached to it."""
+
+    def __init__(
+        self,
+        config: SourceConfig,
+        spark: SparkSession,
+        registry: JobRegistry,
+        admin: KafkaAdmin,
+        *,
+        state_root: Path,
+        bootstrap_servers: str,
+    ) -> None:
+        self.config = config
+        self.spark = spark
+        self.registry = registry
+        self.admin = admin
+        self.bootstrap_servers = bootstrap_servers
+        self.checkpoint = state_root / "sources" / config.name / "checkpoint"
+        self.jobs: dict[str, SourceBackfillJob] = {}
+        self.last_epoch: int | None = None
+        self.last_epoch_at: float | None = None
+        self._deferred: list[Mutation] = []
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._query: StreamingQuery | None = None
+        self._supervisor: threading.Thread | None = None
+        self.error: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The source's configured name."""
+        return self.config.name
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Recover this source's jobs from their tables, then start (and supervise) the live query."""
+        for record in self.registry.list():
+            if record.spec.source == self.name and not record.dropped:
+                self._add_job(record.spec, paused=record.paused, rate_limit=record.rate_limit)
+        self._query = self._start_query()
+        self._supervisor = threading.Thread(target=self._supervise, name=f"source-{self.name}", daemon=True)
+        self._supervisor.start()
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop after the running epoch (if any) finishes; a later epoch is abandoned, never half-done."""
+        self._stopping.set()
+        acquired = self._lock.acquire(timeout=timeout_s)
+        if acquired:
+            self._lock.release()
+        else:
+            logger.warning('epoch still running at shutdown, abandoning it source="%s"', self.name)
+        query = self._query
+        if query is not None:
+            try:
+                query.stop()
+            except Exception as exc:  # noqa: BLE001 - stopping a failed query may raise; we are leaving
+                logger.debug('query stop raised source="%s" error="%s"', self.name, exc)
+
+    def _start_query(self) -> StreamingQuery:
+        from connectors.kafka.source import KAFKA_FORMAT
+
+        self.checkpoint.mkdir(parents=True, exist_ok=True)
+        reader = (
+            self.spark.readStream.format(KAFKA_FORMAT)
+            .option("kafka.bootstrap.servers", self.bootstrap_servers)
+            .option("subscribe", ",".join(self.config.topics))
+            .option("startingOffsets", self.config.starting_offsets)
+            .option("failOnDataLoss", str(self.config.fail_on_data_loss).lower())
+        )
+        if self.config.max_offsets_per_trigger is not None:
+            reader = reader.option("maxOffsetsPerTrigger", str(self.config.max_offsets_per_trigger))
+        for key, value in self.config.kafka.items():
+            reader = reader.option(f"kafka.{key}", value)
+        query = (
+            reader.load()
+            .writeStream.foreachBatch(self._on_batch)
+            .option("checkpointLocation", str(self.checkpoint))
+            .trigger(processingTime=f"{self.config.trigger_interval_s} seconds")
+            .queryName(f"source_{self.name}".replace("-", "_").replace(".", "_"))
+            .start()
+        )
+        logger.info('live source started source="%s" topics="%s"', self.name, ",".join(self.config.topics))
+        return query
+
+    def _supervise(self) -> None:
+        """Restart the query from its checkpoint after a failure (the failed batch replays)."""
+        delay = 1.0
+        while not self._stopping.is_set():
+            query = self._query
+            if query is None:
+                return
+            try:
+                query.awaitTermination()
+            except Exception as exc:  # noqa: BLE001 - any query failure: restart from the checkpoint
+                if self._stopping.is_set():
+                    return
+                self.error = str(exc).splitlines()[0][:500]
+                logger.error('live query failed, restarting source="%s" in_s=%.0f error="%s"',
+                             self.name, delay, self.error)
+            if self._stopping.is_set():
+                return
+            if self._stopping.wait(delay):
+                return
+            delay = min(delay * 2, 60.0)
+            try:
+                self._query = self._start_query()
+                self.error = None
+            except Exception as exc:  # noqa: BLE001
+                logger.error('live query restart failed source="%s" error="%s"', self.name, exc)
+
+    # -- the epoch -------------------------------------------------------------------------------------
+    def _on_batch(self, batch: DataFrame, batch_id: int) -> None:
+        msg = f"source {self.name} is stopping; epoch {batch_id} is abandoned and replays on restart"
+        if self._stopping.is_set():
+            raise EpochAbandonedError(msg)
+        with self._lock:
+            if self._stopping.is_set():
+                raise EpochAbandonedError(msg)
+            t0 = time.monotonic()
+            batch.persist()
+            try:
+                self._run_epoch(batch, batch_id)
+            finally:
+                batch.unpersist()
+            metrics.EPOCH_DURATION.labels(self.name).observe(time.monotonic() - t0)
+            metrics.EPOCH.labels(self.name).set(batch_id)
+            self.last_epoch = batch_id
+            self.last_epoch_at = time.time()
+
+    def _run_epoch(self, batch: DataFrame, batch_id: int) -> None:
+        from connectors.kafka.stream import batch_offsets
+
+        start, end = batch_offsets(str(self.checkpoint), batch_id)
+        inp = EpochInput(
+            epoch=batch_id,
+            batch=batch,
+            live=_live_stats(batch, end),
+            start=start,
+            end=end,
+            interval_s=self.config.trigger_interval_s,
+        )
+        applied = self._apply_mutations(self._deferred + self.registry.drain(self.name), inp)
+        for job in list(self.jobs.values()):
+            if job.states is None and inp.start is None:
+                continue  # attach needs the exact live position: wait for the next epoch
+            try:
+                job.run_epoch(inp)
+            except JobError as exc:
+                self.registry.set_failed(job.name, str(exc))
+                logger.error('job failed job="%s" error="%s"', job.name, exc)
+                continue
+            self._publish(job)
+        if applied:
+            self.registry.mark_applied([m.id for m in applied], batch_id)
+
+    def _apply_mutations(self, mutations: list[Mutation], inp: EpochInput) -> list[Mutation]:
+        applied: list[Mutation] = []
+        self._deferred = []
+        for m in mutations:
+            job = self.jobs.get(m.job)
+            if m.kind == "create":
+                if job is None and m.spec is not None:
+                    self._add_job(m.spec, paused=False, rate_limit=m.spec.rate_limit)
+            elif m.kind == "drop":
+                if job is not None:
+                    del self.jobs[m.job]
+                    metrics.forget_job(m.job)
+                    logger.info('job dropped job="%s" epoch=%d', m.job, inp.epoch)
+            elif job is not None:
+                if m.kind == "pause":
+                    job.paused = True
+                elif m.kind == "resume":
+                    job.paused = False
+                elif m.kind == "throttle":
+                    job.rate_limit = m.rate_limit
+            applied.append(m)
+        return applied
+
+    def _add_job(self, spec: Any, *, paused: bool, rate_limit: float | None) -> None:
+        job = SourceBackfillJob(
+            spec, self.config, self.spark, self.admin, bootstrap_servers=self.bootstrap_servers
+        )
+        job.paused = paused
+        job.rate_limit = rate_limit
+        self.jobs[spec.name] = job
+        self._publish(job)
+
+    def _publish(self, job: SourceBackfillJob) -> None:
+        from source_backfill.runtime.progress import to_job_progress
+
+        self.registry.publish_progress(job.name, to_job_progress(job))
+
+
+def _live_stats(batch: DataFrame, end: dict[str, int]) -> dict[str, LiveStats]:
+    """Per split of the live batch: first and last offset, row count, and the exclusive end position."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    rows = (
+        batch.groupBy("topic", "partition")
+        .agg(F.min("offset").alias("first"), F.max("offset").alias("last"), F.count("*").alias("n"))
+        .collect()
+    )
+    stats: dict[str, LiveStats] = {}
+    for row in rows:
+        split = f"{row['topic']}:{row['partition']}"
+        stats[split] = LiveStats(
+            first=int(row["first"]), last=int(row["last"]), count=int(row["n"]),
+            end=max(end.get(split, 0), int(row["last"]) + 1),
+        )
+    return stats

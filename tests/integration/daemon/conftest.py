@@ -1,0 +1,158 @@
+"""Harness for end-to-end daemon tests: a real broker, the session Spark, real Delta tables on disk."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+INTERVAL_S = 0.5
+
+
+def wait_for(
+    predicate: Callable[[], Any], timeout: float = 180.0, interval: float = 0.5, what: str = ""
+) -> Any:
+    """Poll ``predicate`` until truthy; fail the test with ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout}s waiting for {what or predicate}; last={last!r}")
+
+
+class Producer:
+    """Writes numbered records to a topic, in the foreground or as a steady background stream."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        from confluent_kafka import Producer as KafkaProducer
+
+        self.topic = topic
+        self._producer = KafkaProducer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.sent = 0
+
+    def send(self, count: int, partitions: int, *, start: int = 0, timestamp_ms: int | None = None,
+             weights: list[int] | None = None) -> None:
+        """Send ``count`` records spread over ``partitions`` (by ``weights`` when given)."""
+        weights = weights or [1] * partitions
+        order = [p for p, w in enumerate(weights) for _ in range(w)]
+        for i in range(count):
+            kw: dict[str, Any] = {}
+            if timestamp_ms is not None:
+                kw["timestamp"] = timestamp_ms
+            self._producer.produce(self.topic, key=str(start + i).encode(), value=f"v{start + i}".encode(),
+                                   partition=order[i % len(order)], **kw)
+            if i % 5000 == 0:
+                self._producer.poll(0)
+        self._producer.flush(30)
+        self.sent += count
+
+    def stream(self, partitions: int, per_second: float = 100.0) -> None:
+        """Keep writing ``per_second`` records until :meth:`stop`."""
+
+        def run() -> None:
+            i = 0
+            while not self._stop.wait(1.0 / per_second * 10):
+                for _ in range(10):
+                    self._producer.produce(self.topic, value=f"live{i}".encode(), partition=i % partitions)
+                    i += 1
+                self._producer.poll(0)
+            self._producer.flush(30)
+            self.sent += i
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+
+
+@pytest.fixture
+def new_topic(kafka_bootstrap: str) -> Callable[[int], str]:
+    from connectors.kafka.admin import KafkaAdmin
+
+    admin = KafkaAdmin(kafka_bootstrap)
+
+    def make(partitions: int = 4) -> str:
+        name = f"e2e-{uuid.uuid4().hex[:10]}"
+        admin.create_topic(name, partitions)
+        return name
+
+    return make
+
+
+@pytest.fixture
+def producer_for(kafka_bootstrap: str) -> Iterator[Callable[[str], Producer]]:
+    made: list[Producer] = []
+
+    def make(topic: str) -> Producer:
+        p = Producer(kafka_bootstrap, topic)
+        made.append(p)
+        return p
+
+    yield make
+    for p in made:
+        p.stop()
+
+
+@pytest.fixture
+def daemon_factory(spark, kafka_bootstrap: str, tmp_path: Path) -> Iterator[Callable[..., Any]]:
+    """Start a :class:`Daemon` on one topic set; every daemon started is stopped at teardown."""
+    from source_backfill.config import load_settings
+    from source_backfill.runtime.daemon import Daemon
+
+    started: list[Daemon] = []
+
+    def make(topics: list[str], jobs: list[dict[str, Any]] | None = None, *, token: str | None = None,
+             state_root: Path | None = None, **source: Any) -> Daemon:
+        settings = load_settings(
+            daemon={"state_root": str(state_root or tmp_path / "state"), "shutdown_timeout_s": 60},
+            api={"port": 0, "token": token},
+            metrics={"port": None},
+            sources=[{"name": "src", "bootstrap_servers": kafka_bootstrap, "topics": topics,
+                      "trigger_interval_s": INTERVAL_S, **source}],
+            jobs=jobs or [],
+        )
+        daemon = Daemon(settings)
+        daemon.start()
+        started.append(daemon)
+        return daemon
+
+    yield make
+    for daemon in started:
+        if not daemon._stop.is_set():  # noqa: SLF001
+            daemon.stop()
+
+
+def job_of(daemon: Any, name: str) -> Any:
+    return daemon.sources["src"].jobs.get(name)
+
+
+def finished(daemon: Any, name: str) -> bool:
+    job = job_of(daemon, name)
+    return job is not None and job.backfill_done
+
+
+def exactly_once(table: Path, bootstrap: str, topics: list[str], **kw: Any) -> Any:
+    """Poll until the table holds the whole log exactly once (the job may still be catching up)."""
+    from source_backfill.verify import check_exactly_once
+
+    def check() -> Any:
+        if not (table / "_delta_log").exists():
+            return None
+        report = check_exactly_once(str(table), bootstrap, topics, **kw)
+        return report if report.ok else None
+
+    report = wait_for(check, timeout=120, interval=1.0, what=f"exactly-once contents of {table}")
+    return report
