@@ -74,7 +74,9 @@ class SourceConfig(_Frozen):
 
     name: Name
     bootstrap_servers: str = EMBEDDED
-    topics: list[str] = Field(min_length=1)
+    topics: list[str] = Field(default_factory=list)
+    #: A regex of topics instead of (or besides) ``topics``; topics that appear later are picked up.
+    topic_pattern: str | None = None
     #: ``kafka.*`` options passed to the consumer (without the prefix), e.g. security settings.
     kafka: dict[str, str] = Field(default_factory=dict)
     trigger_interval_s: float = Field(default=1.0, gt=0)
@@ -82,6 +84,16 @@ class SourceConfig(_Frozen):
     #: Where the live stream starts the first time the source runs (jobs backfill what lies before).
     starting_offsets: Literal["earliest", "latest"] = "latest"
     fail_on_data_loss: bool = True
+
+    @model_validator(mode="after")
+    def _has_topics(self) -> SourceConfig:
+        if not self.topics and not self.topic_pattern:
+            msg = f'source "{self.name}" needs topics or topic_pattern'
+            raise ValueError(msg)
+        if self.topics and self.topic_pattern:
+            msg = f'source "{self.name}": give topics or topic_pattern, not both'
+            raise ValueError(msg)
+        return self
 
 
 class JobSpec(_Frozen):

@@ -106,8 +106,13 @@ class LiveSource:
         reader = (
             self.spark.readStream.format(KAFKA_FORMAT)
             .option("kafka.bootstrap.servers", self.bootstrap_servers)
-            .option("subscribe", ",".join(self.config.topics))
-            .option("startingOffsets", self.config.starting_offsets)
+        )
+        if self.config.topic_pattern:
+            reader = reader.option("subscribePattern", self.config.topic_pattern)
+        else:
+            reader = reader.option("subscribe", ",".join(self.config.topics))
+        reader = (
+            reader            .option("startingOffsets", self.config.starting_offsets)
             .option("failOnDataLoss", str(self.config.fail_on_data_loss).lower())
         )
         if self.config.max_offsets_per_trigger is not None:
@@ -122,7 +127,8 @@ class LiveSource:
             .queryName(f"source_{self.name}".replace("-", "_").replace(".", "_"))
             .start()
         )
-        logger.info('live source started source="%s" topics="%s"', self.name, ",".join(self.config.topics))
+        logger.info('live source started source="%s" topics="%s"', self.name,
+                    self.config.topic_pattern or ",".join(self.config.topics))
         return query
 
     def _supervise(self) -> None:
