@@ -13,6 +13,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from source_backfill.core.splits import split_id
+
 
 @dataclass(frozen=True)
 class SplitCheck:
@@ -68,7 +70,7 @@ def table_offsets(path: str) -> dict[str, list[int]]:
     partitions = table.column("partition").to_pylist()
     offsets = table.column("offset").to_pylist()
     for topic, partition, offset in zip(topics, partitions, offsets, strict=True):
-        out.setdefault(f"{topic}:{partition}", []).append(int(offset))
+        out.setdefault(split_id(topic, partition), []).append(int(offset))
     return out
 
 
@@ -89,7 +91,7 @@ def log_offsets(
 
     admin = KafkaAdmin(bootstrap)
     splits = admin.list_splits(list(topics))
-    ids = [f"{t}:{p}" for t, p in splits]
+    ids = [split_id(t, p) for t, p in splits]
     ends = dict(end) if end is not None else admin.end_offsets(ids)
     firsts = admin.earliest_offsets(ids)
     out: dict[str, list[int]] = {s: [] for s in ids}
@@ -119,7 +121,7 @@ def log_offsets(
                         todo.pop(key, None)
                     continue
                 if key in todo and msg.offset() < todo[key]:
-                    out[f"{key[0]}:{key[1]}"].append(msg.offset())
+                    out[split_id(*key)].append(msg.offset())
                 if key in todo and msg.offset() >= todo[key] - 1:
                     todo.pop(key, None)
             for tp in consumer.position([TopicPartition(t, p) for t, p in list(todo)]):

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from tenacity import RetryCallState, retry_if_exception, stop_after_delay, wait_exponential
 
+from source_backfill.core.splits import parse_split_id
 from source_backfill.errors import BrokerUnavailableError, KafkaConnectorError, UnknownTopicError
 
 logger = logging.getLogger(__name__)
@@ -38,25 +39,6 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
     "auto.offset.reset": "earliest",
     "log_level": 3,
 }
-
-
-# -- split ids -----------------------------------------------------------------------------------------
-def split_id(topic: str, partition: int) -> str:
-    """The split id of a topic partition: ``"topic:partition"``."""
-    return f"{topic}:{partition}"
-
-
-def parse_split_id(sid: str) -> tuple[str, int]:
-    """Inverse of :func:`split_id`; the topic may itself contain ``:`` (split on the last colon)."""
-    topic, sep, part = sid.rpartition(":")
-    if not sep or not topic:
-        msg = f'invalid split id "{sid}" (expected "topic:partition")'
-        raise KafkaConnectorError(msg)
-    try:
-        return topic, int(part)
-    except ValueError:
-        msg = f'invalid split id "{sid}" (partition is not an integer)'
-        raise KafkaConnectorError(msg) from None
 
 
 # -- client configuration ------------------------------------------------------------------------------

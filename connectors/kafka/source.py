@@ -40,6 +40,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from source_backfill.core.splits import split_id
 from source_backfill.errors import DataLossError, KafkaConnectorError, UnknownTopicError
 
 try:  # pyspark >= 4.2: admission control + availableNow
@@ -395,7 +396,7 @@ class KafkaBatchReader(DataSourceReader):
         if options.get("ranges"):
             return parse_ranges(str(options["ranges"]))
         admin = self._opts.admin()
-        sids = [f"{t}:{p}" for t, p in _subscription(admin, options)]
+        sids = [split_id(t, p) for t, p in _subscription(admin, options)]
         starts = _resolve_offsets(admin, sids, options.get("startingOffsets"), "earliest")
         ends = _resolve_offsets(admin, sids, options.get("endingOffsets"), "latest")
         out = []
@@ -451,7 +452,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
         return self._admin_client
 
     def _sids(self) -> list[str]:
-        return [f"{t}:{p}" for t, p in _subscription(self._admin, self._opts.options)]
+        return [split_id(t, p) for t, p in _subscription(self._admin, self._opts.options)]
 
     def initialOffset(self) -> dict:
         """Offsets of ``startingOffsets`` (default latest, like Spark) with tick 0."""

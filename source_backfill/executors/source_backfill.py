@@ -36,9 +36,11 @@ from source_backfill.core import (
     is_backfill_done,
     is_finish_reported,
     job_progress,
+    parse_split_id,
     plan_epoch,
     reconcile_splits,
     rejoin,
+    split_id,
     split_lag,
     states_from_json,
     states_to_json,
@@ -249,14 +251,14 @@ class SourceBackfillJob:
         if len(keep) <= _MAX_FILTER_TERMS:
             cond: Column | None = None
             for split, threshold in keep.items():
-                topic, partition = _parse(split)
+                topic, partition = parse_split_id(split)
                 term = (F.col("topic") == topic) & (F.col("partition") == partition) & (
                     F.col("offset") > threshold
                 )
                 cond = term if cond is None else cond | term
             assert cond is not None  # noqa: S101
             return batch.where(cond)
-        rows = [(*_parse(s), t) for s, t in keep.items()]
+        rows = [(*parse_split_id(s), t) for s, t in keep.items()]
         thresholds = self.spark.createDataFrame(rows, "topic string, partition int, _emit_above long")
         joined = batch.join(F.broadcast(thresholds), ["topic", "partition"])
         return joined.where(F.col("offset") > F.col("_emit_above")).drop("_emit_above").select(*batch.columns)
@@ -270,8 +272,10 @@ class SourceBackfillJob:
         if not ranges:
             return None, {}, 0.0
         t0 = time.monotonic()
-        spec = [{"topic": _parse(r.split)[0], "partition": _parse(r.split)[1], "start": r.start,
-                 "end": r.end} for r in ranges]
+        spec = []
+        for r in ranges:
+            topic, partition = parse_split_id(r.split)
+            spec.append({"topic": topic, "partition": partition, "start": r.start, "end": r.end})
         reader = (
             self.spark.read.format(KAFKA_FORMAT)
             .option("kafka.bootstrap.servers", self.bootstrap_servers)
@@ -287,7 +291,7 @@ class SourceBackfillJob:
             self._history_error(exc)
             return None, {}, 0.0
         self._rates.errors_in_a_row = 0
-        counts = {f"{row['topic']}:{row['partition']}": int(row["count"]) for row in counted}
+        counts = {split_id(row['topic'], row['partition']): int(row["count"]) for row in counted}
         return df, counts, time.monotonic() - t0
 
     def _history_error(self, exc: Exception) -> None:
@@ -370,11 +374,6 @@ class SourceBackfillJob:
     def rows(self) -> tuple[int, int]:
         """Rows written so far by this process: (history, live)."""
         return self._rates.rows_history, self._rates.rows_live
-
-
-def _parse(split: str) -> tuple[str, int]:
-    topic, _, partition = split.rpartition(":")
-    return topic, int(partition)
 
 
 def _estimate_above(stats: LiveStats, threshold: int) -> int:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from source_backfill import metrics
 from source_backfill.config import SourceConfig
-from source_backfill.core import LiveStats
+from source_backfill.core import LiveStats, split_id
 from source_backfill.errors import JobError, SourceBackfillError
 from source_backfill.executors.source_backfill import EpochInput, SourceBackfillJob
 
@@ -251,7 +251,7 @@ def _live_stats(batch: DataFrame, end: dict[str, int]) -> dict[str, LiveStats]:
     )
     stats: dict[str, LiveStats] = {}
     for row in rows:
-        split = f"{row['topic']}:{row['partition']}"
+        split = split_id(row['topic'], row['partition'])
         stats[split] = LiveStats(
             first=int(row["first"]), last=int(row["last"]), count=int(row["n"]),
             end=max(end.get(split, 0), int(row["last"]) + 1),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 import uuid
@@ -77,6 +78,10 @@ class Producer:
         if self._thread is not None:
             self._thread.join(30)
 
+    def close(self) -> None:
+        self._producer.flush(5)
+        del self._producer
+
 
 @pytest.fixture
 def new_topic(kafka_bootstrap: str) -> Callable[[int], str]:
@@ -104,6 +109,8 @@ def producer_for(kafka_bootstrap: str) -> Iterator[Callable[[str], Producer]]:
     yield make
     for p in made:
         p.stop()
+        p.close()
+    gc.collect()  # destroy the clients now, not after the session broker is gone (reconnect noise)
 
 
 @pytest.fixture
