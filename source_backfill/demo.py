@@ -65,10 +65,14 @@ def _bar(done: int, total: int, width: int = 20) -> str:
     return "[" + "#" * filled + "-" * (width - filled) + f"] {frac * 100:5.1f}%"
 
 
+def _eta(seconds: float | None) -> str:
+    return "?" if seconds is None else f"{seconds:.0f}s"
+
+
 def _show(job: dict[str, Any]) -> None:
     print(
         f"  {job['name']}: {job['status']} splits {job['splits_finished']}/{job['splits_total']} "
-        f"history={job['rows_history']} live={job['rows_live']} eta={job.get('eta_seconds')}",
+        f"history={job['rows_history']} live={job['rows_live']} eta={_eta(job.get('eta_seconds'))}",
         flush=True,
     )
     for s in job.get("splits", []):
@@ -129,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         api = daemon.api_url
         print(f"daemon up: API {api}  metrics http://127.0.0.1:{args.metrics_port}/metrics  "
               f"(Ctrl-C stops everything)", flush=True)
-        attached = False
+        attached = announced = False
         try:
             with httpx.Client(base_url=api, timeout=10) as client:
                 while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
@@ -144,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(time.strftime("%H:%M:%S"), flush=True)
                     for name in sorted(by_name):
                         _show(client.get(f"/jobs/{name}").json())
-                    if attached and by_name.get("late-copy", {}).get("status") == "finished":
+                    if not announced and attached and by_name.get("late-copy", {}).get("status") == "finished":
+                        announced = True
                         print("late-copy reached Finished: every split handed over to the live stream. "
                               f"Metrics: http://127.0.0.1:{args.metrics_port}/metrics", flush=True)
                     stop.wait(3.0)
