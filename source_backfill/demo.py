@@ -148,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(time.strftime("%H:%M:%S"), flush=True)
                     for name in sorted(by_name):
                         _show(client.get(f"/jobs/{name}").json())
-                    if not announced and attached and by_name.get("late-copy", {}).get("status") == "finished":
+                    late = by_name.get("late-copy", {}).get("status")
+                    if not announced and attached and late == "finished":
                         announced = True
                         print("late-copy reached Finished: every split handed over to the live stream. "
                               f"Metrics: http://127.0.0.1:{args.metrics_port}/metrics", flush=True)
