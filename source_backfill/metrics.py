@@ -83,12 +83,9 @@ JOB_BACKFILLING = Gauge(
 
 def forget_job(job: str) -> None:
     """Drop every labelled series of ``job`` (on job drop), so dashboards do not show ghosts."""
-    for metric in (HISTORY_ROWS, LIVE_ROWS, SPLIT_STAGE, SPLIT_LAG, DATA_LOSS_OFFSETS):
+    per_job = (HISTORY_ROWS, LIVE_ROWS, SPLIT_STAGE, SPLIT_LAG, DATA_LOSS_OFFSETS, SPLIT_CHANGES,
+               SOURCE_ERRORS, COMMITS, TABLE_BACKFILL_ROWS, JOB_ROWS, JOB_SPLITS, JOB_ETA, JOB_BACKFILLING)
+    for metric in per_job:
         for labels in list(metric._metrics):  # noqa: SLF001 - prometheus_client has no public iterator
-            if labels[0] == job:
-                metric.remove(*labels)
-    for metric in (SPLIT_CHANGES, SOURCE_ERRORS, COMMITS, TABLE_BACKFILL_ROWS, JOB_ROWS, JOB_SPLITS, JOB_ETA,
-                   JOB_BACKFILLING):
-        for labels in list(metric._metrics):  # noqa: SLF001
             if labels[0] == job:
                 metric.remove(*labels)
