@@ -23,7 +23,7 @@ from pydantic import SecretStr
 from starlette.exceptions import HTTPException
 
 from source_backfill import metrics  # noqa: F401 - importing registers every metric with prometheus_client
-from source_backfill.api.models import ErrorBody, ErrorDetail, JobPatch, JobView
+from source_backfill.api.models import ErrorBody, ErrorDetail, JobView, ThrottleBody
 from source_backfill.config import NAME_PATTERN, JobSpec
 from source_backfill.errors import (
     ConfigError,
@@ -44,7 +44,7 @@ HTTP_422 = 422  # starlette renamed the constant (UNPROCESSABLE_ENTITY -> _CONTE
 ERROR_STATUS: list[tuple[type[SourceBackfillError], int, str, str | None]] = [
     (JobNotFoundError, status.HTTP_404_NOT_FOUND, "job_not_found", "name"),
     (JobExistsError, status.HTTP_409_CONFLICT, "job_exists", "name"),
-    (SourceNotFoundError, HTTP_422, "source_not_found", "source"),
+    (SourceNotFoundError, status.HTTP_404_NOT_FOUND, "source_not_found", "source"),
     (ConfigError, HTTP_422, "invalid_request", None),
     (JobError, status.HTTP_409_CONFLICT, "job_error", None),
     (StateFormatError, status.HTTP_500_INTERNAL_SERVER_ERROR, "state_error", None),
@@ -151,7 +151,7 @@ def create_app(
 
     @app.get("/jobs", tags=["jobs"])
     def list_jobs() -> list[JobView]:
-        """Every job, in creation order."""
+        """Every live job (not dropped), in creation order."""
         return [view(r) for r in registry.list()]
 
     @app.post("/jobs", tags=["jobs"], status_code=status.HTTP_201_CREATED, **mutating)
@@ -177,7 +177,7 @@ def create_app(
         return view(registry.resume(name))
 
     @app.patch("/jobs/{name}", tags=["jobs"], status_code=status.HTTP_202_ACCEPTED, **mutating)
-    def patch_job(name: JobName, patch: JobPatch) -> JobView:
+    def patch_job(name: JobName, patch: ThrottleBody) -> JobView:
         """Change the job's history rate limit (rows/s; null unlimited; 0 reads none and loses nothing)."""
         return view(registry.throttle(name, patch.rate_limit))
 

@@ -13,7 +13,7 @@ from source_backfill.runtime.registry import JobProgress, JobRecord, SplitProgre
 JobViewStatus = Literal["pending", "backfilling", "finished", "failed"]
 
 
-class JobPatch(BaseModel):
+class ThrottleBody(BaseModel):
     """``PATCH /jobs/{name}``: change the job's history rate limit."""
 
     model_config = ConfigDict(extra="forbid")
@@ -31,21 +31,26 @@ class SplitView(BaseModel):
     target_offset: int | None
     rows: int
     lag: int | None
-    #: Fraction of the split's backfill done, ``rows / (rows + lag)``; 1.0 once finished.
+    #: Fraction of the split's backfill done, ``(backfilled_offset + 1) / (target_offset + 1)``; 1.0 once
+    #: finished (or caught up); ``None`` while the target is unknown.
     progress: float | None
 
     @classmethod
     def of(cls, s: SplitProgress) -> SplitView:
         """The view of one split's published progress."""
-        if s.stage == "finished":
-            fraction: float | None = 1.0
-        elif s.lag is None:
-            fraction = None
-        else:
-            total = s.rows + s.lag
-            fraction = 1.0 if total <= 0 else s.rows / total
         return cls(split=s.split, stage=s.stage, backfilled_offset=s.backfilled_offset,
-                   target_offset=s.target_offset, rows=s.rows, lag=s.lag, progress=fraction)
+                   target_offset=s.target_offset, rows=s.rows, lag=s.lag,
+                   progress=split_fraction(s.stage, s.backfilled_offset, s.target_offset))
+
+
+def split_fraction(stage: str, backfilled_offset: int | None, target_offset: int | None) -> float | None:
+    """``(backfilled + 1) / (target + 1)`` clamped to [0, 1]; 1.0 when finished; ``None`` if no target."""
+    if stage == "finished":
+        return 1.0
+    if target_offset is None:
+        return None
+    done = 0 if backfilled_offset is None else backfilled_offset + 1
+    return max(0.0, min(1.0, done / (target_offset + 1)))
 
 
 class JobView(BaseModel):

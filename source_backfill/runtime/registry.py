@@ -230,9 +230,9 @@ class JobRegistry:
             return record
 
     def list(self) -> list[JobRecord]:
-        """Every registered job in creation order, including those whose drop is not applied yet."""
+        """Every live job in creation order; a job whose drop is accepted is left out (see :meth:`get`)."""
         with self._lock:
-            return list(self._jobs.values())
+            return [r for r in self._jobs.values() if not r.dropped]
 
     def pending(self, name: str) -> int:
         """How many of the job's mutations are accepted but not yet applied by its epoch loop."""

@@ -65,7 +65,7 @@ def test_no_token_configured_means_open(tmp_path) -> None:
         (job_body(name="bad name!"), 422, "name", "pattern"),
         (job_body(transform="DROP TABLE t"), 422, "transform", "SELECT"),
         (job_body(transform="SELECT key FROM t"), 422, "transform", "{source}"),
-        (job_body(source="nope"), 422, "source", 'unknown source "nope"'),
+        (job_body(source="nope"), 404, "source", 'unknown source "nope"'),
         ({"name": "j", "source": "events"}, 422, "sink_path", "Field required"),
         (job_body(start={"kind": "offsets", "offsets": {"nocolon": 1}}), 422, "start.offsets.offsets",
          "topic:partition"),
@@ -137,6 +137,8 @@ def test_round_trip(live_api) -> None:
     r = api.delete("/jobs/a")
     assert r.status_code == 202 and r.json()["dropped"] is True
     assert api.post("/jobs/a/pause").status_code == 404  # no longer live
+    assert [j["name"] for j in api.get("/jobs").json()] == ["b"]  # not listed once its drop is accepted
+    assert api.get("/jobs/a").json()["dropped"] is True  # still readable until the loop applies the drop
     live_api.registry.mark_applied([m.id for m in live_api.registry.drain("events")], epoch=6)
     assert api.get("/jobs/a").status_code == 404
     assert [j["name"] for j in api.get("/jobs").json()] == ["b"]

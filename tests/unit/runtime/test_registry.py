@@ -99,12 +99,15 @@ def test_state_survives_restart(registry_factory) -> None:
     reg.create(spec("c"))
     reg.drop("c")
     before = {r.name: r for r in reg.list()}
+    assert set(before) == {"a", "b"}  # "c" is dropped: not listed, still readable until applied
+    dropped = reg.get("c")
     reg.close()
 
     again = registry_factory()
     after = {r.name: r for r in again.list()}
     assert after == before
-    assert after["a"].paused and after["b"].rate_limit == 12.5 and after["c"].dropped
+    assert after["a"].paused and after["b"].rate_limit == 12.5
+    assert again.get("c") == dropped and again.get("c").dropped
 
 
 def test_unapplied_mutations_are_drained_again_after_restart(registry_factory) -> None:
