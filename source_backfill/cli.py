@@ -20,7 +20,6 @@ ENV_API = "SOURCE_BACKFILL_API_URL"
 ENV_TOKEN = "SOURCE_BACKFILL_API_TOKEN"  # noqa: S105 - the name of an environment variable, not a secret
 DEFAULT_API = "http://127.0.0.1:8080"
 BAR_WIDTH = 20
-_SHORT_STAGE = {"source_caching_up": "caching_up"}
 
 EXIT_OK, EXIT_API, EXIT_USAGE = 0, 1, 2
 
@@ -75,22 +74,26 @@ def _describe_error(status: int, text: str) -> str:
 
 # -- rendering ------------------------------------------------------------------------------------------
 def split_bar(split: dict[str, Any], width: int = BAR_WIDTH) -> str:
-    """``events:0 [##########----------]  52% 5200/10000 backfilling`` (rows read / rows + lag)."""
-    rows = int(split.get("rows") or 0)
-    lag = split.get("lag")
+    """``events:0  [##########----------]  52.0%  5200/10000  backfilling``.
+
+    Done = ``(backfilled_offset + 1) / (target_offset + 1)`` (offsets are inclusive); 100% once finished;
+    ``?`` while the split's target is not known yet.
+    """
     stage = str(split.get("stage", "?"))
-    if stage == "finished":
-        frac: float | None = 1.0
-        total: str = str(rows)
-    elif lag is None:
-        frac, total = None, "?"
+    backfilled, target = split.get("backfilled_offset"), split.get("target_offset")
+    if target is None:
+        frac: float | None = 1.0 if stage == "finished" else None
+        counts = "-" if stage == "finished" else "?/?"
     else:
-        frac = 1.0 if rows + lag <= 0 else rows / (rows + lag)
-        total = str(rows + lag)
+        total = int(target) + 1
+        done = total if stage == "finished" else (0 if backfilled is None else int(backfilled) + 1)
+        done = max(0, min(done, total))
+        frac = 1.0 if stage == "finished" or total <= 0 else done / total
+        counts = f"{done}/{total}"
     filled = round((frac or 0.0) * width)
-    pct = f"{frac * 100:3.0f}%" if frac is not None else "  ?%"
+    pct = f"{frac * 100:.1f}%" if frac is not None else "?%"
     bar = "#" * filled + "-" * (width - filled)
-    return f"{split.get('split')} [{bar}] {pct} {rows}/{total} {_SHORT_STAGE.get(stage, stage)}"
+    return f"{split.get('split')}  [{bar}] {pct:>6}  {counts}  {stage}"
 
 
 def job_line(job: dict[str, Any]) -> str:
@@ -173,8 +176,13 @@ def _cmd_jobs_list(args: argparse.Namespace, out: IO[str]) -> int:
 
 
 def _cmd_jobs_create(args: argparse.Namespace, out: IO[str]) -> int:
+    start: dict[str, Any] = {"kind": "earliest"}
+    if args.start_offsets is not None:
+        start = {"kind": "offsets", "offsets": args.start_offsets}
+    elif args.start_timestamp is not None:
+        start = {"kind": "timestamp", "timestamp_ms": args.start_timestamp}
     body: dict[str, Any] = {"name": args.name, "source": args.source, "sink_path": args.sink,
-                            "start": args.start}
+                            "start": start}
     if args.rate_limit is not None:
         body["rate_limit"] = args.rate_limit
     if args.max_rows_per_epoch is not None:
@@ -224,7 +232,7 @@ def _cmd_status(args: argparse.Namespace, out: IO[str]) -> int:
             return [client.call("GET", f"/jobs/{args.job}")]
         return list(client.call("GET", "/jobs"))
 
-    if not args.watch:
+    if args.watch is None:
         print(render_jobs(fetch()), file=out)
         return EXIT_OK
     clear = out.isatty()
@@ -237,30 +245,40 @@ def _cmd_status(args: argparse.Namespace, out: IO[str]) -> int:
             print(f"{time.strftime('%H:%M:%S')}  {client.url}\n{frame}\n", file=out, flush=True)
             if args.until_finished and jobs and all(j["status"] in ("finished", "failed") for j in jobs):
                 return EXIT_OK
-            time.sleep(args.interval)
+            time.sleep(args.watch)
     except KeyboardInterrupt:
         return EXIT_OK
 
 
 # -- parsing --------------------------------------------------------------------------------------------
-def _start(values: list[str]) -> dict[str, Any]:
-    kind, rest = values[0], values[1:]
-    if kind == "earliest" and not rest:
-        return {"kind": "earliest"}
-    if kind == "offsets" and len(rest) == 1:
-        try:
-            offsets = json.loads(rest[0])
-        except ValueError as exc:
-            msg = f'--start offsets needs a JSON object like \'{{"topic:0": 42}}\': {exc}'
-            raise argparse.ArgumentTypeError(msg) from exc
-        if not isinstance(offsets, dict):
-            msg = '--start offsets needs a JSON object like \'{"topic:0": 42}\''
-            raise argparse.ArgumentTypeError(msg)
-        return {"kind": "offsets", "offsets": offsets}
-    if kind == "timestamp" and len(rest) == 1 and rest[0].isdigit():
-        return {"kind": "timestamp", "timestamp_ms": int(rest[0])}
-    msg = "--start takes: earliest | offsets JSON | timestamp MS"
-    raise argparse.ArgumentTypeError(msg)
+def _offsets(value: str) -> dict[str, Any]:
+    try:
+        offsets = json.loads(value)
+    except ValueError as exc:
+        msg = f'needs a JSON object like \'{{"topic:0": 42}}\': {exc}'
+        raise argparse.ArgumentTypeError(msg) from exc
+    if not isinstance(offsets, dict):
+        msg = 'needs a JSON object like \'{"topic:0": 42}\''
+        raise argparse.ArgumentTypeError(msg)
+    return offsets
+
+
+def _timestamp(value: str) -> int:
+    if not value.isdigit():
+        msg = f"needs milliseconds since the epoch (an integer >= 0), got {value!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return int(value)
+
+
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0 or seconds == float("inf"):
+        msg = f"needs a number of seconds > 0, got {value!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return seconds
 
 
 def _rate(value: str) -> float | None:
@@ -325,8 +343,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = action("create", "create a job (it attaches at the next epoch boundary)", _cmd_jobs_create)
     p.add_argument("--source", required=True, help="name of a configured source")
     p.add_argument("--sink", required=True, metavar="PATH", help="Delta table path of the job's output")
-    p.add_argument("--start", nargs="+", metavar="ARG", default=["earliest"],
-                   help="earliest (default) | offsets '{\"topic:0\": 42}' | timestamp MS")
+    start = p.add_mutually_exclusive_group()
+    start.add_argument("--start-offsets", type=_offsets, metavar="JSON",
+                       help="start offset per split, e.g. '{\"topic:0\": 42}' (others: earliest)")
+    start.add_argument("--start-timestamp", type=_timestamp, metavar="MS",
+                       help="start at the first record at or after this Kafka timestamp (ms)")
     p.add_argument("--rate-limit", type=float, metavar="R", help="history rows/s (0 = read none for now)")
     p.add_argument("--max-rows-per-epoch", type=int, metavar="N", help="history rows per epoch at most")
     p.add_argument("--transform", metavar="SQL", help="Spark SQL over {source}, e.g. 'SELECT key, value FROM "
@@ -345,8 +366,8 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="per-split backfill progress bars")
     _api_flags(status, top=False)
     status.add_argument("job", nargs="?", metavar="JOB", help="only this job")
-    status.add_argument("--watch", action="store_true", help="refresh until Ctrl-C")
-    status.add_argument("--interval", type=float, default=2.0, metavar="S", help="refresh period (default 2)")
+    status.add_argument("--watch", type=_seconds, metavar="SECONDS",
+                        help="refresh every SECONDS until Ctrl-C")
     status.add_argument("--until-finished", action="store_true",
                         help="with --watch: stop once every shown job is finished (or failed)")
     status.set_defaults(handler=_cmd_status)
@@ -364,12 +385,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if handler is None:
         (getattr(args, "parser", None) or parser).print_help(sys.stderr)
         return EXIT_USAGE
-    if getattr(args, "command", None) == "jobs" and args.handler is _cmd_jobs_create:
-        try:
-            args.start = _start(args.start)
-        except argparse.ArgumentTypeError as exc:
-            print(f"source-backfill jobs create: error: {exc}", file=sys.stderr)
-            return EXIT_USAGE
     args._clients = []  # noqa: SLF001
     try:
         return int(handler(args, sys.stdout))

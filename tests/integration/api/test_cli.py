@@ -47,7 +47,7 @@ def _progress(finished: bool = False) -> JobProgress:
 
 def test_create_list_show_and_control(run, live_api) -> None:
     code, out, err = run("jobs", "create", "orders-copy", "--source", "events", "--sink", "/t/oc",
-                         "--start", "offsets", '{"events:0": 5}', "--rate-limit", "50",
+                         "--start-offsets", '{"events:0": 5}', "--rate-limit", "50",
                          "--max-rows-per-epoch", "100", "--transform", "SELECT key FROM {source}")
     assert (code, err) == (0, ""), err
     assert 'created job "orders-copy"' in out
@@ -56,7 +56,7 @@ def test_create_list_show_and_control(run, live_api) -> None:
     assert spec.transform == "SELECT key FROM {source}"
 
     code, _, _ = run("jobs", "create", "ts", "--source", "orders", "--sink", "/t/ts",
-                     "--start", "timestamp", "1700")
+                     "--start-timestamp", "1700")
     assert code == 0
     assert live_api.registry.get("ts").spec.start.timestamp_ms == 1700
 
@@ -122,11 +122,14 @@ def test_unreachable_api(run) -> None:
         ("jobs",),
         ("bogus",),
         ("jobs", "create", "a", "--sink", "/t"),
-        ("jobs", "create", "a", "--source", "events", "--sink", "/t", "--start", "offsets", "not-json"),
-        ("jobs", "create", "a", "--source", "events", "--sink", "/t", "--start", "yesterday"),
-        ("jobs", "create", "a", "--source", "events", "--sink", "/t", "--start", "timestamp", "soon"),
+        ("jobs", "create", "a", "--source", "events", "--sink", "/t", "--start-offsets", "not-json"),
+        ("jobs", "create", "a", "--source", "events", "--sink", "/t", "--start-offsets", "[1]"),
+        ("jobs", "create", "a", "--source", "events", "--sink", "/t", "--start-timestamp", "soon"),
+        ("jobs", "create", "a", "--source", "events", "--sink", "/t", "--start-offsets", '{"t:0": 1}',
+         "--start-timestamp", "5"),
         ("jobs", "throttle", "a", "fast"),
-        ("status", "--interval", "x"),
+        ("status", "--watch", "x"),
+        ("status", "--watch", "0"),
         ("run",),
     ],
 )
@@ -154,9 +157,9 @@ def test_status_bars(run, live_api) -> None:
     lines = out.splitlines()
     assert lines[0].startswith("p  backfilling  epoch 9  splits 0/3 finished  history 5300 rows")
     assert "eta 4s" in lines[0]
-    assert lines[1] == "  events:0  [##########----------]  52% 5200/10000 backfilling"
-    assert lines[2] == "  events:1  [####################] 100% 100/100 caching_up"
-    assert lines[3] == "  events:10 [--------------------]   ?% 0/? backfilling"
+    assert lines[1] == "  events:0   [##########----------]  52.0%  5200/10000  backfilling"
+    assert lines[2] == "  events:1   [####################] 100.0%  100/100  source_caching_up"
+    assert lines[3] == "  events:10  [--------------------]     ?%  ?/?  backfilling"
     code, out, _ = run("status")
     assert code == 0 and "p  backfilling" in out and "q  pending" in out
 
@@ -172,13 +175,13 @@ def test_status_watch_until_finished(run, live_api) -> None:
     t = threading.Thread(target=finish_later)
     t.start()
     started = time.monotonic()
-    code, out, _ = run("status", "w", "--watch", "--interval", "0.1", "--until-finished")
+    code, out, _ = run("status", "w", "--watch", "0.1", "--until-finished")
     t.join()
     assert code == 0 and time.monotonic() - started < 10
     frames = [f for f in out.split("\n\n") if f.strip()]
     assert len(frames) >= 2
-    assert "52% 5200/10000 backfilling" in frames[0]
-    assert "events:0  [####################] 100% 10000/10000 finished" in frames[-1]
+    assert "52.0%  5200/10000  backfilling" in frames[0]
+    assert "events:0   [####################] 100.0%  10000/10000  finished" in frames[-1]
     assert "w  finished  epoch 9  splits 1/3 finished" in frames[-1]
 
 
@@ -207,3 +210,20 @@ def test_console_script(live_api) -> None:
     r = subprocess.run([str(exe), "--api", live_api.url, "status", "sub"], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0 and r.stdout.startswith("sub  pending"), r.stderr
+
+
+@pytest.mark.parametrize(
+    ("split", "line"),
+    [
+        ({"split": "topic:0", "stage": "backfilling", "backfilled_offset": 5199, "target_offset": 9999},
+         "topic:0  [#####-----]  52.0%  5200/10000  backfilling"),
+        ({"split": "topic:0", "stage": "backfilling", "backfilled_offset": None, "target_offset": 9},
+         "topic:0  [----------]   0.0%  0/10  backfilling"),
+        ({"split": "topic:0", "stage": "finished", "backfilled_offset": 3, "target_offset": 9},
+         "topic:0  [##########] 100.0%  10/10  finished"),
+        ({"split": "topic:0", "stage": "finished", "backfilled_offset": None, "target_offset": None},
+         "topic:0  [##########] 100.0%  -  finished"),
+    ],
+)
+def test_split_bar(split, line) -> None:
+    assert cli.split_bar(split, width=10) == line
