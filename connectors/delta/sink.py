@@ -1,11 +1,16 @@
 """Exactly-once Delta sink: one atomic commit per job per epoch, the job's state inside the commit.
 
-Spark executors write Parquet files into a staging folder *inside* the table; the driver then commits
-them with delta-rs in one transaction that also carries ``Transaction(job_id, epoch)`` and the job's new
-state in the commit metadata. Output and state cannot fall out of step: there is no second table.
+Spark executors write Parquet files into an attempt folder *inside* the table
+(``sb_attempts/<epoch>-<attempt id>/``); the driver then commits them with delta-rs in one transaction
+that also carries ``Transaction(job_id, epoch)`` and the job's new state in the commit metadata. Output
+and state cannot fall out of step: there is no second table.
 
-Log metadata keys (in each commit's ``commitInfo``): ``source_backfill.job``, ``source_backfill.epoch``,
-``source_backfill.state`` (JSON), ``source_backfill.plan`` (JSON).
+The attempt folder is deliberately *not* hidden (no leading ``_``): Delta's vacuum skips hidden folders,
+so files there would never be reclaimed after compaction.
+
+Log metadata keys (in each commit's ``commitInfo``; with delta-spark inside ``userMetadata`` as JSON):
+``source_backfill.job``, ``source_backfill.epoch``, ``source_backfill.attempt``,
+``source_backfill.state`` (JSON object), ``source_backfill.plan`` (JSON object, optional).
 """
 
 from __future__ import annotations
@@ -19,8 +24,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import unquote
 
-from source_backfill.errors import DeltaSinkError, ForeignTableError, StateFormatError
+from source_backfill.errors import (
+    ConcurrentCommitError,
+    DeltaSinkError,
+    ForeignTableError,
+    StateFormatError,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -29,20 +40,31 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-STAGING = "_sb_staging"
+STAGING = "sb_attempts"
+#: Present in an attempt folder while its writer may still commit it; the orphan sweep deletes it first.
+MARKER = "_ATTEMPT"
 KEY_JOB = "source_backfill.job"
 KEY_EPOCH = "source_backfill.epoch"
+KEY_ATTEMPT = "source_backfill.attempt"
 KEY_STATE = "source_backfill.state"
 KEY_PLAN = "source_backfill.plan"
 CHANGE_TYPE = "_change_type"
-#: How far back :meth:`DeltaEpochSink.recover` looks for the job's last commit (maintenance commits
-#: such as OPTIMIZE carry no state).
-_HISTORY_SCAN = 1000
+#: How far back the log is searched for the job's last commit (maintenance commits such as OPTIMIZE
+#: carry no state); searched in growing steps, newest first.
+_HISTORY_STEPS = (16, 256, 4096)
+
+Writer = Literal["auto", "delta-rs", "delta-spark"]
 
 
 @dataclass(frozen=True)
 class CommitResult:
-    """Outcome of :meth:`DeltaEpochSink.commit_epoch` (``committed`` False: the epoch was already in)."""
+    """Outcome of :meth:`DeltaEpochSink.commit_epoch`.
+
+    ``committed`` is False when the epoch was already in the table (a replay, or a racing duplicate that
+    won); ``version`` is the table version of this commit (None when skipped); ``files`` and ``rows``
+    count what this commit added (merge: ``files`` 0, ``rows`` the changes applied; delta-spark:
+    ``files`` 0, ``rows`` -1, not measured).
+    """
 
     epoch: int
     committed: bool
@@ -62,7 +84,13 @@ class Recovered:
 
 
 class DeltaEpochSink:
-    """Commit each epoch of one job to the Delta table at ``path`` exactly once."""
+    """Commit each epoch of one job to the Delta table at ``path`` exactly once.
+
+    One job owns a table (its id is the Delta transaction app id). The sink assumes one live writer per
+    job: creating a sink sweeps the attempt folders of epochs not committed yet, so a second, concurrent
+    writer of the same job loses its in-flight attempt (its commit then fails cleanly: see ``MARKER``);
+    two writers racing on the same epoch still commit it exactly once.
+    """
 
     def __init__(
         self,
@@ -73,11 +101,14 @@ class DeltaEpochSink:
         mode: Literal["append", "merge"] = "append",
         key_columns: Sequence[str] = (),
         partition_by: Sequence[str] = (),
-        writer: Literal["auto", "delta-rs", "delta-spark"] = "auto",
+        writer: Writer = "auto",
         checkpoint_interval: int = 100,
     ) -> None:
         if mode == "merge" and not key_columns:
             msg = "merge mode needs key_columns"
+            raise DeltaSinkError(msg)
+        if checkpoint_interval < 0:
+            msg = f"checkpoint_interval must be >= 0 (0: never), got {checkpoint_interval}"
             raise DeltaSinkError(msg)
         self.path = str(Path(path).absolute())
         self.job_id = job_id
@@ -86,18 +117,25 @@ class DeltaEpochSink:
         self.partition_by = tuple(partition_by)
         self.checkpoint_interval = checkpoint_interval
         self.writer = writer
-        self._spark_schema = schema if not _is_arrow(schema) else None
+        self._spark_schema = None if _is_arrow(schema) else schema
         self.arrow_schema = _to_arrow(schema)
         if mode == "merge":
             import pyarrow as pa
 
             self.arrow_schema = pa.schema([f for f in self.arrow_schema if f.name != CHANGE_TYPE])
-        self._lock = threading.Lock()
+        missing = [c for c in (*self.key_columns, *self.partition_by) if c not in self.arrow_schema.names]
+        if missing:
+            msg = f"Delta sink {self.path}: key/partition columns {missing} are not in the schema"
+            raise DeltaSinkError(msg)
+        self._lock = threading.RLock()
+        self._dt: DeltaTable | None = None
+        self._owner_checked = False
+        self._delta_spark: bool | None = None
         self.remove_orphans()
 
     # -- reading the log -------------------------------------------------------------------------------
     def table(self) -> DeltaTable | None:
-        """The table, or None before its first commit."""
+        """A fresh snapshot of the table, or None before its first commit."""
         from deltalake import DeltaTable
 
         if not DeltaTable.is_deltatable(self.path):
@@ -110,40 +148,66 @@ class DeltaEpochSink:
         return None if table is None else table.transaction_version(self.job_id)
 
     def recover(self) -> Recovered | None:
-        """The job's latest committed state; None for a new table.
+        """The job's latest committed epoch, state and plan; None for a new table.
 
         A table written by another job (its log carries another ``source_backfill.job``) is refused with
-        :class:`ForeignTableError`; unreadable state metadata with :class:`StateFormatError`.
+        :class:`ForeignTableError`; unreadable or inconsistent state metadata with
+        :class:`StateFormatError`.
         """
         table = self.table()
         if table is None:
             return None
         epoch = table.transaction_version(self.job_id)
-        for commit in table.history(_HISTORY_SCAN):
-            if KEY_JOB not in commit and isinstance(commit.get("userMetadata"), str):
-                try:  # written by delta-spark: our keys travel as userMetadata JSON
-                    commit = {**commit, **json.loads(commit["userMetadata"])}
-                except ValueError:
-                    pass
-            job = commit.get(KEY_JOB)
-            if job is None:
-                continue
-            if job != self.job_id:
-                msg = (f'Delta table {self.path} belongs to job "{job}", not "{self.job_id}": '
-                       "use another sink path")
-                raise ForeignTableError(msg)
-            if epoch is None:
-                msg = f"Delta table {self.path}: commit metadata of {job} without its transaction"
+        commit = self._last_job_commit(table)
+        if commit is None:
+            if epoch is not None:
+                msg = (f'Delta table {self.path}: job "{self.job_id}" committed epoch {epoch} but no '
+                       f"{KEY_STATE} is in the log")
                 raise StateFormatError(msg)
-            return Recovered(
-                epoch=int(epoch),
-                state=_json(commit.get(KEY_STATE), self.path, KEY_STATE),
-                plan=_json(commit.get(KEY_PLAN), self.path, KEY_PLAN) if commit.get(KEY_PLAN) else None,
-                version=int(commit.get("version", table.version())),
-            )
-        if epoch is not None:
-            msg = f'Delta table {self.path}: job "{self.job_id}" committed epoch {epoch} but no state found'
+            return None
+        if epoch is None:
+            msg = (f'Delta table {self.path}: the log carries state of job "{self.job_id}" but no '
+                   "transaction of it")
             raise StateFormatError(msg)
+        logged = commit.get(KEY_EPOCH)
+        if logged is not None and str(logged) != str(epoch):
+            msg = (f'Delta table {self.path}: job "{self.job_id}" transaction is at epoch {epoch} but its '
+                   f"last state says epoch {logged}")
+            raise StateFormatError(msg)
+        plan = commit.get(KEY_PLAN)
+        return Recovered(
+            epoch=int(epoch),
+            state=_json(commit.get(KEY_STATE), self.path, KEY_STATE),
+            plan=None if plan is None else _json(plan, self.path, KEY_PLAN),
+            version=int(commit.get("version", table.version())),
+        )
+
+    def _last_job_commit(self, table: DeltaTable) -> dict[str, Any] | None:
+        """The newest commit carrying our metadata; another job's id there raises ForeignTableError."""
+        seen = 0
+        for limit in _HISTORY_STEPS:
+            history = table.history(limit)
+            for commit in history[seen:]:
+                commit = _with_user_metadata(commit)
+                job = commit.get(KEY_JOB)
+                if job is None:
+                    continue
+                if job != self.job_id:
+                    msg = (f'Delta table {self.path} belongs to job "{job}", not "{self.job_id}": '
+                           "give this job its own sink path")
+                    raise ForeignTableError(msg)
+                return commit
+            if len(history) < limit:
+                break
+            seen = len(history)
+        return None
+
+    def _find_epoch_commit(self, table: DeltaTable, epoch: int) -> dict[str, Any] | None:
+        """The commit of ``epoch`` of this job among the newest ones (None if not found)."""
+        for commit in table.history(_HISTORY_STEPS[1]):
+            commit = _with_user_metadata(commit)
+            if commit.get(KEY_JOB) == self.job_id and str(commit.get(KEY_EPOCH)) == str(epoch):
+                return commit
         return None
 
     # -- committing ------------------------------------------------------------------------------------
@@ -154,71 +218,141 @@ class DeltaEpochSink:
         state: Mapping[str, Any],
         plan: Mapping[str, Any] | None = None,
     ) -> CommitResult:
-        """Commit epoch ``epoch``'s rows and the job's new ``state`` atomically, exactly once.
+        """Commit epoch ``epoch``'s rows and the job's new ``state`` (+ ``plan``) atomically, exactly once.
 
-        1. If ``transaction_version(job_id) >= epoch`` the epoch is in already: skip (replay).
-        2. Create the table on first use (change data feed on) from the sink's schema.
-        3. Spark executors write the rows as Parquet into ``_sb_staging/<epoch>-<attempt>/`` of the
-           table; the driver reads each file's size, row count and partition values.
-        4. One delta-rs commit: the add actions + ``Transaction(job_id, epoch)`` + state and plan in the
-           commit metadata. No rows: an empty commit that still carries txn and state.
-        5. A racing duplicate (``CommitFailedError``, or the txn already at ``epoch``) resolves to the
-           other commit: this attempt's files are removed, ``committed=False``.
-        6. Any other failure removes this attempt's files and re-raises; nothing becomes visible.
-        7. Every ``checkpoint_interval`` versions a log checkpoint is written.
+        1. Create the table on first use (change data feed on) from the sink's schema; on an existing
+           table check once that it belongs to this job and has the sink's columns.
+        2. Take the current snapshot; if its ``transaction_version(job_id) >= epoch`` the epoch is in
+           already: skip it (a replay), ``committed=False``.
+        3. Spark executors write the rows as Parquet into ``sb_attempts/<epoch>-<attempt>/`` of the table
+           (a fresh folder per attempt, holding a ``_ATTEMPT`` marker); the driver reads each file's
+           size, row count and partition values from the folder and the Parquet footers.
+        4. One delta-rs commit against the snapshot of step 2: the add actions +
+           ``Transaction(job_id, epoch)`` + job, epoch, attempt, state and plan in the commit metadata.
+           No rows: an empty commit that still carries txn and state. (Merge mode: one delta-rs
+           ``merge`` carrying the same txn and metadata; delta-spark writer: its ``txnAppId`` /
+           ``txnVersion`` / ``userMetadata`` options.)
+        5. If the commit raises, the log decides: this attempt's commit is in (a post-commit step failed)
+           -> keep its files, ``committed=True``; another attempt committed the epoch (a racing
+           duplicate: ``CommitFailedError``) -> remove this attempt's files, ``committed=False``;
+           nothing committed -> remove this attempt's files and raise. Files are removed only once the
+           log shows they are not referenced; if the log cannot be read they stay for the orphan sweep.
+        6. Every ``checkpoint_interval`` versions a log checkpoint is written.
         """
-        from deltalake import DeltaTable
-
         with self._lock:
-            self._ensure_table()
-            # The commit below is made against THIS snapshot: a concurrent commit of the same txn after
-            # it makes delta-rs fail the commit instead of silently committing the epoch twice.
-            snapshot = DeltaTable(self.path)
+            snapshot = self._snapshot()
             done = snapshot.transaction_version(self.job_id)
             if done is not None and done >= epoch:
-                logger.info('epoch already committed, skipped job="%s" epoch=%d', self.job_id, epoch)
+                logger.info('epoch already committed, skipped job="%s" epoch=%d committed=%d',
+                            self.job_id, epoch, done)
                 return CommitResult(epoch, False, None, 0, 0)
+            attempt = f"{epoch}-{uuid.uuid4().hex[:16]}"
             meta = {
                 KEY_JOB: self.job_id,
                 KEY_EPOCH: str(epoch),
+                KEY_ATTEMPT: attempt,
                 KEY_STATE: json.dumps(dict(state), sort_keys=True),
             }
             if plan is not None:
                 meta[KEY_PLAN] = json.dumps(dict(plan), sort_keys=True)
             if self.mode == "merge":
-                return self._merge(snapshot, epoch, df, meta)
-            if df is not None and self._use_delta_spark(df):
-                return self._commit_delta_spark(epoch, df, meta)
-            attempt = Path(self.path) / STAGING / f"{epoch}-{uuid.uuid4().hex}"
+                result = self._guarded(epoch, attempt, None, lambda: self._merge(snapshot, epoch, df, meta))
+            elif df is not None and self._use_delta_spark(df):
+                spark_df = df
+                result = self._guarded(
+                    epoch, attempt, None, lambda: self._commit_delta_spark(epoch, spark_df, meta)
+                )
+            else:
+                folder = Path(self.path) / STAGING / attempt
+
+                def write_and_commit() -> CommitResult:
+                    adds, rows = self._write_files(df, folder)
+                    version = self._commit(snapshot, epoch, adds, meta)
+                    (folder / MARKER).unlink(missing_ok=True)  # sealed: the log references it now
+                    return CommitResult(epoch, True, version, len(adds), rows)
+
+                result = self._guarded(epoch, attempt, folder, write_and_commit)
+            if result.committed and result.version is not None:
+                self._maintain(result.version)
+            logger.debug('epoch committed job="%s" epoch=%d version=%s files=%d rows=%d committed=%s',
+                         self.job_id, epoch, result.version, result.files, result.rows, result.committed)
+            return result
+
+    def _guarded(self, epoch: int, attempt: str, folder: Path | None, step: Any) -> CommitResult:
+        """Run write+commit ``step``; on failure let the log decide (protocol step 5)."""
+        try:
+            return step()
+        except Exception as exc:
+            self._dt = None  # the cached snapshot may be stale or broken: reload next time
             try:
-                adds, rows = self._write_files(df, attempt)
-                version = self._commit(snapshot, epoch, adds, meta)
-            except Exception as exc:
-                shutil.rmtree(attempt, ignore_errors=True)
-                if _is_commit_conflict(exc) and (self.committed_epoch() or -1) >= epoch:
-                    logger.warning('duplicate commit lost the race job="%s" epoch=%d', self.job_id, epoch)
-                    return CommitResult(epoch, False, None, 0, 0)
-                raise
-            self._maintain(version)
-            logger.debug('epoch committed job="%s" epoch=%d version=%d files=%d rows=%d',
-                         self.job_id, epoch, version, len(adds), rows)
-            return CommitResult(epoch, True, version, len(adds), rows)
+                table = self.table()
+                done = None if table is None else table.transaction_version(self.job_id)
+                winner = None
+                if table is not None and done is not None and done >= epoch:
+                    winner = self._find_epoch_commit(table, epoch)
+            except Exception:
+                logger.exception('commit in doubt, attempt files kept for the orphan sweep job="%s" '
+                                 'epoch=%d attempt="%s"', self.job_id, epoch, attempt)
+                raise exc from None
+            if winner is not None and winner.get(KEY_ATTEMPT) == attempt:
+                if folder is not None:
+                    (folder / MARKER).unlink(missing_ok=True)
+                logger.warning('epoch committed, a post-commit step failed job="%s" epoch=%d error="%s"',
+                               self.job_id, epoch, exc)
+                return CommitResult(epoch, True, int(winner.get("version", table.version())), -1, -1)
+            if folder is not None:
+                _remove_attempt(folder)
+            if done is not None and done >= epoch:
+                logger.warning('duplicate commit lost the race, own files removed job="%s" epoch=%d',
+                               self.job_id, epoch)
+                return CommitResult(epoch, False, None, 0, 0)
+            if _is_commit_conflict(exc):
+                msg = (f'Delta table {self.path}: commit of job "{self.job_id}" epoch {epoch} '
+                       f"conflicted: {exc}")
+                raise ConcurrentCommitError(msg) from exc
+            raise
+
+    def _snapshot(self) -> DeltaTable:
+        """The cached table, created on first use and brought up to date (checked once per sink)."""
+        from deltalake import DeltaTable
+
+        if self._dt is None:
+            self._ensure_table()
+            self._dt = DeltaTable(self.path)
+        else:
+            self._dt.update_incremental()
+        if not self._owner_checked:
+            self._check_table(self._dt)
+            self._owner_checked = True
+        return self._dt
+
+    def _check_table(self, table: DeltaTable) -> None:
+        self._last_job_commit(table)  # raises ForeignTableError
+        names = [f.name for f in table.schema().fields]
+        missing = [n for n in self.arrow_schema.names if n not in names]
+        parts = list(table.metadata().partition_columns)
+        if missing or parts != list(self.partition_by):
+            msg = (f"Delta table {self.path} has columns {names} partitioned by {parts}; the sink of job "
+                   f'"{self.job_id}" writes {self.arrow_schema.names} '
+                   f"partitioned by {list(self.partition_by)}")
+            raise DeltaSinkError(msg)
 
     def _use_delta_spark(self, df: DataFrame) -> bool:
         if self.writer == "delta-rs":
             return False
-        available = delta_spark_available(df.sparkSession)
-        if self.writer == "delta-spark" and not available:
+        if self._delta_spark is None:
+            self._delta_spark = delta_spark_available(df.sparkSession)
+        if self.writer == "delta-spark" and not self._delta_spark:
             msg = "writer delta-spark asked for, but delta-spark's jars are not on Spark's classpath"
             raise DeltaSinkError(msg)
-        return available
+        return self._delta_spark
 
     def _commit_delta_spark(self, epoch: int, df: DataFrame, meta: dict[str, str]) -> CommitResult:
         """The same protocol through delta-spark: its txnAppId/txnVersion skip replays for us."""
         (
-            df.select(*self.arrow_schema.names).write.format("delta").mode("append")
+            self._conform(df).write.format("delta").mode("append")
             .option("txnAppId", self.job_id).option("txnVersion", str(epoch))
-            .option("userMetadata", json.dumps(meta)).save(self.path)
+            .option("userMetadata", json.dumps(meta, sort_keys=True)).save(self.path)
         )
         table = self.table()
         version = None if table is None else int(table.version())
@@ -238,30 +372,51 @@ class DeltaEpochSink:
         )
         logger.info('delta table created path="%s" job="%s"', self.path, self.job_id)
 
-    def _write_files(self, df: DataFrame | None, attempt: Path) -> tuple[list[Any], int]:
-        """Have Spark's executors write ``df`` under ``attempt``; return add actions and row count."""
+    def _conform(self, df: DataFrame, *extra: str) -> DataFrame:
+        """``df`` with the sink's columns (+ ``extra``), in its order, cast to its types where they differ."""
+        from pyspark.sql import functions as F  # noqa: N812
+
+        if self._spark_schema is None:
+            return df.select(*[F.col(f"`{n}`") for n in (*self.arrow_schema.names, *extra)])
+        have = {f.name: f.dataType for f in df.schema.fields}
+        cols = []
+        for field in self._spark_schema.fields:
+            if field.name not in self.arrow_schema.names:
+                continue
+            col = F.col(f"`{field.name}`")
+            same = have.get(field.name) == field.dataType
+            cols.append(col if same else col.cast(field.dataType).alias(field.name))
+        return df.select(*cols, *[F.col(f"`{n}`") for n in extra])
+
+    def _write_files(self, df: DataFrame | None, folder: Path) -> tuple[list[Any], int]:
+        """Have Spark's executors write ``df`` into ``folder``; return the add actions and row count."""
         import pyarrow.parquet as pq
         from deltalake.transaction import AddAction
 
         if df is None:
             return [], 0
-        writer = df.select(*self.arrow_schema.names).write.mode("overwrite")
+        folder.mkdir(parents=True)
+        (folder / MARKER).touch()
+        writer = self._conform(df).write.mode("append")
         if self.partition_by:
             writer = writer.partitionBy(*self.partition_by)
-        writer.parquet(str(attempt))
+        writer.parquet(str(folder))
         adds, rows = [], 0
-        for file in sorted(attempt.rglob("*.parquet")):
+        for file in sorted(folder.rglob("*.parquet")):
             meta = pq.read_metadata(file)
             if meta.num_rows == 0:
                 file.unlink()
                 continue
             stat = file.stat()
-            rel = file.relative_to(self.path).as_posix()
-            parts = {k: (None if v == "__HIVE_DEFAULT_PARTITION__" else v) for k, v in
-                     (seg.split("=", 1) for seg in file.relative_to(attempt).parts[:-1])}
-            adds.append(AddAction(rel, stat.st_size, parts, int(stat.st_mtime * 1000), True,
-                                  json.dumps({"numRecords": meta.num_rows})))
+            parts = {unquote(k): (None if v == "__HIVE_DEFAULT_PARTITION__" else unquote(v)) for k, v in
+                     (seg.split("=", 1) for seg in file.relative_to(folder).parts[:-1])}
+            adds.append(AddAction(file.relative_to(self.path).as_posix(), stat.st_size, parts,
+                                  int(stat.st_mtime * 1000), True, json.dumps({"numRecords": meta.num_rows})))
             rows += meta.num_rows
+        if not (folder / MARKER).exists():
+            msg = (f"Delta sink {self.path}: attempt {folder.name} was removed by another sink's orphan "
+                   "sweep while it was written (two live writers of one job?)")
+            raise DeltaSinkError(msg)
         return adds, rows
 
     def _commit(self, table: DeltaTable, epoch: int, adds: list[Any], meta: dict[str, str]) -> int:
@@ -285,83 +440,172 @@ class DeltaEpochSink:
         """Keyed merge of a changelog (insert/update_postimage upsert, delete deletes).
 
         The epoch's changelog is collected to the driver as Arrow and merged by delta-rs in one commit
-        carrying the same txn and metadata; only the last change per key within the epoch counts.
+        carrying the same txn and metadata; only the last change per key within the epoch counts and
+        ``update_preimage`` rows are ignored.
         """
-        import pyarrow as pa
         from deltalake.transaction import CommitProperties, Transaction
 
         props = CommitProperties(custom_metadata=meta, app_transactions=[Transaction(self.job_id, epoch)])
-        changes = None if df is None else df.where(f"{CHANGE_TYPE} != 'update_preimage'").toArrow()
-        try:
-            if changes is None or changes.num_rows == 0:
-                table.create_write_transaction([], mode="append", schema=self.arrow_schema,
-                                               commit_properties=props)
-                rows = 0
-            else:
-                changes = _last_per_key(changes, self.key_columns)
-                cols = self.arrow_schema.names
-                on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in self.key_columns)
-                values = {c: f"s.`{c}`" for c in cols}
-                (
-                    table.merge(pa.table(changes), predicate=on, source_alias="s", target_alias="t",
-                                commit_properties=props)
-                    .when_matched_delete(predicate=f"s.{CHANGE_TYPE} = 'delete'")
-                    .when_matched_update(values, predicate=f"s.{CHANGE_TYPE} != 'delete'")
-                    .when_not_matched_insert(values, predicate=f"s.{CHANGE_TYPE} != 'delete'")
-                    .execute()
-                )
-                rows = changes.num_rows
-        except Exception as exc:
-            if _is_commit_conflict(exc) and (self.committed_epoch() or -1) >= epoch:
-                return CommitResult(epoch, False, None, 0, 0)
-            raise
+        changes = None
+        if df is not None:
+            from pyspark.sql import functions as F  # noqa: N812
+
+            keep = F.col(CHANGE_TYPE).isin("insert", "update_postimage", "delete")
+            changes = self._conform(df, CHANGE_TYPE).where(keep).toArrow()
+        if changes is None or changes.num_rows == 0:
+            table.create_write_transaction([], mode="append", schema=self.arrow_schema,
+                                           commit_properties=props)
+            rows = 0
+        else:
+            changes = _last_per_key(changes, self.key_columns)
+            cols = self.arrow_schema.names
+            on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in self.key_columns)
+            values = {c: f"s.`{c}`" for c in cols}
+            (
+                table.merge(changes, predicate=on, source_alias="s", target_alias="t",
+                            commit_properties=props)
+                .when_matched_delete(predicate=f"s.`{CHANGE_TYPE}` = 'delete'")
+                .when_matched_update(values, predicate=f"s.`{CHANGE_TYPE}` != 'delete'")
+                .when_not_matched_insert(values, predicate=f"s.`{CHANGE_TYPE}` != 'delete'")
+                .execute()
+            )
+            rows = changes.num_rows
         table.update_incremental()
-        version = int(table.version())
-        self._maintain(version)
-        return CommitResult(epoch, True, version, 0, rows)
+        return CommitResult(epoch, True, int(table.version()), 0, rows)
 
     # -- maintenance -----------------------------------------------------------------------------------
     def _maintain(self, version: int) -> None:
         if self.checkpoint_interval > 0 and version > 0 and version % self.checkpoint_interval == 0:
-            table = self.table()
-            if table is not None:
+            done = Path(self.path) / "_delta_log" / f"{version:020d}.checkpoint.parquet"
+            table = self._dt or self.table()
+            if table is not None and not done.exists():  # delta-rs' own hook may have written it
                 table.create_checkpoint()
                 logger.info('delta checkpoint written path="%s" version=%d', self.path, version)
 
     def remove_orphans(self) -> int:
-        """Remove staging folders of attempts that never committed (epoch above the committed one).
+        """Remove attempt folders the log does not reference and never will; returns how many.
 
-        Folders of epochs at or below the committed epoch are left to :meth:`vacuum`: their files may be
-        referenced by the log (the committed attempt) and must never be deleted here.
+        * epochs above the committed one: an attempt there can no longer be committed by a live writer
+          of this (single-writer) job, so it is a crashed attempt;
+        * epochs at or below the committed one still holding the ``_ATTEMPT`` marker (the marker is
+          removed right after a successful commit): the log decides. The folder is removed only when the
+          commit of its epoch names another attempt (a losing duplicate or a crashed retry); if it names
+          this folder the commit landed and only its marker is removed; if that commit cannot be found
+          (older than the history searched) the folder is kept for :meth:`vacuum`.
+
+        A file the log references is never deleted.
         """
         staging = Path(self.path) / STAGING
         if not staging.is_dir():
             return 0
-        done = self.committed_epoch()
-        removed = 0
-        for attempt in staging.iterdir():
-            head = attempt.name.split("-", 1)[0]
-            if head.isdigit() and (done is None or int(head) > done):
-                shutil.rmtree(attempt, ignore_errors=True)
-                removed += 1
+        with self._lock:
+            table = self.table()
+            done = None if table is None else table.transaction_version(self.job_id)
+            removed = 0
+            doubtful: dict[int, list[Path]] = {}
+            for folder in staging.iterdir():
+                head = folder.name.split("-", 1)[0]
+                if not head.isdigit():
+                    continue
+                if done is None or int(head) > done:
+                    _remove_attempt(folder)
+                    removed += 1
+                elif (folder / MARKER).exists():
+                    doubtful.setdefault(int(head), []).append(folder)
+            if doubtful and table is not None:
+                winners = self._attempts_of(table, set(doubtful))
+                for epoch, folders in doubtful.items():
+                    for folder in folders:
+                        if epoch not in winners:
+                            continue
+                        if winners[epoch] == folder.name:
+                            (folder / MARKER).unlink(missing_ok=True)
+                        else:
+                            _remove_attempt(folder)
+                            removed += 1
         if removed:
-            logger.info('orphan attempts removed path="%s" count=%d', self.path, removed)
+            logger.info('orphan attempts removed path="%s" count=%d committed=%s', self.path, removed, done)
         return removed
 
-    def compact(self) -> dict[str, Any]:
-        """Rewrite small files into larger ones (a commit without state; recovery skips it)."""
-        table = self.table()
-        if table is None:
-            return {}
-        return dict(table.optimize.compact())
+    def _attempts_of(self, table: DeltaTable, epochs: set[int]) -> dict[int, str]:
+        """The committed attempt id of each of ``epochs`` found in the newest commits of this job."""
+        found: dict[int, str] = {}
+        seen = 0
+        for limit in _HISTORY_STEPS:
+            history = table.history(limit)
+            for commit in history[seen:]:
+                commit = _with_user_metadata(commit)
+                epoch = str(commit.get(KEY_EPOCH, ""))
+                attempt = commit.get(KEY_ATTEMPT)
+                if attempt is None or commit.get(KEY_JOB) != self.job_id or not epoch.isdigit():
+                    continue  # (no attempt id logged: nothing is provably unreferenced)
+                if int(epoch) in epochs:
+                    found.setdefault(int(epoch), str(attempt))
+            if len(found) == len(epochs) or len(history) < limit:
+                break
+            seen = len(history)
+        return found
 
-    def vacuum(self, retention_hours: int = 168) -> list[str]:
-        """Delete files no version within ``retention_hours`` references (staging leftovers included)."""
-        table = self.table()
-        if table is None:
-            return []
-        return list(table.vacuum(retention_hours=retention_hours, dry_run=False,
-                                 enforce_retention_duration=retention_hours >= 168))
+    def checkpoint(self) -> None:
+        """Write a log checkpoint now (readers then start from it instead of replaying every commit)."""
+        with self._lock:
+            table = self.table()
+            if table is not None:
+                table.create_checkpoint()
+
+    def compact(self, target_size: int | None = None) -> dict[str, Any]:
+        """Rewrite small files into larger ones; returns delta-rs' metrics.
+
+        The OPTIMIZE commit carries no state and no data change: recovery and the change feed skip it.
+        """
+        with self._lock:
+            table = self.table()
+            if table is None:
+                return {}
+            metrics = dict(table.optimize.compact(target_size=target_size))
+            self._dt = None
+        logger.info('delta compacted path="%s" added=%s removed=%s', self.path,
+                    metrics.get("numFilesAdded"), metrics.get("numFilesRemoved"))
+        return metrics
+
+    def vacuum(self, retention_hours: int = 168, *, full: bool = True) -> list[str]:
+        """Delete files no version within ``retention_hours`` references; returns them.
+
+        ``full`` also deletes untracked files older than the retention (leftovers of losing or crashed
+        attempts), not only files removed by compaction. Emptied attempt folders are removed too.
+        """
+        with self._lock:
+            table = self.table()
+            if table is None:
+                return []
+            deleted = list(table.vacuum(retention_hours=retention_hours, dry_run=False,
+                                        enforce_retention_duration=False, full=full))
+            staging = Path(self.path) / STAGING
+            if staging.is_dir():
+                for folder in staging.iterdir():
+                    if not any(p.suffix == ".parquet" for p in folder.rglob("*")):
+                        _remove_attempt(folder)
+            self._dt = None
+        logger.info('delta vacuumed path="%s" files=%d', self.path, len(deleted))
+        return deleted
+
+
+def _remove_attempt(folder: Path) -> None:
+    """Remove an attempt folder, its marker first (a writer still in it then refuses to commit)."""
+    (folder / MARKER).unlink(missing_ok=True)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _with_user_metadata(commit: dict[str, Any]) -> dict[str, Any]:
+    """A history entry with delta-spark's ``userMetadata`` JSON (our keys) merged in."""
+    if KEY_JOB not in commit and isinstance(commit.get("userMetadata"), str):
+        try:
+            extra = json.loads(commit["userMetadata"])
+        except ValueError:
+            return commit
+        if isinstance(extra, dict):
+            return {**commit, **extra}
+    return commit
 
 
 def _is_arrow(schema: Any) -> bool:
@@ -385,7 +629,7 @@ def _json(text: Any, path: str, key: str) -> dict[str, Any]:
         msg = f"Delta table {path}: commit metadata {key} is not valid JSON: {exc}"
         raise StateFormatError(msg) from exc
     if not isinstance(value, dict):
-        msg = f"Delta table {path}: commit metadata {key} is not an object"
+        msg = f"Delta table {path}: commit metadata {key} is not a JSON object"
         raise StateFormatError(msg)
     return value
 
@@ -411,6 +655,6 @@ def delta_spark_available(spark: Any) -> bool:
     """True when delta-spark's JVM classes load in ``spark`` (its jars are on the classpath)."""
     try:
         spark._jvm.java.lang.Class.forName("io.delta.tables.DeltaTable")  # noqa: SLF001
-    except Exception:  # noqa: BLE001 - py4j raises a generic error for a missing class
+    except Exception:  # noqa: BLE001 - py4j raises a generic error for a missing class; Connect has no _jvm
         return False
     return True

@@ -1,4 +1,4 @@
-"""The exactly-once epoch sink and the table source, on real Delta tables written by real Spark."""
+"""The exactly-once epoch sink on real Delta tables written by real Spark (no Delta jars)."""
 
 from __future__ import annotations
 
@@ -7,101 +7,152 @@ from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
+from pyspark.sql import DataFrameWriter
 
-from connectors.delta import DeltaEpochSink, DeltaTableSource, delta_spark_available
-from connectors.delta.sink import KEY_JOB, STAGING
-from source_backfill.errors import ForeignTableError, StateFormatError
+from connectors.delta import DeltaEpochSink, delta_spark_available
+from connectors.delta.sink import KEY_EPOCH, KEY_JOB, KEY_STATE, MARKER, STAGING
+from source_backfill.errors import DeltaSinkError, ForeignTableError, StateFormatError
+from tests.integration.delta.conftest import attempt_files, referenced_files, table_ids
 
 pytestmark = pytest.mark.integration
 
-SCHEMA = "id long, name string"
 
-
-def rows(spark, ids):
-    return spark.createDataFrame([(i, f"n{i}") for i in ids], SCHEMA)
-
-
-def sink(spark, path, job="job", **kw):
-    return DeltaEpochSink(str(path), job, spark.createDataFrame([], SCHEMA).schema, **kw)
-
-
-def ids(path):
-    return sorted(DeltaTable(str(path)).to_pyarrow_table(columns=["id"]).column("id").to_pylist())
-
-
-def staged_files(path):
-    staging = Path(path) / STAGING
-    return sorted(p for p in staging.rglob("*.parquet")) if staging.exists() else []
-
-
-def test_replaying_an_epoch_any_number_of_times_leaves_the_table_unchanged(spark, tmp_path):
-    s = sink(spark, tmp_path / "t")
-    first = s.commit_epoch(1, rows(spark, range(10)), {"n": 1})
-    assert first.committed and first.rows == 10
+def test_replaying_an_epoch_any_number_of_times_leaves_the_table_unchanged(sink_factory, rows, tmp_path):
+    s = sink_factory()
+    first = s.commit_epoch(1, rows(range(10)), {"n": 1})
+    assert first.committed and first.rows == 10 and first.version == 1
+    s.commit_epoch(2, rows([10]), {"n": 2})
     version = DeltaTable(str(tmp_path / "t")).version()
-    for _ in range(3):
-        again = sink(spark, tmp_path / "t").commit_epoch(1, rows(spark, range(100, 120)), {"n": 99})
-        assert not again.committed
+    for epoch in (1, 2, 1, 2):
+        again = sink_factory().commit_epoch(epoch, rows(range(100, 120)), {"n": 99})
+        assert not again.committed and again.version is None
+        assert not s.commit_epoch(epoch, None, {"n": 99}).committed
     assert DeltaTable(str(tmp_path / "t")).version() == version
-    assert ids(tmp_path / "t") == list(range(10))
-    assert s.recover().state == {"n": 1}
+    assert table_ids(tmp_path / "t") == list(range(11))
+    assert s.recover().state == {"n": 2}
+    assert attempt_files(tmp_path / "t") == referenced_files(tmp_path / "t")
 
 
 def test_crash_between_file_write_and_commit_leaves_nothing_visible_and_is_cleaned(
-    spark, tmp_path, monkeypatch
+    sink_factory, rows, tmp_path, monkeypatch
 ):
     path = tmp_path / "t"
-    s = sink(spark, path)
-    s.commit_epoch(1, rows(spark, [1]), {"e": 1})
+    s = sink_factory()
+    s.commit_epoch(1, rows([1]), {"e": 1})
 
     def crash(*_a, **_k):
         raise RuntimeError("killed before commit")
 
     monkeypatch.setattr(DeltaEpochSink, "_commit", crash)
-    with pytest.raises(RuntimeError):
-        s.commit_epoch(2, rows(spark, [2, 3]), {"e": 2})
+    with pytest.raises(RuntimeError, match="killed before commit"):
+        s.commit_epoch(2, rows([2, 3]), {"e": 2})
     monkeypatch.undo()
-    assert ids(path) == [1]
-    # a hard crash (no cleanup ran) leaves an attempt folder behind: the next sink removes it
+    assert table_ids(path) == [1]
+    assert attempt_files(path) == referenced_files(path)  # the failed attempt removed its files
+    # a hard crash (no cleanup ran) leaves an attempt folder: the next sink removes it, and only it
     orphan = Path(path) / STAGING / "2-deadbeef"
     orphan.mkdir(parents=True)
     (orphan / "part-0.parquet").write_bytes(b"junk")
-    retry = sink(spark, path)
+    committed_before = referenced_files(path)
+    retry = sink_factory()
     assert not orphan.exists()
-    assert retry.commit_epoch(2, rows(spark, [2, 3]), {"e": 2}).committed
-    assert ids(path) == [1, 2, 3]
-    referenced = {Path(u) for u in DeltaTable(str(path)).file_uris()}
-    assert set(staged_files(path)) == referenced  # no leftover files
+    assert all(f.exists() for f in committed_before)
+    assert retry.commit_epoch(2, rows([2, 3]), {"e": 2}).committed
+    assert table_ids(path) == [1, 2, 3]
+    assert attempt_files(path) == referenced_files(path)  # no leftover files
+    assert retry.recover().state == {"e": 2}
 
 
-def test_state_read_back_equals_state_committed(spark, tmp_path):
-    split = {"stage": "backfilling", "offset": 41, "rows": [1, 2, {"x": None}]}
-    state = {"version": 1, "splits": {"t:0": split}}
+def test_orphans_of_committed_epochs_are_removed_by_the_log_and_committed_files_kept(
+    sink_factory, rows, tmp_path
+):
+    path = tmp_path / "t"
+    sink_factory().commit_epoch(1, rows([1, 2]), {"e": 1})
+    staging = Path(path) / STAGING
+    (committed,) = list(staging.iterdir())
+    assert not (committed / MARKER).exists()  # sealed right after its commit
+    (committed / MARKER).touch()  # as if the process died between commit and sealing
+    loser = staging / "1-0badc0ffee"  # a losing duplicate killed before its own cleanup
+    loser.mkdir()
+    (loser / MARKER).touch()
+    (loser / "part-0.parquet").write_bytes(b"junk")
+    unknown = staging / "1-nomarker"  # no marker: not provably an attempt in flight, left to vacuum
+    unknown.mkdir()
+    before = referenced_files(path)
+    sink_factory()
+    assert not loser.exists()
+    assert committed.exists() and not (committed / MARKER).exists()
+    assert unknown.exists()
+    assert all(f.exists() for f in before) and table_ids(path) == [1, 2]
+
+
+def test_a_failure_after_the_commit_landed_keeps_the_committed_files(
+    sink_factory, rows, tmp_path, monkeypatch
+):
+    real = DeltaEpochSink._commit
+
+    def commit_then_fail(self, *args):
+        real(self, *args)
+        raise OSError("post-commit step failed")
+
+    s = sink_factory()
+    monkeypatch.setattr(DeltaEpochSink, "_commit", commit_then_fail)
+    result = s.commit_epoch(1, rows([1, 2]), {"e": 1})
+    monkeypatch.undo()
+    assert result.committed and result.version == 1
+    assert table_ids(tmp_path / "t") == [1, 2]  # files still there: readable
+    assert all(f.exists() for f in referenced_files(tmp_path / "t"))
+    assert s.commit_epoch(2, rows([3]), {"e": 2}).committed
+
+
+def test_an_attempt_swept_while_being_written_is_never_committed(
+    spark, sink_factory, rows, tmp_path, monkeypatch
+):
+    s = sink_factory()
+    s.commit_epoch(1, rows([1]), {"e": 1})
+    real = DataFrameWriter.parquet
+
+    def write_then_sweep(self, path, *a, **k):
+        real(self, path, *a, **k)
+        sink_factory()  # a second writer of the job starts: its sweep removes the in-flight attempt
+
+    monkeypatch.setattr(DataFrameWriter, "parquet", write_then_sweep)
+    with pytest.raises(DeltaSinkError, match="orphan sweep"):
+        s.commit_epoch(2, rows([2]), {"e": 2})
+    monkeypatch.undo()
+    assert table_ids(tmp_path / "t") == [1]
+    assert s.committed_epoch() == 1
+
+
+def test_state_read_back_equals_state_committed(sink_factory, rows):
+    split = {"stage": "backfilling", "offset": 2**40 + 1, "rows": [1, 2, {"x": None}], "done": False}
+    state = {"version": 1, "splits": {"t:0": split, "t:1": {"stage": "finished", "offset": None}}}
     plan = {"budget": 100, "end": {"t:0": 50}}
-    s = sink(spark, tmp_path / "t")
-    s.commit_epoch(7, rows(spark, [1]), state, plan)
-    got = sink(spark, tmp_path / "t").recover()
-    assert (got.epoch, got.state, got.plan) == (7, state, plan)
+    sink_factory().commit_epoch(7, rows([1]), state, plan)
+    got = sink_factory().recover()
+    assert (got.epoch, got.state, got.plan, got.version) == (7, state, plan, 1)
+    assert sink_factory(name="new").recover() is None
 
 
-def test_empty_epoch_commits_its_state(spark, tmp_path):
-    s = sink(spark, tmp_path / "t")
-    assert s.commit_epoch(1, None, {"a": 1}).committed
-    assert s.commit_epoch(2, rows(spark, []), {"a": 2}).committed
+def test_empty_epoch_commits_its_state(sink_factory, rows, tmp_path):
+    s = sink_factory()
+    first = s.commit_epoch(1, None, {"a": 1})
+    assert first.committed and (first.files, first.rows) == (0, 0)
+    assert s.commit_epoch(2, rows([]), {"a": 2}).committed
     assert s.recover().state == {"a": 2}
     assert s.committed_epoch() == 2
-    assert ids(tmp_path / "t") == []
+    assert table_ids(tmp_path / "t") == []
 
 
-def test_concurrent_duplicate_commits_resolve_to_one(spark, tmp_path):
+def test_concurrent_duplicate_commits_resolve_to_one(spark, sink_factory, rows, tmp_path):
     path = tmp_path / "t"
-    sink(spark, path).commit_epoch(1, None, {"e": 1})
+    sink_factory().commit_epoch(1, None, {"e": 1})
     results = []
-    sinks = [sink(spark, path) for _ in range(2)]
+    sinks = [sink_factory() for _ in range(2)]
     barrier = threading.Barrier(2)
 
     def commit(s, base):
-        df = rows(spark, range(base, base + 5))
+        df = rows(range(base, base + 5))
         barrier.wait()
         results.append(s.commit_epoch(2, df, {"by": base}))
 
@@ -111,87 +162,88 @@ def test_concurrent_duplicate_commits_resolve_to_one(spark, tmp_path):
     for t in threads:
         t.join()
     assert sorted(r.committed for r in results) == [False, True]
-    got = ids(path)
-    assert len(got) == 5 and (got == list(range(100, 105)) or got == list(range(200, 205)))
-    referenced = {Path(u) for u in DeltaTable(str(path)).file_uris()}
-    assert set(staged_files(path)) == referenced  # the loser's files are gone
+    got = table_ids(path)
+    winner = 100 if got == list(range(100, 105)) else 200
+    assert got == list(range(winner, winner + 5))
+    assert sinks[0].recover().state == {"by": winner}  # the state is the winner's, with its rows
+    assert attempt_files(path) == referenced_files(path)  # the loser's files are gone
+    assert DeltaTable(str(path)).version() == 2
 
 
-def test_a_table_of_another_job_is_refused(spark, tmp_path):
-    sink(spark, tmp_path / "t", job="owner").commit_epoch(1, rows(spark, [1]), {"a": 1})
-    with pytest.raises(ForeignTableError, match='belongs to job "owner"'):
-        sink(spark, tmp_path / "t", job="intruder").recover()
+def test_a_table_of_another_job_is_refused(sink_factory, rows):
+    sink_factory(job="owner").commit_epoch(1, rows([1]), {"a": 1})
+    intruder = sink_factory(job="intruder")
+    with pytest.raises(ForeignTableError, match=r'/t belongs to job "owner", not "intruder"'):
+        intruder.recover()
+    with pytest.raises(ForeignTableError):
+        intruder.commit_epoch(1, None, {"a": 2})
 
 
-def test_malformed_state_metadata_is_refused(spark, tmp_path):
+def test_a_table_with_other_columns_is_refused(sink_factory, rows):
+    sink_factory().commit_epoch(1, rows([1]), {})
+    with pytest.raises(DeltaSinkError, match="has columns"):
+        sink_factory(schema="id long, other string").commit_epoch(2, None, {})
+
+
+@pytest.mark.parametrize(
+    ("metadata", "error"),
+    [
+        ({KEY_JOB: "job", KEY_STATE: "{oops"}, "not valid JSON"),
+        ({KEY_JOB: "job", KEY_STATE: "[1, 2]"}, "not a JSON object"),
+        ({KEY_JOB: "job"}, "not valid JSON"),
+        ({KEY_JOB: "job", KEY_EPOCH: "5", KEY_STATE: "{}"}, "last state says epoch 5"),
+    ],
+)
+def test_malformed_state_metadata_is_refused(sink_factory, metadata, error):
     from deltalake.transaction import CommitProperties, Transaction
 
-    s = sink(spark, tmp_path / "t")
+    s = sink_factory()
     s.commit_epoch(1, None, {"a": 1})
-    DeltaTable(str(tmp_path / "t")).create_write_transaction(
+    DeltaTable(s.path).create_write_transaction(
         [], mode="append", schema=s.arrow_schema,
-        commit_properties=CommitProperties(custom_metadata={KEY_JOB: "job", "source_backfill.state": "{oops"},
+        commit_properties=CommitProperties(custom_metadata=metadata,
                                            app_transactions=[Transaction("job", 2)]),
     )
-    with pytest.raises(StateFormatError, match="not valid JSON"):
+    with pytest.raises(StateFormatError, match=error) as info:
         s.recover()
+    assert s.path in str(info.value)
 
 
-def test_old_version_and_change_feed_return_exactly_the_changes(spark, tmp_path):
+def test_partition_values_are_committed_unescaped_and_types_conformed(spark, sink_factory, tmp_path):
+    s = sink_factory(partition_by=["name"])
+    df = spark.createDataFrame([(1, "a b"), (2, "x:y/z%"), (3, None)], "id int, name string")
+    assert s.commit_epoch(1, df, {}).rows == 3
+    table = DeltaTable(str(tmp_path / "t"))
+    got = table.to_pyarrow_table()
+    assert sorted(zip(got.column("id").to_pylist(), got.column("name").to_pylist(), strict=True),
+                  key=lambda r: r[0]) == [(1, "a b"), (2, "x:y/z%"), (3, None)]
+    logged = table.get_add_actions(flatten=False).column("partition").to_pylist()
+    assert {p["name"] for p in logged} == {"a b", "x:y/z%", None}
+
+
+def test_table_written_by_delta_rs_reads_back_through_spark_without_delta_jars(spark, sink_factory, rows,
+                                                                               tmp_path):
     path = tmp_path / "t"
-    s = sink(spark, path)
-    s.commit_epoch(1, rows(spark, [1, 2]), {})
-    s.commit_epoch(2, rows(spark, [3]), {})
-    s.commit_epoch(3, rows(spark, [4, 5]), {})
-    src = DeltaTableSource(str(path))
-    latest = src.latest_version()
-    assert latest == 3  # version 0 created the table
-    old = src.read_snapshot(spark, version=2)
-    assert sorted(r.id for r in old.collect()) == [1, 2, 3]
-    assert sorted(r.id for r in src.read_snapshot(spark).collect()) == [1, 2, 3, 4, 5]
-    changes = src.read_changes(spark, 2, 3).collect()
-    assert sorted((r.id, r._change_type, r._commit_version) for r in changes) == [
-        (3, "insert", 2), (4, "insert", 3), (5, "insert", 3)]
-    assert src.read_snapshot(spark, version=0).count() == 0
-
-
-def test_table_written_by_delta_rs_reads_back_through_spark_without_delta_jars(spark, tmp_path):
-    path = tmp_path / "t"
-    s = sink(spark, path, partition_by=["name"])
-    s.commit_epoch(1, rows(spark, [1, 2, 3]), {})
+    s = sink_factory(partition_by=["name"])
+    s.commit_epoch(1, rows([1, 2, 3]), {})
     files = DeltaTable(str(path)).file_uris()
     back = spark.read.option("basePath", str(path)).parquet(*files)
     assert sorted((r.id, r.name) for r in back.collect()) == [(1, "n1"), (2, "n2"), (3, "n3")]
 
 
-def test_merge_mode_applies_upserts_and_deletes(spark, tmp_path):
-    schema = "id long, name string, _change_type string"
-    path = tmp_path / "m"
-    s = DeltaEpochSink(str(path), "m", spark.createDataFrame([], schema).schema, mode="merge",
-                       key_columns=["id"])
-    s.commit_epoch(1, spark.createDataFrame([(1, "a", "insert"), (2, "b", "insert")], schema), {})
-    s.commit_epoch(2, spark.createDataFrame(
-        [(1, "a", "update_preimage"), (1, "A", "update_postimage"), (2, "b", "delete"), (3, "c", "insert")],
-        schema), {"e": 2})
-    s.commit_epoch(2, spark.createDataFrame([(9, "z", "insert")], schema), {})  # replay: skipped
-    table = DeltaTable(str(path)).to_pyarrow_table()
-    assert sorted(zip(table.column("id").to_pylist(), table.column("name").to_pylist(), strict=True)) == [
-        (1, "A"), (3, "c")]
-    assert s.recover().state == {"e": 2}
-
-
-def test_a_checkpoint_is_written_every_n_commits(spark, tmp_path):
-    s = sink(spark, tmp_path / "t", checkpoint_interval=3)
-    for e in range(1, 5):
-        s.commit_epoch(e, None, {"e": e})
-    assert list((tmp_path / "t" / "_delta_log").glob("*.checkpoint.parquet"))
-    assert s.recover().state == {"e": 4}
-
-
-def test_delta_spark_writer(spark, tmp_path):
+def test_delta_spark_writer(spark, sink_factory, rows):
     if not delta_spark_available(spark):
         pytest.skip("delta-spark's jars are not on Spark's classpath here (Maven is unreachable); "
-                    "the container image can bake them")
-    s = sink(spark, tmp_path / "t", writer="delta-spark")
-    s.commit_epoch(1, rows(spark, [1]), {"a": 1})
+                    "the writer is used where the container image bakes them")
+    s = sink_factory(writer="delta-spark")
+    assert s.commit_epoch(1, rows([1]), {"a": 1}).committed
+    assert not s.commit_epoch(1, rows([2]), {"a": 2}).committed
     assert s.recover().state == {"a": 1}
+
+
+def test_delta_spark_writer_refused_without_its_jars(spark, sink_factory, rows):
+    if delta_spark_available(spark):
+        pytest.skip("delta-spark's jars are on the classpath")
+    with pytest.raises(DeltaSinkError, match="jars are not on Spark's classpath"):
+        sink_factory(writer="delta-spark").commit_epoch(1, rows([1]), {})
+    assert sink_factory(name="auto", writer="auto").commit_epoch(1, rows([1]), {}).committed
