@@ -55,19 +55,41 @@ class DeltaTableSource:
             return spark.createDataFrame([], schema)
         return spark.read.schema(schema).option("basePath", self.path).parquet(*files)
 
+    def changes_arrow(self, start_version: int, end_version: int | None = None) -> pa.Table:
+        """Change data feed rows of versions ``start_version..end_version`` (inclusive) as Arrow.
+
+        Each row carries ``_change_type`` (insert, delete, update_preimage, update_postimage),
+        ``_commit_version`` and ``_commit_timestamp``. ``end_version`` None means the latest version; a
+        range starting after it (nothing new yet) is empty, not an error.
+        """
+        import pyarrow as pa
+
+        commit_ts = pa.timestamp("ms", tz="UTC")
+        table = self._table()
+        end = table.version() if end_version is None else end_version
+        if start_version < 0 or (end_version is not None and end_version < start_version):
+            msg = f"bad change feed range {start_version}..{end_version} of Delta table {self.path}"
+            raise DeltaSinkError(msg)
+        if start_version > end:
+            return _plain_types(pa.schema(table.schema().to_arrow()).empty_table()).append_column(
+                "_change_type", pa.array([], pa.string())).append_column(
+                "_commit_version", pa.array([], pa.int64())).append_column(
+                "_commit_timestamp", pa.array([], commit_ts))
+        reader = table.load_cdf(starting_version=start_version, ending_version=end)
+        changes = _plain_types(pa.table(reader.read_all()))
+        i = changes.schema.get_field_index("_commit_timestamp")
+        if i >= 0 and changes.schema.field(i).type != commit_ts:  # delta-rs: naive ms, in fact UTC
+            changes = changes.set_column(i, "_commit_timestamp", changes.column(i).cast(commit_ts))
+        return changes
+
     def read_changes(
         self, spark: SparkSession, start_version: int, end_version: int | None = None
     ) -> DataFrame:
-        """Change data feed rows of versions ``start_version..end_version`` (inclusive)."""
-        import pyarrow as pa
+        """Change data feed rows of versions ``start_version..end_version`` (inclusive) as a DataFrame.
 
-        table = self._table()
-        end = table.version() if end_version is None else end_version
-        if start_version > end:
-            msg = f"start version {start_version} is after end version {end} of {self.path}"
-            raise DeltaSinkError(msg)
-        changes = pa.table(table.load_cdf(starting_version=start_version, ending_version=end).read_all())
-        return spark.createDataFrame(_plain_types(changes))
+        See :meth:`changes_arrow`; the rows are read on the driver by delta-rs (no Delta jars).
+        """
+        return spark.createDataFrame(self.changes_arrow(start_version, end_version))
 
 
 def _plain_types(table: pa.Table) -> pa.Table:
