@@ -11,9 +11,15 @@ JSON ``{"topic": {"0": 23}}`` with -2 = earliest, -1 = latest); ``failOnDataLoss
 ``chunkRows`` (rows per Arrow batch, default 10000).
 
 Streaming options: ``subscribe`` (comma list) or ``subscribePattern``, ``startingOffsets``
-(earliest | latest | JSON), ``maxOffsetsPerTrigger``, ``failOnDataLoss``, ``includeHeaders``, ``kafka.*``.
-The streaming offset is ``{"splits": {"topic:partition": next_offset}, "tick": n}``; ``tick`` grows on every
-``latestOffset`` call so Spark runs a micro-batch on every trigger even when no record arrived.
+(earliest | latest | JSON), ``startingTimestamp`` (epoch ms; wins over ``startingOffsets``, like Spark),
+``maxOffsetsPerTrigger``, ``failOnDataLoss``, ``includeHeaders``, ``kafka.*``. Batch reads accept
+``startingTimestamp`` / ``endingTimestamp`` too.
+
+The streaming offset is ``{"splits": {"topic:partition": next_offset}, "tick": n}``, plus
+``"born": {"topic:partition": first_offset}`` in the batch that first reads a new split (new partition or new
+topic of a pattern; it starts at its earliest offset). ``tick`` grows on every ``latestOffset`` call so Spark
+runs a micro-batch on every trigger even when no record arrived. Every range of a batch is derived from its
+start and end offsets alone (``born`` included), so a replayed batch reads exactly the same range.
 """
 
 from __future__ import annotations
@@ -125,10 +131,31 @@ def _subscription(admin: Any, options: Mapping[str, str]) -> list[tuple[str, int
     raise KafkaConnectorError(msg)
 
 
+def _timestamp(options: Mapping[str, str], key: str) -> int | None:
+    raw = options.get(key)
+    if raw is None or str(raw).strip() == "":
+        return None
+    try:
+        return int(str(raw).strip())
+    except ValueError:
+        msg = f'option "{key}" must be a timestamp in epoch milliseconds, got {raw!r}'
+        raise KafkaConnectorError(msg) from None
+
+
 def _resolve_offsets(
-    admin: Any, sids: list[str], spec: str | None, default: str, allow_latest: bool = True
+    admin: Any,
+    sids: list[str],
+    spec: str | None,
+    default: str,
+    timestamp_ms: int | None = None,
 ) -> dict[str, int]:
-    """Offsets per split for ``earliest``/``latest``/JSON (-2 earliest, -1 latest); absent -> ``default``."""
+    """Offsets per split for ``earliest``/``latest``/JSON (-2 earliest, -1 latest); absent -> ``default``.
+
+    A ``timestamp_ms`` wins over ``spec`` (as Spark's ``startingTimestamp`` does): the first offset with a
+    record timestamp >= it, or the end offset when there is none.
+    """
+    if timestamp_ms is not None:
+        return admin.offsets_for_timestamp(sids, timestamp_ms) if sids else {}
     spec = (spec or default).strip()
     wanted: dict[str, int] = {}
     if spec == "earliest":
@@ -397,8 +424,12 @@ class KafkaBatchReader(DataSourceReader):
             return parse_ranges(str(options["ranges"]))
         admin = self._opts.admin()
         sids = [split_id(t, p) for t, p in _subscription(admin, options)]
-        starts = _resolve_offsets(admin, sids, options.get("startingOffsets"), "earliest")
-        ends = _resolve_offsets(admin, sids, options.get("endingOffsets"), "latest")
+        starts = _resolve_offsets(
+            admin, sids, options.get("startingOffsets"), "earliest", _timestamp(options, "startingTimestamp")
+        )
+        ends = _resolve_offsets(
+            admin, sids, options.get("endingOffsets"), "latest", _timestamp(options, "endingTimestamp")
+        )
         out = []
         for sid in sids:
             topic, part = sid.rsplit(":", 1)
@@ -455,9 +486,16 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
         return [split_id(t, p) for t, p in _subscription(self._admin, self._opts.options)]
 
     def initialOffset(self) -> dict:
-        """Offsets of ``startingOffsets`` (default latest, like Spark) with tick 0."""
+        """Offsets of ``startingTimestamp`` or ``startingOffsets`` (default latest, like Spark); tick 0."""
         sids = self._sids()
-        starts = _resolve_offsets(self._admin, sids, self._opts.options.get("startingOffsets"), "latest")
+        options = self._opts.options
+        starts = _resolve_offsets(
+            self._admin,
+            sids,
+            options.get("startingOffsets"),
+            "latest",
+            _timestamp(options, "startingTimestamp"),
+        )
         return {"splits": starts, "tick": 0}
 
     def getDefaultReadLimit(self) -> Any:
@@ -506,17 +544,29 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
         else:
             grant = available
         splits = dict(begin_splits)
+        born: dict[str, int] = {}
         for sid in sids:
             if sid in begin_splits or grant[sid] > 0:
                 splits[sid] = begins[sid] + grant[sid]
+                if sid not in begin_splits:
+                    born[sid] = begins[sid]  # recorded so a replay starts the new split at the same offset
         if self._target is not None and splits == begin_splits and start:
             return start  # availableNow reached its target: no new batch, the query can finish
+        if born:
+            logger.info('kafka new splits splits="%s"', ",".join(f"{s}@{o}" for s, o in sorted(born.items())))
         logger.debug('kafka latest offset tick="%d" splits="%d"', tick, len(splits))
-        return {"splits": splits, "tick": tick}
+        offset: dict[str, Any] = {"splits": splits, "tick": tick}
+        if born:
+            offset["born"] = born
+        return offset
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        """One partition per split range ``[start, end)`` (new splits from their earliest)."""
+        """One partition per split range ``[start, end)``; a new split starts where ``end["born"]`` says.
+
+        Only offsets written before an older version recorded ``born`` fall back to the current earliest.
+        """
         begin = {k: int(v) for k, v in dict(start.get("splits", {})).items()}
+        begin.update({k: int(v) for k, v in dict(end.get("born", {})).items() if k not in begin})
         stop = {k: int(v) for k, v in dict(end.get("splits", {})).items()}
         new = [s for s in stop if s not in begin]
         earliest = self._admin.earliest_offsets(new) if new else {}

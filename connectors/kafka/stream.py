@@ -2,8 +2,10 @@
 
 Spark writes ``<checkpoint>/offsets/<batch_id>`` before running batch ``batch_id``: a line ``v1``, a line of
 batch metadata JSON, then one line per source with that source's end offset (``-`` when a source has none).
-For the ``kafka_py`` source that offset is ``{"splits": {"topic:partition": next_offset}, "tick": n}``.
-The start of batch N is the end of batch N-1.
+For the ``kafka_py`` source that offset is ``{"splits": {"topic:partition": next_offset}, "tick": n}``
+(+ ``"born": {split: first_offset}`` for splits first read in that batch). The start of batch N is the end of
+batch N-1, plus the ``born`` offsets of batch N. Spark writes the entry before the batch runs (it is the
+write-ahead log of the query), so the positions are known inside ``foreachBatch`` and on a replay.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from source_backfill.errors import KafkaConnectorError
 logger = logging.getLogger(__name__)
 
 
-def _source_offsets(path: Path, source_index: int) -> dict[str, int]:
+def _source_offsets(path: Path, source_index: int, key: str = "splits") -> dict[str, int]:
     try:
         lines = path.read_text().splitlines()
     except FileNotFoundError:
@@ -38,7 +40,9 @@ def _source_offsets(path: Path, source_index: int) -> dict[str, int]:
         parsed: Any = json.loads(raw)
         if isinstance(parsed, str):  # some sources serialise their offset as a JSON string
             parsed = json.loads(parsed)
-        return {str(k): int(v) for k, v in dict(parsed["splits"]).items()}
+        if key != "splits" and key not in parsed:
+            return {}
+        return {str(k): int(v) for k, v in dict(parsed[key]).items()}
     except (ValueError, KeyError, TypeError) as exc:
         msg = f"source #{source_index} in {path} is not a kafka_py offset: {raw[:200]!r}"
         raise KafkaConnectorError(msg) from exc
@@ -47,15 +51,18 @@ def _source_offsets(path: Path, source_index: int) -> dict[str, int]:
 def batch_offsets(
     checkpoint_dir: str, batch_id: int, source_index: int = 0
 ) -> tuple[dict[str, int] | None, dict[str, int]]:
-    """Exclusive start and end positions per split of micro-batch ``batch_id``.
+    """Start and end positions per split of micro-batch ``batch_id``: the batch read ``[start, end)``.
 
-    Start is ``None`` for batch 0. Splits present at the end but absent from the start (new partitions)
-    are absent from the start too: they begin at their earliest offset. ``source_index`` picks the source
-    when the query reads several.
+    ``start`` is ``None`` for batch 0 (it began at ``startingOffsets``). Otherwise it holds every split of
+    ``end``: a split first read in this batch (new partition, new topic of a pattern) starts at the offset
+    it was born at (its earliest offset when discovered). ``source_index`` picks the source when the query
+    reads several.
     """
     log = Path(checkpoint_dir) / "offsets"
     end = _source_offsets(log / str(batch_id), source_index)
     if batch_id <= 0:
         return None, end
     start = _source_offsets(log / str(batch_id - 1), source_index)
+    for sid, first in _source_offsets(log / str(batch_id), source_index, "born").items():
+        start.setdefault(sid, first)
     return start, end
