@@ -7,6 +7,7 @@ planner decides from per-split stats and ranges. Both on the same input, in the 
 from __future__ import annotations
 
 import json
+import os
 import random
 import time
 
@@ -92,7 +93,10 @@ def main() -> dict[str, float]:
         result[f"{kind}_reference_ms"] = round(reference_s * 1000, 1)
         result[f"{kind}_speedup"] = round(reference_s / planner_s, 1)
         result[f"{kind}_columnar_speedup"] = round(reference_s / columnar_s, 1)
+    result["load_average_1m"] = round(os.getloadavg()[0], 2)
     print("bench_planner:", json.dumps(result), flush=True)
+    print(f"  (load average {result['load_average_1m']} on {os.cpu_count()} cores: absolute times scale with "
+          "it, the ratios much less)")
     for kind in ("finished", "mixed", "backfilling"):
         print(f"  {kind:<12} columnar planner {result[f'{kind}_columnar_ms']:>6} ms per epoch for {SPLITS} "
               f"splits (goal < 5 ms), ratio vs row-by-row reference {result[f'{kind}_columnar_speedup']}x; "

@@ -7,6 +7,7 @@ from source_backfill.core.batch import (
     apply_history_batch,
     apply_live_batch,
     decide_live,
+    live_threshold,
 )
 from source_backfill.core.budget import WAIT_EPOCH_MULTIPLE, history_budget
 from source_backfill.core.codec import states_from_json, states_to_json
@@ -57,6 +58,7 @@ __all__ = [
     "is_backfill_done",
     "is_finish_reported",
     "job_progress",
+    "live_threshold",
     "on_history_row",
     "on_live_row",
     "parse_split_id",

@@ -42,22 +42,39 @@ class HistoryBatchResult:
     state: SplitState
 
 
-def decide_live(state: SplitState, first: int, last: int) -> LiveDecision:
+def live_threshold(state: SplitState, first: int, last: int) -> tuple[int | None, SplitState]:
     """The live rule for a non-empty batch whose offsets run from ``first`` to ``last``.
 
-    Only the ends matter: in Backfilling(b) a batch starting above ``b`` is dropped whole (the target
-    moves to ``last``); one reaching ``b`` finishes the split and emits what lies above ``b``; one ending
-    below ``b`` leaves it SourceCachingUp(b). SourceCachingUp(b) finishes once the batch reaches ``b``.
+    Returns ``(emit_above, state after the batch)``: the batch's rows ``> emit_above`` are emitted
+    (None: none). Only the ends of the batch matter:
+
+    * Finished: every row (``-1``), state unchanged;
+    * Backfilling(None), or Backfilling(b) with ``first > b``: none; the target moves to ``last``;
+    * Backfilling(b) or SourceCachingUp(b) with ``last >= b``: the rows above ``b``; Finished;
+    * Backfilling(b) or SourceCachingUp(b) with ``last < b``: none; SourceCachingUp(b).
+
+    Invariant: equal to folding :func:`~source_backfill.core.splits.on_live_row` over any increasing
+    batch with these ends (property-tested).
     """
     stage, b = state.stage, state.offset
     if stage is Stage.FINISHED:
-        return LiveDecision(-1, state)
+        return -1, state
     if stage is Stage.BACKFILLING and (b is None or first > b):
-        return LiveDecision(None, SplitState(stage, b, state.num_consumed_rows, last))
+        if state.target_offset == last:
+            return None, state
+        return None, SplitState(stage, b, state.num_consumed_rows, last)
     assert b is not None  # noqa: S101 - Backfilling(None) handled above; CachingUp always has b
     if last >= b:
-        return LiveDecision(b, state.with_stage(Stage.FINISHED, b))
-    return LiveDecision(None, state.with_stage(Stage.SOURCE_CACHING_UP, b))
+        return b, state.with_stage(Stage.FINISHED, b)
+    if stage is Stage.SOURCE_CACHING_UP:
+        return None, state
+    return None, state.with_stage(Stage.SOURCE_CACHING_UP, b)
+
+
+def decide_live(state: SplitState, first: int, last: int) -> LiveDecision:
+    """:func:`live_threshold` as a :class:`LiveDecision`."""
+    above, new = live_threshold(state, first, last)
+    return LiveDecision(above, new)
 
 
 def apply_live_batch(state: SplitState, offsets: Offsets) -> LiveBatchResult:
@@ -65,10 +82,9 @@ def apply_live_batch(state: SplitState, offsets: Offsets) -> LiveBatchResult:
     n = int(offsets.shape[0])
     if n == 0:
         return LiveBatchResult(None, 0, state)
-    decision = decide_live(state, int(offsets[0]), int(offsets[-1]))
-    above = decision.emit_above
+    above, new = live_threshold(state, int(offsets[0]), int(offsets[-1]))
     emitted = 0 if above is None else n - int(np.searchsorted(offsets, above, side="right"))
-    return LiveBatchResult(above if emitted else None, emitted, decision.state)
+    return LiveBatchResult(above if emitted else None, emitted, new)
 
 
 def apply_history_batch(state: SplitState, offsets: Offsets) -> HistoryBatchResult:

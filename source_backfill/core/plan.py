@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from source_backfill.core.batch import decide_live
+from source_backfill.core.batch import live_threshold
 from source_backfill.core.splits import SplitId, SplitState, Stage
 
 
@@ -148,26 +148,36 @@ def plan_epoch(
 ) -> EpochPlan:
     """Apply the live batch to ``states`` and plan at most ``budget`` offsets of history reads.
 
-    ``starts`` gives where ``Backfilling(None)`` splits begin (default 0). A split without a known
-    target reads nothing: without it history could read rows the live stream then delivers too.
+    Per split: the live rule (:func:`~source_backfill.core.batch.live_threshold`) gives ``emit_above``
+    and the state after the live rows; a split still Backfilling(b) with a target wants the history
+    ``[b+1, target]``, and gets the part of it its fair share of ``budget`` allows. ``starts`` gives
+    where ``Backfilling(None)`` splits begin (default 0). A split without a known target reads nothing:
+    without it history could read rows the live stream then delivers too. Splits absent from ``live``
+    (no rows this epoch) are planned all the same.
+
+    Invariant: every planned range ends at or before the split's target, which is at most the last
+    live offset seen, so each of its records is emitted by the history rule.
     """
     after: dict[SplitId, SplitState] = {}
     emit_above: dict[SplitId, int | None] = {}
     demand: list[tuple[int, SplitId, int]] = []
+    first_offsets = starts or {}
     for split, state in states.items():
+        if state.stage is Stage.FINISHED:  # the hot path of a caught-up job: emit all, read nothing
+            after[split] = state
+            emit_above[split] = -1
+            continue
         stats = live.get(split)
         if stats is not None and stats.count > 0:
-            decision = decide_live(state, stats.first, stats.last)
-            state = decision.state
-            emit_above[split] = decision.emit_above
+            emit_above[split], state = live_threshold(state, stats.first, stats.last)
         else:
-            emit_above[split] = -1 if state.stage is Stage.FINISHED else None
+            emit_above[split] = None
         after[split] = state
-        if state.stage is Stage.BACKFILLING and state.target_offset is not None:
-            lo = state.offset + 1 if state.offset is not None else (starts or {}).get(split, 0)
-            want = state.target_offset - lo + 1
-            if want > 0:
-                demand.append((want, split, lo))
+        target = state.target_offset
+        if state.stage is Stage.BACKFILLING and target is not None:
+            lo = state.offset + 1 if state.offset is not None else first_offsets.get(split, 0)
+            if target >= lo:
+                demand.append((target - lo + 1, split, lo))
     return EpochPlan(after, emit_above, _share(demand, budget), dict(end))
 
 
@@ -198,33 +208,56 @@ def water_level(wants_sorted: list[int], budget: int) -> int:
 
 
 def finish_epoch(plan: EpochPlan, history_counts: Mapping[SplitId, int]) -> dict[SplitId, SplitState]:
-    """``S(e)``: complete the ranges read (all of them whole) and apply the epoch-boundary rule."""
-    ranges = {r.split: r for r in plan.history}
-    out: dict[SplitId, SplitState] = {}
-    for split, state in plan.states.items():
-        r = ranges.get(split)
-        if r is not None and state.stage is Stage.BACKFILLING:
-            rows = state.num_consumed_rows + history_counts.get(split, 0)
-            target = state.target_offset
-            last = r.end - 1
-            if target is not None and last >= target:
-                state = SplitState(Stage.SOURCE_CACHING_UP, target, rows, target)
-            else:
-                state = SplitState(Stage.BACKFILLING, last, rows, target)
-        elif (
-            state.stage is Stage.BACKFILLING
-            and state.offset is not None
-            and state.target_offset is not None
-            and state.offset >= state.target_offset
-        ):
-            state = state.with_stage(Stage.SOURCE_CACHING_UP, state.offset)
-        if state.stage is Stage.SOURCE_CACHING_UP:
-            nxt = plan.end.get(split)
-            assert state.offset is not None  # noqa: S101
-            if nxt is not None and nxt > state.offset:
-                state = state.with_stage(Stage.FINISHED, state.offset)
-        out[split] = state
+    """``S(e)``: complete the ranges read (each of them whole) and apply the epoch-boundary rule.
+
+    ``history_counts`` holds the records read per split (absent: 0); they all count as consumed.
+    States that no rule changes are returned as the same objects.
+    """
+    out = dict(plan.states)
+    for r in plan.history:
+        state = out.get(r.split)
+        if state is not None and state.stage is Stage.BACKFILLING:
+            out[r.split] = complete_range(state, r.end - 1, history_counts.get(r.split, 0))
+    for split, state in out.items():
+        if state.stage is not Stage.FINISHED:
+            new = at_boundary(state, plan.end.get(split))
+            if new is not state:
+                out[split] = new  # same keys: updating while iterating is safe
     return out
+
+
+def complete_range(state: SplitState, last: int, count: int) -> SplitState:
+    """A Backfilling split whose history range ``[b+1, last]`` was read whole (``count`` records).
+
+    Read up to the target: ``SourceCachingUp(target)``, even when the last offsets were transaction
+    markers or compacted away. Ending before it: ``Backfilling(last)``. Either way ``count`` rows are
+    consumed. With a record at ``last`` this is the state the history rule reaches row by row; without
+    one the reader's position proves the log holds nothing more up to ``last``, so the same state holds.
+    """
+    rows = state.num_consumed_rows + count
+    target = state.target_offset
+    if target is not None and last >= target:
+        return SplitState(Stage.SOURCE_CACHING_UP, target, rows, target)
+    return SplitState(Stage.BACKFILLING, last, rows, target)
+
+
+def at_boundary(state: SplitState, end: int | None) -> SplitState:
+    """The epoch-boundary rule, given the live stream's next position ``end`` (None: unknown).
+
+    * ``Backfilling(b)`` with ``b >= target``: history has nothing left to read, so
+      ``SourceCachingUp(b)`` (what the history rule gives on reaching the target);
+    * ``SourceCachingUp(b)`` with ``end > b``: every future live row is above ``b``, where the live rule
+      would emit it and finish the split, so ``Finished`` now — exact handoff even on an idle topic.
+    """
+    b = state.offset
+    if state.stage is Stage.BACKFILLING:
+        target = state.target_offset
+        if b is None or target is None or b < target:
+            return state
+        state = state.with_stage(Stage.SOURCE_CACHING_UP, b)
+    if state.stage is Stage.SOURCE_CACHING_UP and end is not None and b is not None and end > b:
+        return state.with_stage(Stage.FINISHED, b)
+    return state
 
 
 def is_finish_reported(states: Mapping[SplitId, SplitState]) -> bool:

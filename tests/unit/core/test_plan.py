@@ -95,3 +95,25 @@ def test_finish_reported_vs_done_and_progress():
     p = job_progress(states, history_rows_per_s=5.0)
     assert (p.splits_total, p.splits_finished, p.rows_backfilled, p.remaining_offsets) == (3, 1, 12, 10)
     assert p.eta_seconds == 2.0
+
+
+def test_unchanged_states_are_the_same_objects():
+    states = {"t:0": F(9), "t:1": C(20, 20), "t:2": B(3, 9)}
+    plan = plan_epoch(states, {"t:0": LiveStats(10, 14, 5, 15)}, 0, {"t:0": 15, "t:1": 20, "t:2": 10})
+    out = finish_epoch(plan, {})
+    assert all(out[s] is states[s] for s in states)
+
+
+def test_backfilling_at_its_target_with_nothing_to_read_caches_up_then_finishes():
+    plan = plan_epoch({"t:0": B(9, 9)}, {}, 100, {"t:0": 9})
+    assert plan.history == ()
+    assert finish_epoch(plan, {}) == {"t:0": C(9, 9)}
+    plan = plan_epoch({"t:0": B(9, 9)}, {}, 100, {"t:0": 10})
+    assert finish_epoch(plan, {}) == {"t:0": SplitState(Stage.FINISHED, 9, 0, 9)}
+
+
+def test_backfilling_none_reads_from_the_given_start():
+    plan = plan_epoch({"t:0": B(None)}, {"t:0": LiveStats(10, 12, 3, 13)}, 100, {"t:0": 13}, {"t:0": 4})
+    assert plan.states == {"t:0": B(None, 12)}
+    assert plan.history == (HistoryRange("t:0", 4, 13),)
+    assert finish_epoch(plan, {"t:0": 9})["t:0"] == SplitState(Stage.FINISHED, 12, 9, 12)

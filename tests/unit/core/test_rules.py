@@ -43,9 +43,20 @@ def test_live_caching_up_b_greater_than_o_drops():
     assert (emit, s) == (False, C(9))
 
 
-def test_live_finished_emits_below_at_and_above():
-    for o in (0, 5, 10):
-        assert on_live_row(F(5), o) == (True, F(5))
+def test_live_finished_b_less_than_o_emits():
+    assert on_live_row(F(5), 10) == (True, F(5))
+
+
+def test_live_finished_b_equal_o_emits():
+    assert on_live_row(F(5), 5) == (True, F(5))
+
+
+def test_live_finished_b_greater_than_o_emits():
+    assert on_live_row(F(5), 0) == (True, F(5))
+
+
+def test_live_finished_without_offset_emits():
+    assert on_live_row(F(), 0) == (True, F())
 
 
 def test_live_target_is_not_updated_once_out_of_backfilling():
