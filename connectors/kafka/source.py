@@ -32,6 +32,8 @@ import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
+from operator import is_not
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
@@ -66,6 +68,9 @@ KAFKA_FORMAT = "kafka_py"
 
 #: Offsets per InputPartition before a range is split so that every core gets work.
 MAX_OFFSETS_PER_PARTITION = 250_000
+#: Messages per ``consume()`` call. Small calls keep the fresh Message objects in CPU cache while their
+#: columns are pulled out: 500 uses ~35% less CPU per record than 10,000 (bench/bench_kafka_read.py).
+CONSUME_BATCH = 500
 #: Rows per yielded Arrow record batch.
 CHUNK_ROWS = 10_000
 DEFAULT_POLL_TIMEOUT_MS = 60_000
@@ -243,7 +248,7 @@ def read_range(
         return
     import pyarrow as pa
     import pyarrow.compute as pc
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
     from connectors.kafka.admin import consumer_config
 
@@ -277,11 +282,20 @@ def read_range(
         consumer.assign([TopicPartition(rng.topic, rng.partition, start)])
         topic_arr_cache: dict[int, Any] = {}
         part_scalar = pa.scalar(rng.partition, pa.int32())
+        stamp_type = pa.struct([("type", pa.int32()), ("ms", pa.int64())])
+        # unbound methods mapped in C: ~2x cheaper per record than comprehensions calling m.value()
+        m_error, m_offset, m_key, m_value, m_timestamp, m_headers = (
+            Message.error,
+            Message.offset,
+            Message.key,
+            Message.value,
+            Message.timestamp,
+            Message.headers,
+        )
         keys: list = []
         values: list = []
         offsets: list = []
         stamps: list = []
-        ts_types: list = []
         headers: list = []
         pos = start
         done = False
@@ -292,7 +306,8 @@ def read_range(
             if n not in topic_arr_cache:
                 topic_arr_cache.clear()
                 topic_arr_cache[n] = pa.repeat(pa.scalar(rng.topic, pa.string()), n)
-            ts = pc.multiply(pa.array(stamps, pa.int64()), 1000).cast(schema.field("timestamp").type)
+            pairs = pa.array(stamps, stamp_type)  # (type, ms) tuples split in C
+            ts = pc.multiply(pairs.field(1), 1000).cast(schema.field("timestamp").type)
             cols = [
                 pa.array(keys, pa.binary()),
                 pa.array(values, pa.binary()),
@@ -300,12 +315,12 @@ def read_range(
                 pa.repeat(part_scalar, n),
                 pa.array(offsets, pa.int64()),
                 ts,
-                pa.array(ts_types, pa.int32()),
+                pc.subtract(pairs.field(0), 1),  # librdkafka 0/1/2 -> Kafka -1/0/1
             ]
             if include_headers:
                 cols.append(pa.array(headers, schema.field("headers").type))
             batch = pa.RecordBatch.from_arrays(cols, schema=schema)
-            for buf in (keys, values, offsets, stamps, ts_types, headers):
+            for buf in (keys, values, offsets, stamps, headers):
                 buf.clear()
             return batch
 
@@ -328,30 +343,29 @@ def read_range(
             return False
 
         while not done:
-            want = max(1, min(chunk_rows - len(offsets), rng.end - pos))
+            want = max(1, min(CONSUME_BATCH, chunk_rows - len(offsets), rng.end - pos))
             msgs = consumer.consume(num_messages=want, timeout=1.0)
             if msgs:
                 last_progress = time.monotonic()
-                # column-wise list comprehensions: ~2x faster than a per-message loop with appends
-                good = [m for m in msgs if m.error() is None]
-                if len(good) != len(msgs):
-                    for m in msgs:
-                        if m.error() is not None and on_error(m):
+                errs = list(map(m_error, msgs))
+                good = msgs
+                if any(map(is_not, errs, repeat(None))):  # identity: KafkaError == None raises
+                    good = [m for m, e in zip(msgs, errs, strict=True) if e is None]
+                    for m, e in zip(msgs, errs, strict=True):
+                        if e is not None and on_error(m):
                             done = True
                 if good:
-                    offs = [m.offset() for m in good]
+                    offs = list(map(m_offset, good))
                     if offs[-1] >= rng.end:
                         cut = bisect.bisect_left(offs, rng.end)
                         good, offs, done = good[:cut], offs[:cut], True
                 if good:
                     offsets += offs
-                    keys += [m.key() for m in good]
-                    values += [m.value() for m in good]
-                    stamp_pairs = [m.timestamp() for m in good]
-                    ts_types += [t[0] - 1 for t in stamp_pairs]
-                    stamps += [t[1] for t in stamp_pairs]
+                    keys += map(m_key, good)
+                    values += map(m_value, good)
+                    stamps += map(m_timestamp, good)
                     if include_headers:
-                        headers += [_headers(m.headers()) for m in good]
+                        headers += [_headers(h) for h in map(m_headers, good)]
                     pos = offs[-1] + 1
             if not done:
                 current = consumer.position([TopicPartition(rng.topic, rng.partition)])[0].offset
