@@ -312,7 +312,12 @@ class KafkaAdmin:
                         f"(no fetch response from {self.bootstrap_servers})"
                     )
                     raise BrokerUnavailableError(msg)
-                for m in consumer.consume(num_messages=1000, timeout=0.5):
+                # poll blocks only until the first event; consume(timeout=0) drains what is there. (A
+                # consume(n, timeout) waits out the whole timeout unless n messages arrive: +0.5 s per call.)
+                first = consumer.poll(timeout=min(0.5, max(0.0, deadline - time.monotonic())))
+                events = [first] if first is not None else []
+                events += consumer.consume(num_messages=1000, timeout=0)
+                for m in events:
                     err = m.error()
                     if err is None:
                         continue

@@ -344,7 +344,12 @@ def read_range(
 
         while not done:
             want = max(1, min(CONSUME_BATCH, chunk_rows - len(offsets), rng.end - pos))
-            msgs = consumer.consume(num_messages=want, timeout=1.0)
+            # poll blocks only until the first event, consume(timeout=0) takes what is queued: a tail of
+            # markers or compacted offsets has fewer messages than ``want`` and must not wait a timeout out
+            first = consumer.poll(timeout=1.0)
+            msgs = [first] if first is not None else []
+            if first is not None and want > 1:
+                msgs += consumer.consume(num_messages=want - 1, timeout=0)
             if msgs:
                 last_progress = time.monotonic()
                 errs = list(map(m_error, msgs))
