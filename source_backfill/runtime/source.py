@@ -183,7 +183,7 @@ class LiveSource:
         inp = EpochInput(
             epoch=batch_id,
             batch=batch,
-            live=_live_stats(batch, end),
+            live=_live_stats(batch, start, end),
             start=start,
             end=end,
             interval_s=self.config.trigger_interval_s,
@@ -240,18 +240,38 @@ class LiveSource:
         self.registry.publish_progress(job.name, to_job_progress(job))
 
 
-def _live_stats(batch: DataFrame, end: dict[str, int]) -> dict[str, LiveStats]:
+#: A live batch whose offset ranges bound it to at most this many rows has its stats computed on the
+#: driver from its offsets (one Spark stage, no shuffle); a larger one is aggregated by Spark.
+SMALL_BATCH_ROWS = 100_000
+
+
+def _live_stats(
+    batch: DataFrame, start: dict[str, int] | None, end: dict[str, int]
+) -> dict[str, LiveStats]:
     """Per split of the live batch: first and last offset, row count, and the exclusive end position."""
     from pyspark.sql import functions as F  # noqa: N812
 
-    rows = (
-        batch.groupBy("topic", "partition")
-        .agg(F.min("offset").alias("first"), F.max("offset").alias("last"), F.count("*").alias("n"))
-        .collect()
-    )
+    bound = None if start is None else sum(max(0, e - start.get(s, 0)) for s, e in end.items())
+    if bound is not None and bound <= SMALL_BATCH_ROWS:
+        table = batch.select("topic", "partition", "offset").toArrow()
+        grouped = table.group_by(["topic", "partition"]).aggregate(
+            [("offset", "min"), ("offset", "max"), ("offset", "count")]
+        )
+        rows = [
+            {"topic": r["topic"], "partition": r["partition"], "first": r["offset_min"],
+             "last": r["offset_max"], "n": r["offset_count"]}
+            for r in grouped.to_pylist()
+        ]
+    else:
+        rows = [
+            r.asDict()
+            for r in batch.groupBy("topic", "partition")
+            .agg(F.min("offset").alias("first"), F.max("offset").alias("last"), F.count("*").alias("n"))
+            .collect()
+        ]
     stats: dict[str, LiveStats] = {}
     for row in rows:
-        split = split_id(row['topic'], row['partition'])
+        split = split_id(row["topic"], row["partition"])
         stats[split] = LiveStats(
             first=int(row["first"]), last=int(row["last"]), count=int(row["n"]),
             end=max(end.get(split, 0), int(row["last"]) + 1),
