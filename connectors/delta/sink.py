@@ -20,7 +20,7 @@ import logging
 import shutil
 import threading
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -215,10 +215,13 @@ class DeltaEpochSink:
         self,
         epoch: int,
         df: DataFrame | None,
-        state: Mapping[str, Any],
+        state: Mapping[str, Any] | Callable[[], Mapping[str, Any]],
         plan: Mapping[str, Any] | None = None,
     ) -> CommitResult:
         """Commit epoch ``epoch``'s rows and the job's new ``state`` (+ ``plan``) atomically, exactly once.
+
+        ``state`` may be a callable, called once after the rows are written and before the commit (for a
+        state that depends on what the write observed); only where :meth:`writes_before_commit` is true.
 
         1. Create the table on first use (change data feed on) from the sink's schema; on an existing
            table check once that it belongs to this job and has the sink's columns.
@@ -251,8 +254,12 @@ class DeltaEpochSink:
                 KEY_JOB: self.job_id,
                 KEY_EPOCH: str(epoch),
                 KEY_ATTEMPT: attempt,
-                KEY_STATE: json.dumps(dict(state), sort_keys=True),
             }
+            if callable(state) and not self.writes_before_commit(df):
+                msg = "a deferred state needs the delta-rs append path (files written, then committed)"
+                raise DeltaSinkError(msg)
+            if not callable(state):
+                meta[KEY_STATE] = json.dumps(dict(state), sort_keys=True)
             if plan is not None:
                 meta[KEY_PLAN] = json.dumps(dict(plan), sort_keys=True)
             if self.mode == "merge":
@@ -267,6 +274,8 @@ class DeltaEpochSink:
 
                 def write_and_commit() -> CommitResult:
                     adds, rows = self._write_files(df, folder)
+                    if callable(state):
+                        meta[KEY_STATE] = json.dumps(dict(state()), sort_keys=True)
                     version = self._commit(snapshot, epoch, adds, meta)
                     (folder / MARKER).unlink(missing_ok=True)  # sealed: the log references it now
                     return CommitResult(epoch, True, version, len(adds), rows)
@@ -336,6 +345,13 @@ class DeltaEpochSink:
                    f'"{self.job_id}" writes {self.arrow_schema.names} '
                    f"partitioned by {list(self.partition_by)}")
             raise DeltaSinkError(msg)
+
+    def writes_before_commit(self, df: DataFrame | None) -> bool:
+        """True when ``commit_epoch`` writes the rows, then commits (the delta-rs append path).
+
+        Only then can a deferred ``state`` depend on what the write observed.
+        """
+        return self.mode != "merge" and (df is None or not self._use_delta_spark(df))
 
     def _use_delta_spark(self, df: DataFrame) -> bool:
         if self.writer == "delta-rs":

@@ -134,6 +134,31 @@ def test_state_read_back_equals_state_committed(sink_factory, rows):
     assert sink_factory(name="new").recover() is None
 
 
+def test_a_deferred_state_is_taken_after_the_rows_are_written_and_commits_with_them(
+    sink_factory, rows, tmp_path
+):
+    s = sink_factory()
+    seen = []
+
+    def state():
+        seen.append(sorted(p.name for p in attempt_files(tmp_path / "t")))
+        return {"written": len(seen[-1])}
+
+    result = s.commit_epoch(1, rows([1, 2, 3]), state)
+    assert result.committed and len(seen) == 1 and seen[0]  # called once, with the files on disk
+    assert s.recover().state == {"written": len(seen[0])}
+    assert table_ids(tmp_path / "t") == [1, 2, 3]
+    replay = s.commit_epoch(1, rows([9]), lambda: pytest.fail("a replayed epoch takes no state"))
+    assert replay.committed is False
+
+
+def test_a_deferred_state_is_refused_where_the_commit_is_the_write(sink_factory, rows):
+    s = sink_factory(mode="merge", key_columns=["id"])
+    assert not s.writes_before_commit(rows([1]))
+    with pytest.raises(DeltaSinkError, match="deferred state"):
+        s.commit_epoch(1, rows([1]), lambda: {"a": 1})
+
+
 def test_empty_epoch_commits_its_state(sink_factory, rows, tmp_path):
     s = sink_factory()
     first = s.commit_epoch(1, None, {"a": 1})
