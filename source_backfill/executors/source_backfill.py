@@ -20,6 +20,7 @@ import dataclasses
 import json
 import logging
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -45,7 +46,7 @@ from source_backfill.core import (
     states_from_json,
     states_to_json,
 )
-from source_backfill.errors import DataLossError, JobError
+from source_backfill.errors import DataLossError, JobError, SourceBackfillError
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -56,6 +57,10 @@ logger = logging.getLogger(__name__)
 
 #: Above this many splits with a partial live threshold, the live filter is a broadcast join, not an OR.
 _MAX_FILTER_TERMS = 64
+#: An epoch writing at most this many rows writes them as one file (one Spark task).
+_SMALL_OUTPUT_ROWS = 50_000
+#: How long the observed history counts may take to arrive after the write finished.
+_OBSERVE_TIMEOUT_S = 60.0
 #: History-read error backoff (seconds): doubles per consecutive error up to the cap.
 _BACKOFF_BASE_S = 1.0
 _BACKOFF_CAP_S = 60.0
@@ -115,6 +120,7 @@ class SourceBackfillJob:
         #: Live positions after the job's last committed epoch (what it has covered), for rejoining.
         self._covered_to: dict[str, int] = {}
         self._rates = _Rates()
+        self._observation: Any = None
         self.sink = DeltaEpochSink(spec.sink_path, spec.name, self.output_schema())
         recovered = self.sink.recover()
         if recovered is not None:
@@ -210,22 +216,57 @@ class SourceBackfillJob:
         plan = plan_epoch(states, inp.live, budget, inp.end)
 
         live = self._live_rows(inp.batch, plan.emit_above)
-        history, counts, read_s = self._read_history(plan.history)
+        # One pass (count while writing) needs a sink that writes before it commits, and no transform:
+        # a transform could let Spark prune the history scan, and its observed counts would never come.
+        observe = bool(plan.history) and self.spec.transform is None and self.sink.writes_before_commit(live)
+        history, counts, read_s = self._read_history(plan.history, observe=observe, session=live.sparkSession)
         if history is None:
             plan = dataclasses.replace(plan, history=())  # nothing read: no range may complete
             out = live
         else:
             out = live.unionByName(history)
-        new_states = finish_epoch(plan, counts)
+        bound = _output_rows_bound(inp, plan, counts if not observe else _range_sizes(plan.history))
+        if bound <= _SMALL_OUTPUT_ROWS:
+            out = out.coalesce(1)  # one task and one file instead of one per split for a small epoch
+        summary = _plan_summary(plan, budget)
+        t_write = time.monotonic()
         try:
-            result = self.sink.commit_epoch(
-                inp.epoch,
-                self.transform(out),
-                states_to_json(new_states),
-                plan=_plan_summary(plan, budget),
-            )
+            if observe:
+                assert self._observation is not None  # noqa: S101 - set by _read_history
+                observation, planned = self._observation, plan
+                done: dict[str, Any] = {}
+
+                def state_after_write() -> dict[str, Any]:
+                    # the counts are known once the rows are written; the state commits with them
+                    done["counts"] = {s: int(n) for s, n in _observed(observation).items() if n}
+                    done["states"] = finish_epoch(planned, done["counts"])
+                    return states_to_json(done["states"])
+
+                try:
+                    result = self.sink.commit_epoch(inp.epoch, self.transform(out), state_after_write,
+                                                    plan=summary)
+                except Exception as exc:
+                    if isinstance(exc, SourceBackfillError) or "states" in done:
+                        raise  # the rows were written (or the sink refused): not the history read's fault
+                    # the write failed before it finished: the history read, most likely; live goes on
+                    self._history_error(exc)  # data loss: the job fails here
+                    plan = dataclasses.replace(plan, history=())
+                    done = {"counts": {}, "states": finish_epoch(plan, {})}
+                    result = self.sink.commit_epoch(inp.epoch, self.transform(live),
+                                                    states_to_json(done["states"]),
+                                                    plan=_plan_summary(plan, budget))
+                if "states" not in done:  # the epoch was in already (a replay): nothing was observed
+                    done = {"counts": {}, "states": finish_epoch(plan, {})}
+                elif plan.history:
+                    self._rates.errors_in_a_row = 0
+                counts, new_states = done["counts"], done["states"]
+                read_s = time.monotonic() - t_write
+            else:
+                new_states = finish_epoch(plan, counts)
+                result = self.sink.commit_epoch(inp.epoch, self.transform(out), states_to_json(new_states),
+                                                plan=summary)
         finally:
-            if history is not None:
+            if history is not None and not observe:
                 history.unpersist()
         if result.committed:
             self.states = new_states
@@ -264,11 +305,19 @@ class SourceBackfillJob:
         return joined.where(F.col("offset") > F.col("_emit_above")).drop("_emit_above").select(*batch.columns)
 
     def _read_history(
-        self, ranges: Any
+        self, ranges: Any, *, observe: bool = False, session: SparkSession | None = None
     ) -> tuple[DataFrame | None, dict[str, int], float]:
-        """Read the planned history ranges (cached: counted, then written); errors back off."""
+        """The planned history ranges as a DataFrame, with the rows read per split.
+
+        ``observe``: the DataFrame counts its rows per split while it is written (one pass; the counts
+        are in ``self._observation`` after the write). Otherwise it is cached and counted now (two
+        passes; for sinks that need the state before they write). Read errors back off. ``session``:
+        the session the rows are written in (an observation only sees actions of its own session; the
+        live batch of ``foreachBatch`` has a session of its own).
+        """
         from connectors.kafka.source import KAFKA_FORMAT
 
+        self._observation = None
         if not ranges:
             return None, {}, 0.0
         t0 = time.monotonic()
@@ -277,13 +326,24 @@ class SourceBackfillJob:
             topic, partition = parse_split_id(r.split)
             spec.append({"topic": topic, "partition": partition, "start": r.start, "end": r.end})
         reader = (
-            self.spark.read.format(KAFKA_FORMAT)
+            (session or self.spark).read.format(KAFKA_FORMAT)
             .option("kafka.bootstrap.servers", self.bootstrap_servers)
             .option("ranges", json.dumps(spec))
             .option("failOnDataLoss", str(self.source.fail_on_data_loss).lower())
         )
         for key, value in self.source.kafka.items():
             reader = reader.option(f"kafka.{key}", value)
+        if observe:
+            from pyspark.sql import Observation
+            from pyspark.sql import functions as F  # noqa: N812
+
+            self._observation = Observation(f"history-{self.name}-{uuid.uuid4().hex}")
+            per_split = []
+            for r in ranges:
+                topic, partition = parse_split_id(r.split)
+                cond = (F.col("topic") == topic) & (F.col("partition") == partition)
+                per_split.append(F.count_if(cond).alias(r.split))
+            return reader.load().observe(self._observation, *per_split), {}, 0.0
         try:
             df = reader.load().persist()
             counted = df.groupBy("topic", "partition").count().collect()
@@ -382,6 +442,46 @@ def _estimate_above(stats: LiveStats, threshold: int) -> int:
         return 0
     width = max(1, stats.last - stats.first + 1)
     return round(stats.count * (stats.last - threshold) / width)
+
+
+def _output_rows_bound(inp: EpochInput, plan: Any, counts: Mapping[str, int]) -> int:
+    """At most how many rows the epoch writes: the live rows of emitting splits plus the history read."""
+    live = sum(stats.count for split, stats in inp.live.items() if plan.emit_above.get(split) is not None)
+    return live + sum(counts.values())
+
+
+def _observed(observation: Any, timeout_s: float = _OBSERVE_TIMEOUT_S) -> dict[str, Any]:
+    """``observation.get`` (which has no deadline) bounded by ``timeout_s``.
+
+    Past it the epoch fails and replays (not a JobError: the job is fine) instead of stalling the source.
+    """
+    import threading
+
+    box: dict[str, Any] = {}
+
+    def get() -> None:
+        try:
+            box["value"] = observation.get
+        except Exception as exc:  # noqa: BLE001 - handed to the caller
+            box["error"] = exc
+
+    waiter = threading.Thread(target=get, name="observation-get", daemon=True)
+    waiter.start()
+    waiter.join(timeout_s)
+    if "error" in box:
+        raise box["error"]
+    if "value" not in box:
+        msg = f"history row counts not observed within {timeout_s:.0f}s after the write"
+        raise SourceBackfillError(msg)
+    return dict(box["value"])
+
+
+def _range_sizes(ranges: Any) -> dict[str, int]:
+    """Offsets per split of the planned ranges: an upper bound of the records they hold."""
+    sizes: dict[str, int] = {}
+    for r in ranges:
+        sizes[r.split] = sizes.get(r.split, 0) + r.end - r.start
+    return sizes
 
 
 def _count_changes(changes: Any) -> dict[str, int]:
