@@ -9,7 +9,7 @@ from source_backfill.core.batch import (
     decide_live,
     live_threshold,
 )
-from source_backfill.core.budget import WAIT_EPOCH_MULTIPLE, history_budget
+from source_backfill.core.budget import WAIT_EPOCH_MULTIPLE, EpochCost, fit_epoch_cost, history_budget
 from source_backfill.core.codec import states_from_json, states_to_json
 from source_backfill.core.plan import (
     EpochPlan,
@@ -55,6 +55,8 @@ __all__ = [
     "decide_live",
     "finish_epoch",
     "history_budget",
+    "EpochCost",
+    "fit_epoch_cost",
     "is_backfill_done",
     "is_finish_reported",
     "job_progress",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 #: An epoch that ran over this many intervals makes the next one read no history (self-pause).
 WAIT_EPOCH_MULTIPLE = 5
@@ -12,6 +14,38 @@ FIRST_EPOCH_BUDGET = 50_000
 MIN_ADAPTIVE_BUDGET = 1_000
 #: Share of the interval the adaptive budget plans to spend on history.
 HISTORY_SHARE = 0.8
+#: The fitted budget grows at most this many times the rows of the last history epoch (a noisy fit
+#: must not plan one huge epoch that stalls the live stream).
+MAX_GROWTH = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class EpochCost:
+    """A history epoch's cost model: ``seconds = fixed_s + rows / rows_per_s``."""
+
+    fixed_s: float
+    rows_per_s: float
+
+
+def fit_epoch_cost(samples: Sequence[tuple[int, float]]) -> EpochCost | None:
+    """Least-squares fit of ``seconds = fixed + rows / rate`` over ``(rows, seconds)`` history epochs.
+
+    ``None`` when the samples cannot separate the two (fewer than two, rows all about equal, or a
+    slope that is not positive). ``fixed`` is clamped into ``[0, mean seconds]``.
+    """
+    if len(samples) < 2:
+        return None
+    n = len(samples)
+    mean_rows = sum(r for r, _ in samples) / n
+    mean_s = sum(t for _, t in samples) / n
+    var = sum((r - mean_rows) ** 2 for r, _ in samples)
+    if mean_rows <= 0 or var <= n * (0.05 * mean_rows) ** 2:  # rows within ~5%: no slope to see
+        return None
+    slope = sum((r - mean_rows) * (t - mean_s) for r, t in samples) / var
+    if slope <= 0:
+        return None
+    fixed = min(max(0.0, mean_s - slope * mean_rows), mean_s)
+    return EpochCost(fixed_s=fixed, rows_per_s=1.0 / slope)
 
 
 def history_budget(
@@ -22,18 +56,27 @@ def history_budget(
     measured_rows_per_s: float | None,
     last_epoch_s: float | None,
     paused: bool,
+    epoch_cost: EpochCost | None = None,
+    last_history_rows: int | None = None,
 ) -> int:
     """Offsets of history one epoch may read: the smallest of the rate limit, the cap and the adaptive.
 
     Zero when paused, at rate 0 (nothing is lost: the targets keep moving, history resumes later), or
     when the last epoch ran over ``WAIT_EPOCH_MULTIPLE`` intervals. The adaptive budget keeps the epoch
-    within its interval at the measured history throughput.
+    within its interval at the measured history throughput. With a fitted ``epoch_cost`` it is the rows
+    that fill ``HISTORY_SHARE`` of the interval after the fixed cost, at most ``MAX_GROWTH`` times
+    ``last_history_rows``: the same target, reached in a few epochs instead of a slow ramp.
     """
     if paused or rate_limit_rows_per_s == 0:
         return 0
     if last_epoch_s is not None and last_epoch_s > WAIT_EPOCH_MULTIPLE * interval_s:
         return 0
-    if measured_rows_per_s is None or measured_rows_per_s <= 0:
+    if epoch_cost is not None:
+        room_s = interval_s * HISTORY_SHARE - epoch_cost.fixed_s
+        adaptive = max(MIN_ADAPTIVE_BUDGET, int(epoch_cost.rows_per_s * room_s))
+        if last_history_rows:
+            adaptive = min(adaptive, max(MIN_ADAPTIVE_BUDGET, int(last_history_rows * MAX_GROWTH)))
+    elif measured_rows_per_s is None or measured_rows_per_s <= 0:
         adaptive = FIRST_EPOCH_BUDGET
     else:
         adaptive = max(MIN_ADAPTIVE_BUDGET, int(measured_rows_per_s * interval_s * HISTORY_SHARE))

@@ -21,6 +21,7 @@ import json
 import logging
 import time
 import uuid
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -33,6 +34,7 @@ from source_backfill.core import (
     Stage,
     attach,
     finish_epoch,
+    fit_epoch_cost,
     history_budget,
     is_backfill_done,
     is_finish_reported,
@@ -59,6 +61,8 @@ logger = logging.getLogger(__name__)
 _MAX_FILTER_TERMS = 64
 #: An epoch writing at most this many rows writes them as one file (one Spark task).
 _SMALL_OUTPUT_ROWS = 50_000
+#: History epochs the budget's cost model is fitted on.
+_COST_SAMPLES = 8
 #: How long the observed history counts may take to arrive after the write finished.
 _OBSERVE_TIMEOUT_S = 60.0
 #: History-read error backoff (seconds): doubles per consecutive error up to the cap.
@@ -86,6 +90,8 @@ class _Rates:
 
     history_rows_per_s: float | None = None
     last_epoch_s: float | None = None
+    #: (rows, seconds) of the last history epochs: the budget's cost model is fitted on them.
+    samples: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=_COST_SAMPLES))
     errors_in_a_row: int = 0
     backoff_until: float = 0.0
     rows_history: int = 0
@@ -212,6 +218,8 @@ class SourceBackfillJob:
             measured_rows_per_s=self._rates.history_rows_per_s,
             last_epoch_s=self._rates.last_epoch_s,
             paused=self.paused,
+            epoch_cost=fit_epoch_cost(list(self._rates.samples)),
+            last_history_rows=self._rates.samples[-1][0] if self._rates.samples else None,
         )
         plan = plan_epoch(states, inp.live, budget, inp.end)
 
@@ -377,6 +385,7 @@ class SourceBackfillJob:
     ) -> None:
         history_rows = sum(counts.values())
         if history_rows and read_s > 0:
+            self._rates.samples.append((history_rows, read_s))
             rate = history_rows / read_s
             prev = self._rates.history_rows_per_s
             self._rates.history_rows_per_s = rate if prev is None else 0.5 * prev + 0.5 * rate

@@ -1,5 +1,8 @@
-from source_backfill.core import WAIT_EPOCH_MULTIPLE, history_budget
-from source_backfill.core.budget import FIRST_EPOCH_BUDGET, MIN_ADAPTIVE_BUDGET
+from hypothesis import given
+from hypothesis import strategies as st
+
+from source_backfill.core import WAIT_EPOCH_MULTIPLE, EpochCost, fit_epoch_cost, history_budget
+from source_backfill.core.budget import FIRST_EPOCH_BUDGET, HISTORY_SHARE, MAX_GROWTH, MIN_ADAPTIVE_BUDGET
 
 
 def budget(**kw):
@@ -26,3 +29,56 @@ def test_smallest_of_rate_cap_and_adaptive():
     assert budget(measured_rows_per_s=10_000, interval_s=1) == 8_000
     assert budget(measured_rows_per_s=10, interval_s=1) == MIN_ADAPTIVE_BUDGET
     assert budget(rate_limit_rows_per_s=0.1, interval_s=1) == 1  # a tiny rate still progresses
+
+
+# -- the fitted cost model ------------------------------------------------------------------------------
+@given(
+    fixed=st.floats(0.0, 2.0),
+    rate=st.floats(1e3, 1e6),
+    rows=st.lists(st.integers(1_000, 500_000), min_size=2, max_size=8, unique=True),
+)
+def test_fit_recovers_fixed_cost_and_rate_from_exact_samples(fixed, rate, rows):
+    samples = [(n, fixed + n / rate) for n in rows]
+    cost = fit_epoch_cost(samples)
+    if cost is None:  # rows too alike to see a slope
+        mean = sum(rows) / len(rows)
+        assert sum((n - mean) ** 2 for n in rows) <= len(rows) * (0.05 * mean) ** 2
+        return
+    assert abs(cost.fixed_s - fixed) < 1e-6 + 1e-6 * fixed
+    assert abs(cost.rows_per_s - rate) / rate < 1e-6
+
+
+def test_fit_needs_two_distinct_sizes_and_a_positive_slope():
+    assert fit_epoch_cost([]) is None
+    assert fit_epoch_cost([(1000, 0.5)]) is None
+    assert fit_epoch_cost([(1000, 0.5), (1000, 0.7)]) is None  # same size: no slope
+    assert fit_epoch_cost([(1000, 0.9), (50_000, 0.5)]) is None  # bigger was faster: noise
+    cost = fit_epoch_cost([(10_000, 0.1), (20_000, 0.05)] + [(30_000, 2.0)])
+    assert cost is not None and 0.0 <= cost.fixed_s <= (0.1 + 0.05 + 2.0) / 3  # clamped
+
+
+def test_fitted_budget_fills_the_share_after_the_fixed_cost_and_grows_at_most_the_cap():
+    cost = EpochCost(fixed_s=0.3, rows_per_s=100_000)
+    target = int(100_000 * (HISTORY_SHARE - 0.3))
+    assert budget(epoch_cost=cost) == target
+    assert budget(epoch_cost=cost, last_history_rows=10_000) == int(10_000 * MAX_GROWTH)
+    assert budget(epoch_cost=EpochCost(5.0, 100_000)) == MIN_ADAPTIVE_BUDGET  # fixed cost over the share
+    assert budget(epoch_cost=cost, max_rows_per_epoch=700) == 700
+    assert budget(epoch_cost=cost, rate_limit_rows_per_s=10) == 10
+    assert budget(epoch_cost=cost, paused=True) == 0
+
+
+def test_a_fitted_ramp_reaches_the_target_in_a_few_epochs():
+    """Simulated epochs costing 0.35 s + rows / 150k rows/s: from the first-epoch budget, the budget
+    settles within 5% of the rows that fill the share of the interval in at most six epochs."""
+    fixed, rate = 0.35, 150_000.0
+    target = rate * (HISTORY_SHARE - fixed)
+    samples: list[tuple[int, float]] = []
+    rows = budget()
+    for epoch in range(6):
+        samples.append((rows, fixed + rows / rate))
+        rows = budget(epoch_cost=fit_epoch_cost(samples[-8:]), last_history_rows=rows,
+                      measured_rows_per_s=rows / samples[-1][1])
+        if abs(rows - target) / target < 0.05:
+            break
+    assert abs(rows - target) / target < 0.05, (epoch, rows, target)
