@@ -87,7 +87,7 @@ def log_offsets(
 
     from confluent_kafka import Consumer, TopicPartition
 
-    from connectors.kafka.admin import KafkaAdmin
+    from connectors.kafka.admin import KafkaAdmin, consume_available
 
     admin = KafkaAdmin(bootstrap)
     splits = admin.list_splits(list(topics))
@@ -114,7 +114,7 @@ def log_offsets(
         consumer.assign(assignment)
         deadline = time.monotonic() + timeout_s
         while todo and time.monotonic() < deadline:
-            for msg in consumer.consume(num_messages=10_000, timeout=0.5):
+            for msg in consume_available(consumer, 10_000, 0.5):
                 key = (msg.topic(), msg.partition())
                 if msg.error() is not None:
                     if msg.error().code() == -191:  # _PARTITION_EOF: the log is read to its end

@@ -65,6 +65,20 @@ def consumer_config(
     return conf
 
 
+def consume_available(consumer: Any, max_messages: int, timeout_s: float) -> list[Any]:
+    """Up to ``max_messages`` events: wait at most ``timeout_s`` for the first, then take what is queued.
+
+    ``consumer.consume(n, timeout)`` waits out its whole timeout unless ``n`` messages arrive, so a log
+    end, a tail of transaction markers or compacted offsets would each cost a full timeout.
+    """
+    first = consumer.poll(timeout=timeout_s)
+    if first is None:
+        return []
+    if max_messages <= 1:
+        return [first]
+    return [first, *consumer.consume(num_messages=max_messages - 1, timeout=0)]
+
+
 # -- retries -------------------------------------------------------------------------------------------
 def _is_retriable(exc: BaseException) -> bool:
     from confluent_kafka import KafkaError, KafkaException
@@ -312,12 +326,8 @@ class KafkaAdmin:
                         f"(no fetch response from {self.bootstrap_servers})"
                     )
                     raise BrokerUnavailableError(msg)
-                # poll blocks only until the first event; consume(timeout=0) drains what is there. (A
-                # consume(n, timeout) waits out the whole timeout unless n messages arrive: +0.5 s per call.)
-                first = consumer.poll(timeout=min(0.5, max(0.0, deadline - time.monotonic())))
-                events = [first] if first is not None else []
-                events += consumer.consume(num_messages=1000, timeout=0)
-                for m in events:
+                wait_s = min(0.5, max(0.0, deadline - time.monotonic()))
+                for m in consume_available(consumer, 1000, wait_s):
                     err = m.error()
                     if err is None:
                         continue

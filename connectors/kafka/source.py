@@ -250,7 +250,7 @@ def read_range(
     import pyarrow.compute as pc
     from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
-    from connectors.kafka.admin import consumer_config
+    from connectors.kafka.admin import consume_available, consumer_config
 
     schema = _arrow_schema(include_headers)
     conf = consumer_config(bootstrap, kafka_options)
@@ -344,12 +344,7 @@ def read_range(
 
         while not done:
             want = max(1, min(CONSUME_BATCH, chunk_rows - len(offsets), rng.end - pos))
-            # poll blocks only until the first event, consume(timeout=0) takes what is queued: a tail of
-            # markers or compacted offsets has fewer messages than ``want`` and must not wait a timeout out
-            first = consumer.poll(timeout=1.0)
-            msgs = [first] if first is not None else []
-            if first is not None and want > 1:
-                msgs += consumer.consume(num_messages=want - 1, timeout=0)
+            msgs = consume_available(consumer, want, 1.0)
             if msgs:
                 last_progress = time.monotonic()
                 errs = list(map(m_error, msgs))
