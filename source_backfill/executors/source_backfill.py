@@ -126,7 +126,6 @@ class SourceBackfillJob:
         #: Live positions after the job's last committed epoch (what it has covered), for rejoining.
         self._covered_to: dict[str, int] = {}
         self._rates = _Rates()
-        self._observation: Any = None
         self.sink = DeltaEpochSink(spec.sink_path, spec.name, self.output_schema())
         recovered = self.sink.recover()
         if recovered is not None:
@@ -227,54 +226,28 @@ class SourceBackfillJob:
         # One pass (count while writing) needs a sink that writes before it commits, and no transform:
         # a transform could let Spark prune the history scan, and its observed counts would never come.
         observe = bool(plan.history) and self.spec.transform is None and self.sink.writes_before_commit(live)
-        history, counts, read_s = self._read_history(plan.history, observe=observe, session=live.sparkSession)
+        history, counts, read_s, observation = self._read_history(
+            plan.history, observe=observe, session=live.sparkSession
+        )
         if history is None:
             plan = dataclasses.replace(plan, history=())  # nothing read: no range may complete
             out = live
         else:
             out = live.unionByName(history)
-        bound = _output_rows_bound(inp, plan, counts if not observe else _range_sizes(plan.history))
+        bound = _output_rows_bound(inp, plan, counts if observation is None else _range_sizes(plan.history))
         if bound <= _SMALL_OUTPUT_ROWS:
             out = out.coalesce(1)  # one task and one file instead of one per split for a small epoch
-        summary = _plan_summary(plan, budget)
-        t_write = time.monotonic()
         try:
-            if observe:
-                assert self._observation is not None  # noqa: S101 - set by _read_history
-                observation, planned = self._observation, plan
-                done: dict[str, Any] = {}
-
-                def state_after_write() -> dict[str, Any]:
-                    # the counts are known once the rows are written; the state commits with them
-                    done["counts"] = {s: int(n) for s, n in _observed(observation).items() if n}
-                    done["states"] = finish_epoch(planned, done["counts"])
-                    return states_to_json(done["states"])
-
-                try:
-                    result = self.sink.commit_epoch(inp.epoch, self.transform(out), state_after_write,
-                                                    plan=summary)
-                except Exception as exc:
-                    if isinstance(exc, SourceBackfillError) or "states" in done:
-                        raise  # the rows were written (or the sink refused): not the history read's fault
-                    # the write failed before it finished: the history read, most likely; live goes on
-                    self._history_error(exc)  # data loss: the job fails here
-                    plan = dataclasses.replace(plan, history=())
-                    done = {"counts": {}, "states": finish_epoch(plan, {})}
-                    result = self.sink.commit_epoch(inp.epoch, self.transform(live),
-                                                    states_to_json(done["states"]),
-                                                    plan=_plan_summary(plan, budget))
-                if "states" not in done:  # the epoch was in already (a replay): nothing was observed
-                    done = {"counts": {}, "states": finish_epoch(plan, {})}
-                elif plan.history:
-                    self._rates.errors_in_a_row = 0
-                counts, new_states = done["counts"], done["states"]
-                read_s = time.monotonic() - t_write
+            if observation is not None:
+                result, plan, counts, new_states, read_s = self._commit_observed(
+                    inp, plan, budget, out, live, observation
+                )
             else:
                 new_states = finish_epoch(plan, counts)
                 result = self.sink.commit_epoch(inp.epoch, self.transform(out), states_to_json(new_states),
-                                                plan=summary)
+                                                plan=_plan_summary(plan, budget))
         finally:
-            if history is not None and not observe:
+            if history is not None and observation is None:
                 history.unpersist()
         if result.committed:
             self.states = new_states
@@ -287,6 +260,42 @@ class SourceBackfillJob:
         elapsed = time.monotonic() - t0
         self._account(inp, plan, counts, read_s, elapsed, committed=result.committed)
         return bool(result.committed)
+
+    def _commit_observed(
+        self, inp: EpochInput, plan: Any, budget: int, out: DataFrame, live: DataFrame, observation: Any
+    ) -> tuple[Any, Any, dict[str, int], dict[str, SplitState], float]:
+        """Commit an epoch whose history counts its rows while written; the state is taken after the write.
+
+        A write that fails before it finished is taken for a history read error: the epoch then commits
+        its live part alone and history backs off. Returns the commit result, the plan as committed, the
+        history counts, the new states and the seconds the write took.
+        """
+        t0 = time.monotonic()
+        done: dict[str, Any] = {}
+
+        def state_after_write() -> dict[str, Any]:
+            # the counts are known once the rows are written; the state commits with them
+            done["counts"] = {s: int(n) for s, n in _observed(observation).items() if n}
+            done["states"] = finish_epoch(plan, done["counts"])
+            return states_to_json(done["states"])
+
+        try:
+            result = self.sink.commit_epoch(inp.epoch, self.transform(out), state_after_write,
+                                            plan=_plan_summary(plan, budget))
+        except Exception as exc:
+            if isinstance(exc, SourceBackfillError) or "states" in done:
+                raise  # the rows were written (or the sink refused): not the history read's fault
+            self._history_error(exc)  # data loss: the job fails here
+            live_only = dataclasses.replace(plan, history=())
+            states = finish_epoch(live_only, {})
+            result = self.sink.commit_epoch(inp.epoch, self.transform(live), states_to_json(states),
+                                            plan=_plan_summary(live_only, budget))
+            return result, live_only, {}, states, time.monotonic() - t0
+        if "states" not in done:  # the epoch was in already (a replay): nothing was observed
+            return result, plan, {}, finish_epoch(plan, {}), time.monotonic() - t0
+        if plan.history:
+            self._rates.errors_in_a_row = 0
+        return result, plan, done["counts"], done["states"], time.monotonic() - t0
 
     def _live_rows(self, batch: DataFrame, emit_above: Mapping[str, int | None]) -> DataFrame:
         """The live rows the plan emits: per split ``offset > threshold`` (None: none of them)."""
@@ -314,20 +323,19 @@ class SourceBackfillJob:
 
     def _read_history(
         self, ranges: Any, *, observe: bool = False, session: SparkSession | None = None
-    ) -> tuple[DataFrame | None, dict[str, int], float]:
-        """The planned history ranges as a DataFrame, with the rows read per split.
+    ) -> tuple[DataFrame | None, dict[str, int], float, Any]:
+        """The planned history ranges: DataFrame, rows read per split, seconds, counting observation.
 
         ``observe``: the DataFrame counts its rows per split while it is written (one pass; the counts
-        are in ``self._observation`` after the write). Otherwise it is cached and counted now (two
-        passes; for sinks that need the state before they write). Read errors back off. ``session``:
-        the session the rows are written in (an observation only sees actions of its own session; the
-        live batch of ``foreachBatch`` has a session of its own).
+        are in the returned observation after the write). Otherwise it is cached and counted now (two
+        passes, observation None; for sinks that need the state before they write). Read errors back
+        off. ``session``: the session the rows are written in (an observation only sees actions of its
+        own session; the live batch of ``foreachBatch`` has a session of its own).
         """
         from connectors.kafka.source import KAFKA_FORMAT
 
-        self._observation = None
         if not ranges:
-            return None, {}, 0.0
+            return None, {}, 0.0, None
         t0 = time.monotonic()
         spec = []
         for r in ranges:
@@ -345,22 +353,22 @@ class SourceBackfillJob:
             from pyspark.sql import Observation
             from pyspark.sql import functions as F  # noqa: N812
 
-            self._observation = Observation(f"history-{self.name}-{uuid.uuid4().hex}")
+            observation = Observation(f"history-{self.name}-{uuid.uuid4().hex}")
             per_split = []
             for r in ranges:
                 topic, partition = parse_split_id(r.split)
                 cond = (F.col("topic") == topic) & (F.col("partition") == partition)
                 per_split.append(F.count_if(cond).alias(r.split))
-            return reader.load().observe(self._observation, *per_split), {}, 0.0
+            return reader.load().observe(observation, *per_split), {}, 0.0, observation
         try:
             df = reader.load().persist()
             counted = df.groupBy("topic", "partition").count().collect()
         except Exception as exc:  # noqa: BLE001 - any reader failure: live goes on, history backs off
             self._history_error(exc)
-            return None, {}, 0.0
+            return None, {}, 0.0, None
         self._rates.errors_in_a_row = 0
         counts = {split_id(row['topic'], row['partition']): int(row["count"]) for row in counted}
-        return df, counts, time.monotonic() - t0
+        return df, counts, time.monotonic() - t0, None
 
     def _history_error(self, exc: Exception) -> None:
         if _is_data_loss(exc) and self.source.fail_on_data_loss:

@@ -245,12 +245,12 @@ def test_history_read_failures_keep_live_committing_then_backfill_resumes_exactl
     left = {"failures": 3}
 
     def failing(self, ranges, **kw):
-        df, counts, seconds = original(self, ranges, **kw)
+        df, counts, seconds, observation = original(self, ranges, **kw)
         if df is not None and left["failures"] > 0:
             left["failures"] -= 1
             boom = F.raise_error(F.lit("injected history read failure"))
             df = df.withColumn("offset", F.when(F.col("offset") >= 0, boom).otherwise(F.col("offset")))
-        return df, counts, seconds
+        return df, counts, seconds, observation
 
     monkeypatch.setattr(executor.SourceBackfillJob, "_read_history", failing)
 
