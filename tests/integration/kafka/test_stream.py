@@ -38,7 +38,7 @@ class Batches:
         raise AssertionError(f"timed out; batches so far: {[(b, len(r)) for b, r in self.items]}")
 
 
-def _start(spark, bootstrap, checkpoint, sink, **options):
+def _start(spark, bootstrap, checkpoint, sink, trigger=None, **options):
     reader = spark.readStream.format(KAFKA_FORMAT).option("kafka.bootstrap.servers", bootstrap)
     for k, v in options.items():
         reader = reader.option(k, v)
@@ -46,7 +46,7 @@ def _start(spark, bootstrap, checkpoint, sink, **options):
         reader.load()
         .writeStream.foreachBatch(sink)
         .option("checkpointLocation", str(checkpoint))
-        .trigger(processingTime="0.5 seconds")
+        .trigger(**(trigger or {"processingTime": "0.5 seconds"}))
         .start()
     )
 
@@ -161,17 +161,15 @@ def test_available_now_reads_everything_in_bounded_batches_and_stops(
     for part in range(2):
         produce(topic, [f"{part}-{i}".encode() for i in range(20)], partition=part)
     sink = Batches()
-    query = (
-        spark.readStream.format(KAFKA_FORMAT)
-        .option("kafka.bootstrap.servers", kafka_bootstrap)
-        .option("subscribe", topic)
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", "15")
-        .load()
-        .writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .trigger(availableNow=True)
-        .start()
+    query = _start(
+        spark,
+        kafka_bootstrap,
+        tmp_path / "ckpt",
+        sink,
+        trigger={"availableNow": True},
+        subscribe=topic,
+        startingOffsets="earliest",
+        maxOffsetsPerTrigger="15",
     )
     try:
         assert query.awaitTermination(120), "availableNow query did not stop"
