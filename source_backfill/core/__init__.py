@@ -9,13 +9,21 @@ from source_backfill.core.batch import (
     decide_live,
     live_threshold,
 )
-from source_backfill.core.budget import WAIT_EPOCH_MULTIPLE, EpochCost, fit_epoch_cost, history_budget
+from source_backfill.core.budget import (
+    WAIT_EPOCH_MULTIPLE,
+    EpochCost,
+    fit_epoch_cost,
+    history_budget,
+    read_ahead_budget,
+)
 from source_backfill.core.codec import states_from_json, states_to_json
 from source_backfill.core.plan import (
     EpochPlan,
     HistoryRange,
     LiveStats,
     SplitChange,
+    adopt_history,
+    ahead_of,
     attach,
     finish_epoch,
     is_backfill_done,
@@ -49,12 +57,15 @@ __all__ = [
     "SplitId",
     "SplitState",
     "Stage",
+    "adopt_history",
+    "ahead_of",
     "apply_history_batch",
     "apply_live_batch",
     "attach",
     "decide_live",
     "finish_epoch",
     "history_budget",
+    "read_ahead_budget",
     "EpochCost",
     "fit_epoch_cost",
     "is_backfill_done",

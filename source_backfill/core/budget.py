@@ -14,6 +14,11 @@ FIRST_EPOCH_BUDGET = 50_000
 MIN_ADAPTIVE_BUDGET = 1_000
 #: Share of the interval the adaptive budget plans to spend on history.
 HISTORY_SHARE = 0.8
+#: Offsets of the first history read ahead, before its throughput was measured.
+FIRST_READ_AHEAD = 250_000
+#: A history read ahead is sized to take about this long at the measured throughput: long enough that
+#: its fixed cost is small, short enough that progress commits regularly and a crash loses little.
+READ_AHEAD_S = 10.0
 #: The fitted budget grows at most this many times the rows of the last history epoch (a noisy fit
 #: must not plan one huge epoch that stalls the live stream).
 MAX_GROWTH = 2.0
@@ -67,9 +72,7 @@ def history_budget(
     that fill ``HISTORY_SHARE`` of the interval after the fixed cost, at most ``MAX_GROWTH`` times
     ``last_history_rows``: the same target, reached in a few epochs instead of a slow ramp.
     """
-    if paused or rate_limit_rows_per_s == 0:
-        return 0
-    if last_epoch_s is not None and last_epoch_s > WAIT_EPOCH_MULTIPLE * interval_s:
+    if _reads_none(paused, rate_limit_rows_per_s, last_epoch_s, interval_s):
         return 0
     if epoch_cost is not None:
         room_s = interval_s * HISTORY_SHARE - epoch_cost.fixed_s
@@ -80,9 +83,45 @@ def history_budget(
         adaptive = FIRST_EPOCH_BUDGET
     else:
         adaptive = max(MIN_ADAPTIVE_BUDGET, int(measured_rows_per_s * interval_s * HISTORY_SHARE))
-    budget = adaptive
-    if rate_limit_rows_per_s is not None:
-        budget = min(budget, max(1, math.ceil(rate_limit_rows_per_s * interval_s)))
-    if max_rows_per_epoch is not None:
-        budget = min(budget, max_rows_per_epoch)
+    return _capped(adaptive, rate_limit_rows_per_s, interval_s, max_rows_per_epoch)
+
+
+def read_ahead_budget(
+    *,
+    rate_limit_rows_per_s: float | None,
+    interval_s: float,
+    max_rows_per_epoch: int | None,
+    measured_rows_per_s: float | None,
+    last_epoch_s: float | None,
+    paused: bool,
+) -> int:
+    """Offsets one history read ahead of the epochs may cover (0: start none now).
+
+    Zero when paused, at rate 0, or when the last epoch ran over ``WAIT_EPOCH_MULTIPLE`` intervals (the
+    live stream is struggling: reads wait). Otherwise ``READ_AHEAD_S`` seconds at the measured read
+    throughput (``FIRST_READ_AHEAD`` before one was measured), at most one interval's worth of the rate
+    limit (reads are spaced to keep the rate) and at most ``max_rows_per_epoch``.
+    """
+    if _reads_none(paused, rate_limit_rows_per_s, last_epoch_s, interval_s):
+        return 0
+    if measured_rows_per_s is None or measured_rows_per_s <= 0:
+        budget = FIRST_READ_AHEAD
+    else:
+        budget = max(MIN_ADAPTIVE_BUDGET, int(measured_rows_per_s * READ_AHEAD_S))
+    return _capped(budget, rate_limit_rows_per_s, interval_s, max_rows_per_epoch)
+
+
+def _reads_none(paused: bool, rate: float | None, last_epoch_s: float | None, interval_s: float) -> bool:
+    """Paused, rate 0, or the last epoch ran over ``WAIT_EPOCH_MULTIPLE`` intervals (self-pause)."""
+    if paused or rate == 0:
+        return True
+    return last_epoch_s is not None and last_epoch_s > WAIT_EPOCH_MULTIPLE * interval_s
+
+
+def _capped(budget: int, rate: float | None, interval_s: float, max_rows: int | None) -> int:
+    """``budget`` within one interval's worth of the rate limit (at least 1 row) and the row cap."""
+    if rate is not None:
+        budget = min(budget, max(1, math.ceil(rate * interval_s)))
+    if max_rows is not None:
+        budget = min(budget, max_rows)
     return budget

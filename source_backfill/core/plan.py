@@ -181,6 +181,63 @@ def plan_epoch(
     return EpochPlan(after, emit_above, _share(demand, budget), dict(end))
 
 
+def ahead_of(
+    states: Mapping[SplitId, SplitState], ranges: Iterable[HistoryRange]
+) -> dict[SplitId, SplitState]:
+    """``states`` as they will be once ``ranges`` (read but not committed yet) are committed.
+
+    Each range completes its split (:func:`complete_range`, no rows counted, no boundary rule): what a
+    history read started now plans from, to continue where the reads still in flight end. A range that
+    does not continue its split is ignored here; :func:`adopt_history` refuses it later.
+    """
+    out = dict(states)
+    for r in ranges:
+        state = out.get(r.split)
+        if state is not None and state.stage is Stage.BACKFILLING and _next_offset(state) == r.start:
+            out[r.split] = complete_range(state, r.end - 1, 0)
+    return out
+
+
+def adopt_history(
+    states: Mapping[SplitId, SplitState], ranges: Iterable[HistoryRange], counts: Mapping[SplitId, int]
+) -> dict[SplitId, SplitState] | None:
+    """``states`` after history ``ranges`` read ahead of this epoch, or None when they no longer fit.
+
+    The ranges were planned from older states of the job (they may chain: one split's ranges follow each
+    other) and read before this epoch's live batch, so they apply before it: the result is what
+    :func:`plan_epoch` takes (with no budget) for the live batch. That order lets a split catch up with
+    a live stream that never pauses: the reads reach the target the previous batch set, and the live
+    rule then finishes the split on this batch's rows above it.
+
+    They fit when, per split and in order, each begins right after where the split stands in ``states``
+    (or after the range before it) and none passes the split's target — the invariant of
+    :func:`plan_epoch`, so every record of the ranges is emitted by the history rule. ``counts`` holds
+    the records read per split (absent: 0).
+    """
+    out = dict(states)
+    last: dict[SplitId, int] = {}
+    for r in ranges:
+        state = out.get(r.split)
+        if state is None or r.end <= r.start:
+            return None
+        expected = last[r.split] + 1 if r.split in last else _next_offset(state)
+        if state.stage is not Stage.BACKFILLING or r.start != expected:
+            return None
+        if state.target_offset is None or r.end - 1 > state.target_offset:
+            return None
+        last[r.split] = r.end - 1
+    if not last:
+        return None
+    for split, offset in last.items():
+        out[split] = complete_range(out[split], offset, counts.get(split, 0))
+    return out
+
+
+def _next_offset(state: SplitState) -> int:
+    """The first offset a Backfilling split's history still has to read (``Backfilling(None)``: 0)."""
+    return state.offset + 1 if state.offset is not None else 0
+
+
 def _share(demand: list[tuple[int, SplitId, int]], budget: int) -> tuple[HistoryRange, ...]:
     """Water-filling: every split gets ``min(want, L)`` for the largest equal cap ``L`` within budget.
 

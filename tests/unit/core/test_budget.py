@@ -1,8 +1,21 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from source_backfill.core import WAIT_EPOCH_MULTIPLE, EpochCost, fit_epoch_cost, history_budget
-from source_backfill.core.budget import FIRST_EPOCH_BUDGET, HISTORY_SHARE, MAX_GROWTH, MIN_ADAPTIVE_BUDGET
+from source_backfill.core import (
+    WAIT_EPOCH_MULTIPLE,
+    EpochCost,
+    fit_epoch_cost,
+    history_budget,
+    read_ahead_budget,
+)
+from source_backfill.core.budget import (
+    FIRST_EPOCH_BUDGET,
+    FIRST_READ_AHEAD,
+    HISTORY_SHARE,
+    MAX_GROWTH,
+    MIN_ADAPTIVE_BUDGET,
+    READ_AHEAD_S,
+)
 
 
 def budget(**kw):
@@ -29,6 +42,23 @@ def test_smallest_of_rate_cap_and_adaptive():
     assert budget(measured_rows_per_s=10_000, interval_s=1) == 8_000
     assert budget(measured_rows_per_s=10, interval_s=1) == MIN_ADAPTIVE_BUDGET
     assert budget(rate_limit_rows_per_s=0.1, interval_s=1) == 1  # a tiny rate still progresses
+
+
+
+def test_read_ahead_is_sized_in_seconds_of_measured_throughput_within_the_limits():
+    def ahead(**kw):
+        args = dict(rate_limit_rows_per_s=None, interval_s=1.0, max_rows_per_epoch=None,
+                    measured_rows_per_s=None, last_epoch_s=None, paused=False)
+        args.update(kw)
+        return read_ahead_budget(**args)
+
+    assert ahead() == FIRST_READ_AHEAD
+    assert ahead(measured_rows_per_s=100_000) == int(100_000 * READ_AHEAD_S)
+    assert ahead(measured_rows_per_s=1) == MIN_ADAPTIVE_BUDGET
+    assert ahead(measured_rows_per_s=100_000, max_rows_per_epoch=5_000) == 5_000
+    assert ahead(rate_limit_rows_per_s=100, interval_s=2) == 200  # spaced reads keep the rate
+    assert ahead(paused=True) == ahead(rate_limit_rows_per_s=0) == 0
+    assert ahead(last_epoch_s=WAIT_EPOCH_MULTIPLE + 0.1) == 0  # the live stream struggles: no reads
 
 
 # -- the fitted cost model ------------------------------------------------------------------------------

@@ -3,6 +3,8 @@ from source_backfill.core import (
     LiveStats,
     SplitState,
     Stage,
+    adopt_history,
+    ahead_of,
     attach,
     finish_epoch,
     is_backfill_done,
@@ -117,3 +119,61 @@ def test_backfilling_none_reads_from_the_given_start():
     assert plan.states == {"t:0": B(None, 12)}
     assert plan.history == (HistoryRange("t:0", 4, 13),)
     assert finish_epoch(plan, {"t:0": 9})["t:0"] == SplitState(Stage.FINISHED, 12, 9, 12)
+
+
+def test_history_read_ahead_chains_and_applies_before_the_live_batch():
+    states = {"t:0": B(-1, 9), "t:1": B(4, 20)}
+    first = plan_epoch(states, {}, 6, {}).history
+    assert first == (HistoryRange("t:0", 0, 3), HistoryRange("t:1", 5, 8))
+    # a second read continues where the first (not committed yet) ends
+    second = plan_epoch(ahead_of(states, first), {}, 6, {}).history
+    assert second == (HistoryRange("t:0", 3, 6), HistoryRange("t:1", 8, 11))
+    adopted = adopt_history(states, first + second, {"t:0": 6, "t:1": 5})
+    assert adopted == {"t:0": B(5, 9, rows=6), "t:1": B(10, 20, rows=5)}
+    # meanwhile the live stream moved t:1's target up: the live batch applies after the reads
+    plan = plan_epoch(adopted, {"t:1": LiveStats(21, 25, 5, 26)}, 0, {"t:0": 10, "t:1": 26})
+    assert plan.history == ()
+    assert finish_epoch(plan, {})["t:1"] == B(10, 25, rows=5)
+
+
+def test_history_read_ahead_to_the_target_finishes_on_the_next_live_batch():
+    # the read reached the target the last batch set; this batch's rows above it finish the split
+    states = {"t:0": B(3, 9)}
+    adopted = adopt_history(states, [HistoryRange("t:0", 4, 10)], {"t:0": 6})
+    assert adopted == {"t:0": C(9, 9, rows=6)}
+    plan = plan_epoch(adopted, {"t:0": LiveStats(10, 14, 5, 15)}, 0, {"t:0": 15})
+    assert plan.emit_above == {"t:0": 9}
+    assert finish_epoch(plan, {})["t:0"].stage is Stage.FINISHED
+
+
+def test_history_read_ahead_that_no_longer_fits_is_refused():
+    states = {"t:0": B(3, 9)}
+    assert adopt_history(states, [HistoryRange("t:0", 5, 8)], {}) is None  # a gap after b
+    assert adopt_history(states, [HistoryRange("t:0", 4, 11)], {}) is None  # past the target
+    assert adopt_history(states, [HistoryRange("t:0", 4, 6), HistoryRange("t:0", 7, 9)], {}) is None  # a hole
+    assert adopt_history(states, [HistoryRange("t:9", 0, 1)], {}) is None  # a split the job no longer has
+    assert adopt_history({"t:0": C(9)}, [HistoryRange("t:0", 4, 6)], {}) is None  # past backfilling
+    assert adopt_history(states, [], {}) is None
+
+
+def test_reads_ahead_catch_up_with_a_live_stream_that_never_pauses():
+    # 1000 history records; 10 live records per epoch, every epoch; one read of 100 ready per epoch
+    states, pos, pending = {"t:0": B(-1, 999)}, 1000, ()
+    for epoch in range(40):  # noqa: B007 - the epoch it finished at is asserted
+        current = states
+        if pending:
+            size = sum(r.end - r.start for r in pending)
+            adopted = adopt_history(states, pending, {"t:0": size})
+            assert adopted is not None
+            current = adopted
+        plan = plan_epoch(current, {"t:0": LiveStats(pos, pos + 9, 10, pos + 10)}, 0, {"t:0": pos + 10})
+        pos += 10
+        states = finish_epoch(plan, {})
+        if is_backfill_done(states):
+            break
+        pending = plan_epoch(states, {}, 100, {}).history
+    assert is_backfill_done(states)
+    assert epoch <= 13  # the gap closes by 90 offsets an epoch; the last read reaches the target
+    # history read every offset up to the last batch's first; that batch emitted the rest
+    assert states["t:0"].num_consumed_rows == pos - 10
+    assert plan.emit_above == {"t:0": pos - 11}

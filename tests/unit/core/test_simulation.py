@@ -15,8 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from source_backfill.core import (
+    HistoryRange,
     LiveStats,
     Stage,
+    adopt_history,
+    ahead_of,
     attach,
     finish_epoch,
     is_backfill_done,
@@ -35,8 +38,11 @@ def _make_log(rng, length):
 
 
 @settings(max_examples=150, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), splits=st.integers(1, 4), attach_at=st.integers(0, 6))
-def test_emitted_offsets_are_the_log_exactly_once(seed, splits, attach_at):
+@given(seed=st.integers(0, 2**32 - 1), splits=st.integers(1, 4), attach_at=st.integers(0, 6),
+       read_ahead=st.booleans())
+def test_emitted_offsets_are_the_log_exactly_once(seed, splits, attach_at, read_ahead):
+    """``read_ahead``: history is read between epochs from older states (reads chain, finish late, are
+    lost with a crash) and adopted at a boundary only when it still fits the plan."""
     rng = random.Random(seed)
     lengths = {f"t:{i}": rng.randint(0, 80) for i in range(splits)}
     logs = {s: _make_log(rng, n) for s, n in lengths.items()}
@@ -65,6 +71,7 @@ def test_emitted_offsets_are_the_log_exactly_once(seed, splits, attach_at):
     states = None
     committed = None  # JSON of S(e-1)
     epoch = attach_at
+    pending = []  # read-ahead history: [epoch it is ready at, ranges], in the order they were planned
     while True:
         start, batch = advance(epoch)
         for s in batch:
@@ -80,8 +87,43 @@ def test_emitted_offsets_are_the_log_exactly_once(seed, splits, attach_at):
             current, _ = reconcile_splits(current, sorted(pos))
             live = {s: LiveStats(b[0], b[-1], len(b), pos[s]) for s, b in batch.items() if b}
             budget = 0 if rng.random() < 0.15 else rng.choice([1, 2, 5, 17, 1000])
-            plan = plan_epoch(current, live, budget, dict(pos))
             out = {s: [] for s in batch}
+            counts = {}
+
+            def read(ranges, states):
+                """History rows of ``ranges``, checked against the history rule from ``states``."""
+                for r in ranges:
+                    assert r.end <= pos[r.split]  # never read past the live stream
+                    rows = [o for o in logs[r.split] if r.start <= o < r.end]
+                    state = states[r.split]
+                    for o in rows:
+                        emit, state = on_history_row(state, o)
+                        assert emit, f"planned history row {r.split}@{o} would be dropped"
+                    out[r.split].extend(rows)
+                    counts[r.split] = counts.get(r.split, 0) + len(rows)
+
+            if read_ahead:  # reads done before this batch apply first, from the committed states
+                ready = []
+                while pending and pending[0][0] <= epoch:
+                    ready.extend(pending.pop(0)[1])
+                adopted = None
+                if ready:
+                    sizes = {}
+                    for r in ready:
+                        n = sum(1 for o in logs[r.split] if r.start <= o < r.end)
+                        sizes[r.split] = sizes.get(r.split, 0) + n
+                    adopted = adopt_history(current, ready, sizes)
+                    if adopted is None:
+                        pending = []  # stale: thrown away, read again from the committed state
+                    else:
+                        merged = {}
+                        for r in ready:
+                            lo = merged.get(r.split, r).start
+                            merged[r.split] = HistoryRange(r.split, lo, r.end)
+                        read(merged.values(), current)
+                        counts = {}  # adopt_history has counted them
+                        current = adopted
+            plan = plan_epoch(current, live, 0 if read_ahead else budget, dict(pos))
             # live rows: the vectorized threshold, checked against the row rules
             for s, rows in batch.items():
                 state = current[s]
@@ -95,23 +137,21 @@ def test_emitted_offsets_are_the_log_exactly_once(seed, splits, attach_at):
                 assert got == reference
                 assert state == plan.states[s]
                 out[s].extend(got)
-            counts = {}
-            for r in plan.history:
-                assert r.end <= pos[r.split]  # never read past the live stream
-                rows = [o for o in logs[r.split] if r.start <= o < r.end]
-                state = plan.states[r.split]
-                for o in rows:
-                    emit, state = on_history_row(state, o)
-                    assert emit, f"planned history row {r.split}@{o} would be dropped"
-                out[r.split].extend(rows)
-                counts[r.split] = len(rows)
+            read(plan.history, plan.states)
             new_states = finish_epoch(plan, counts)
             if attempt + 1 < attempts:
+                pending = []  # the reads ahead die with the process
                 continue  # crash before the commit: output and state are lost, the batch replays
             for s, rows in out.items():
                 emitted[s].extend(rows)
             committed = json.dumps(states_to_json(new_states))
             states = new_states
+            if read_ahead and budget:
+                for _ in range(rng.choice([0, 1, 1, 2])):  # start reads ahead, chained on those in flight
+                    ahead = ahead_of(states, [r for _, ranges in pending for r in ranges])
+                    ranges = plan_epoch(ahead, {}, budget, {}).history
+                    if ranges:
+                        pending.append([epoch + 1 + rng.choice([0, 0, 1, 3]), ranges])
         epoch += 1
         at_end = all(pos[s] == lengths[s] for s in logs) and epoch > add_at
         if at_end and states is not None and is_backfill_done(states):
