@@ -83,6 +83,18 @@ class Recovered:
     version: int
 
 
+@dataclass(frozen=True)
+class StagedFiles:
+    """Rows written ahead of the epoch that commits them (:meth:`DeltaEpochSink.stage`).
+
+    Not in the table until a ``commit_epoch(..., staged=[...])`` takes them; swept as an orphan if none
+    ever does.
+    """
+
+    folder: Path
+    rows: int
+
+
 class DeltaEpochSink:
     """Commit each epoch of one job to the Delta table at ``path`` exactly once.
 
@@ -217,11 +229,16 @@ class DeltaEpochSink:
         df: DataFrame | None,
         state: Mapping[str, Any] | Callable[[], Mapping[str, Any]],
         plan: Mapping[str, Any] | None = None,
+        *,
+        staged: Sequence[StagedFiles] = (),
     ) -> CommitResult:
         """Commit epoch ``epoch``'s rows and the job's new ``state`` (+ ``plan``) atomically, exactly once.
 
         ``state`` may be a callable, called once after the rows are written and before the commit (for a
         state that depends on what the write observed); only where :meth:`writes_before_commit` is true.
+        ``staged``: files written ahead by :meth:`stage`, committed with the epoch's rows (same path only).
+        A staged folder is moved into this attempt (``<attempt>.s<i>``) before the commit: if the epoch
+        does not commit, it goes with the attempt; if it is skipped (a replay) it stays where it was.
 
         1. Create the table on first use (change data feed on) from the sink's schema; on an existing
            table check once that it belongs to this job and has the sink's columns.
@@ -255,40 +272,53 @@ class DeltaEpochSink:
                 KEY_EPOCH: str(epoch),
                 KEY_ATTEMPT: attempt,
             }
-            if callable(state) and not self.writes_before_commit(df):
-                msg = "a deferred state needs the delta-rs append path (files written, then committed)"
+            if (callable(state) or staged) and not self.writes_before_commit(df):
+                msg = ("a deferred state or staged files need the delta-rs append path (files written, "
+                       "then committed)")
                 raise DeltaSinkError(msg)
             if not callable(state):
                 meta[KEY_STATE] = json.dumps(dict(state), sort_keys=True)
             if plan is not None:
                 meta[KEY_PLAN] = json.dumps(dict(plan), sort_keys=True)
             if self.mode == "merge":
-                result = self._guarded(epoch, attempt, None, lambda: self._merge(snapshot, epoch, df, meta))
+                result = self._guarded(epoch, attempt, [], lambda: self._merge(snapshot, epoch, df, meta))
             elif df is not None and self._use_delta_spark(df):
                 spark_df = df
                 result = self._guarded(
-                    epoch, attempt, None, lambda: self._commit_delta_spark(epoch, spark_df, meta)
+                    epoch, attempt, [], lambda: self._commit_delta_spark(epoch, spark_df, meta)
                 )
             else:
                 folder = Path(self.path) / STAGING / attempt
+                folders = [folder]
 
                 def write_and_commit() -> CommitResult:
                     adds, rows = self._write_files(df, folder)
+                    for i, ahead in enumerate(staged):
+                        moved = folder.parent / f"{attempt}.s{i}"
+                        ahead.folder.rename(moved)  # from now on the attempt's: committed or removed with it
+                        folders.append(moved)
+                        more, n = self._collect_adds(moved)
+                        adds.extend(more)
+                        rows += n
                     if callable(state):
                         meta[KEY_STATE] = json.dumps(dict(state()), sort_keys=True)
                     version = self._commit(snapshot, epoch, adds, meta)
-                    (folder / MARKER).unlink(missing_ok=True)  # sealed: the log references it now
+                    for f in folders:
+                        (f / MARKER).unlink(missing_ok=True)  # sealed: the log references it now
                     return CommitResult(epoch, True, version, len(adds), rows)
 
-                result = self._guarded(epoch, attempt, folder, write_and_commit)
+                result = self._guarded(epoch, attempt, folders, write_and_commit)
             if result.committed and result.version is not None:
                 self._maintain(result.version)
             logger.debug('epoch committed job="%s" epoch=%d version=%s files=%d rows=%d committed=%s',
                          self.job_id, epoch, result.version, result.files, result.rows, result.committed)
             return result
 
-    def _guarded(self, epoch: int, attempt: str, folder: Path | None, step: Any) -> CommitResult:
-        """Run write+commit ``step``; on failure let the log decide (protocol step 5)."""
+    def _guarded(self, epoch: int, attempt: str, folders: list[Path], step: Any) -> CommitResult:
+        """Run write+commit ``step``; on failure let the log decide (protocol step 5).
+
+        ``folders``: the attempt's folders (``step`` may add to it), kept or removed with the attempt.
+        """
         try:
             return step()
         except Exception as exc:
@@ -304,12 +334,12 @@ class DeltaEpochSink:
                                  'epoch=%d attempt="%s"', self.job_id, epoch, attempt)
                 raise exc from None
             if winner is not None and winner.get(KEY_ATTEMPT) == attempt:
-                if folder is not None:
+                for folder in folders:
                     (folder / MARKER).unlink(missing_ok=True)
                 logger.warning('epoch committed, a post-commit step failed job="%s" epoch=%d error="%s"',
                                self.job_id, epoch, exc)
                 return CommitResult(epoch, True, int(winner.get("version", table.version())), -1, -1)
-            if folder is not None:
+            for folder in folders:
                 _remove_attempt(folder)
             if done is not None and done >= epoch:
                 logger.warning('duplicate commit lost the race, own files removed job="%s" epoch=%d',
@@ -404,11 +434,35 @@ class DeltaEpochSink:
             cols.append(col if same else col.cast(field.dataType).alias(field.name))
         return df.select(*cols, *[F.col(f"`{n}`") for n in extra])
 
+    def stage(self, df: DataFrame, after_epoch: int) -> StagedFiles:
+        """Write ``df``'s rows now, for a later epoch of this job to commit (``commit_epoch(staged=...)``).
+
+        ``after_epoch``: the job's last committed epoch. The folder is named as an attempt of the next
+        one, so if no commit ever takes it the orphan sweep removes it (a restart sweeps what is above
+        the committed epoch; below it, a folder no commit names). Not under the commit lock: staging
+        runs beside the epochs. :meth:`discard` removes a staged folder that will not be committed.
+        """
+        if not self.writes_before_commit(df):
+            msg = "staged files need the delta-rs append path (files written, then committed)"
+            raise DeltaSinkError(msg)
+        folder = Path(self.path) / STAGING / f"{after_epoch + 1}-{uuid.uuid4().hex[:16]}"
+        self._ensure_table()
+        try:
+            _, rows = self._write_files(df, folder)
+        except BaseException:
+            if folder.exists():
+                _remove_attempt(folder)  # a failed or cancelled write leaves nothing behind
+            raise
+        return StagedFiles(folder, rows)
+
+    @staticmethod
+    def discard(staged: StagedFiles) -> None:
+        """Remove staged files no commit took (a no-op once a commit moved them into its attempt)."""
+        if staged.folder.exists():
+            _remove_attempt(staged.folder)
+
     def _write_files(self, df: DataFrame | None, folder: Path) -> tuple[list[Any], int]:
         """Have Spark's executors write ``df`` into ``folder``; return the add actions and row count."""
-        import pyarrow.parquet as pq
-        from deltalake.transaction import AddAction
-
         if df is None:
             return [], 0
         folder.mkdir(parents=True)
@@ -417,6 +471,13 @@ class DeltaEpochSink:
         if self.partition_by:
             writer = writer.partitionBy(*self.partition_by)
         writer.parquet(str(folder))
+        return self._collect_adds(folder)
+
+    def _collect_adds(self, folder: Path) -> tuple[list[Any], int]:
+        """The add actions and row count of the Parquet files written into ``folder`` (empty ones removed)."""
+        import pyarrow.parquet as pq
+        from deltalake.transaction import AddAction
+
         adds, rows = [], 0
         for file in sorted(folder.rglob("*.parquet")):
             meta = pq.read_metadata(file)
@@ -534,7 +595,7 @@ class DeltaEpochSink:
                     for folder in folders:
                         if epoch not in winners:
                             continue
-                        if winners[epoch] == folder.name:
+                        if winners[epoch] == folder.name.split(".", 1)[0]:  # the attempt or its staged
                             (folder / MARKER).unlink(missing_ok=True)
                         else:
                             _remove_attempt(folder)

@@ -272,3 +272,50 @@ def test_delta_spark_writer_refused_without_its_jars(spark, sink_factory, rows):
     with pytest.raises(DeltaSinkError, match="jars are not on Spark's classpath"):
         sink_factory(writer="delta-spark").commit_epoch(1, rows([1]), {})
     assert sink_factory(name="auto", writer="auto").commit_epoch(1, rows([1]), {}).committed
+
+
+def test_staged_files_commit_with_a_later_epoch_and_are_swept_when_no_commit_takes_them(
+    sink_factory, rows, tmp_path, monkeypatch
+):
+    path = tmp_path / "t"
+    s = sink_factory()
+    s.commit_epoch(1, rows([1]), {"e": 1})
+    ahead = s.stage(rows([10, 11, 12]), after_epoch=1)
+    assert ahead.rows == 3 and (ahead.folder / MARKER).exists()
+    assert table_ids(path) == [1]  # staged is not committed
+    # a replayed epoch does not take them: they stay where they are
+    assert not s.commit_epoch(1, rows([2]), {"e": 1}, staged=[ahead]).committed
+    assert ahead.folder.exists()
+    # the next epoch commits them with its own rows, in one version
+    result = s.commit_epoch(2, rows([2]), {"e": 2}, staged=[ahead])
+    assert result.committed and result.rows == 4
+    assert table_ids(path) == [1, 2, 10, 11, 12]
+    assert not ahead.folder.exists()  # moved into the attempt
+    assert attempt_files(path) == referenced_files(path)
+    assert not any((f / MARKER).exists() for f in (path / STAGING).iterdir())  # sealed
+    # staged files of a commit that failed go with its attempt
+    failed = s.stage(rows([20]), after_epoch=2)
+    monkeypatch.setattr(DeltaEpochSink, "_commit", lambda *_a, **_k: (_ for _ in ()).throw(OSError("x")))
+    with pytest.raises(OSError, match="x"):
+        s.commit_epoch(3, None, {"e": 3}, staged=[failed])
+    monkeypatch.undo()
+    assert attempt_files(path) == referenced_files(path)
+    # staged files a crash left behind are swept by the next sink; the committed ones stay
+    s.stage(rows([30]), after_epoch=2)  # below-or-at the committed epoch after the next commit
+    s.stage(rows([31]), after_epoch=5)  # above it
+    s.commit_epoch(3, rows([3]), {"e": 3})
+    (next(f for f in (path / STAGING).iterdir() if ".s" in f.name) / MARKER).touch()  # died before sealing
+    sink_factory()
+    assert attempt_files(path) == referenced_files(path)
+    assert table_ids(path) == [1, 2, 3, 10, 11, 12]
+
+
+def test_discarded_staged_files_are_removed(sink_factory, rows, tmp_path):
+    s = sink_factory()
+    s.commit_epoch(0, None, {"e": 0})
+    ahead = s.stage(rows([1]), after_epoch=0)
+    s.discard(ahead)
+    assert not ahead.folder.exists()
+    s.discard(ahead)  # idempotent
+    assert s.commit_epoch(1, None, {"e": 1}).committed
+    assert table_ids(tmp_path / "t") == []
