@@ -106,6 +106,9 @@ class JobSpec(_Frozen):
     #: History rows per second; ``None`` = unlimited, ``0`` = read no history (loses nothing; resumes later).
     rate_limit: float | None = Field(default=None, ge=0)
     max_rows_per_epoch: int | None = Field(default=None, gt=0)
+    #: Read history ahead of the epochs, in a background Spark job (FAIR pool ``history``), and commit it
+    #: at the next epoch boundary. Jobs with a transform always read history inside their epochs.
+    read_ahead: bool = True
     #: Spark SQL over the Kafka columns, reading ``{source}``; ``None`` = identity.
     transform: str | None = None
     mode: Literal["append"] = "append"

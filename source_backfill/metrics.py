@@ -44,6 +44,12 @@ SOURCE_ERRORS = Counter(
     "History-read (user source) errors, each followed by a reader rebuild with backoff.",
     ["job", "error_type"],
 )
+HISTORY_READS_AHEAD = Counter(
+    PREFIX + "history_reads_ahead",
+    "History reads ahead of the epochs, by outcome: adopted (committed with an epoch), dropped (no longer "
+    "fit, or paused/stopped), failed.",
+    ["job", "outcome"],
+)
 DATA_LOSS_OFFSETS = Counter(
     PREFIX + "data_loss_offsets",
     "Offsets skipped because they were below the log start (failOnDataLoss=false).",

@@ -12,6 +12,13 @@ stream) :meth:`SourceBackfillJob.run_epoch`:
 
 A history-read error never stops the live stream: the epoch commits its live part with the history
 states unchanged, the error is counted, and history resumes after a backoff from the committed offsets.
+
+Read-ahead (the default for a job without a transform): step 3 moves out of the epoch. A background
+Spark job (FAIR pool ``history``) reads the next ranges, planned from the committed states, and stages
+their files in the table; the next epoch adopts the reads that are done (:func:`core.adopt_history`
+checks they still continue every split) and commits their files with its live rows and ``S(e)`` in one
+transaction. Reads chain — each continues where the one before it ends — so history is read while the
+live stream waits for its trigger, and a read that no longer fits is thrown away and read again.
 """
 
 from __future__ import annotations
@@ -19,19 +26,23 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from source_backfill import metrics
 from source_backfill.config import EarliestStart, JobSpec, OffsetsStart, SourceConfig, TimestampStart
 from source_backfill.core import (
+    HistoryRange,
     LiveStats,
     SplitState,
     Stage,
+    adopt_history,
+    ahead_of,
     attach,
     finish_epoch,
     fit_epoch_cost,
@@ -41,6 +52,7 @@ from source_backfill.core import (
     job_progress,
     parse_split_id,
     plan_epoch,
+    read_ahead_budget,
     reconcile_splits,
     rejoin,
     split_id,
@@ -53,6 +65,7 @@ from source_backfill.errors import DataLossError, JobError, SourceBackfillError
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
+    from connectors.delta.sink import StagedFiles
     from connectors.kafka.admin import KafkaAdmin
 
 logger = logging.getLogger(__name__)
@@ -68,6 +81,14 @@ _OBSERVE_TIMEOUT_S = 60.0
 #: History-read error backoff (seconds): doubles per consecutive error up to the cap.
 _BACKOFF_BASE_S = 1.0
 _BACKOFF_CAP_S = 60.0
+#: At most this many history reads ahead are staged and not committed yet (bounds the staged data).
+_MAX_READS_AHEAD = 4
+#: The FAIR scheduler pool of the read-ahead jobs: the live stream's jobs get their slots first.
+HISTORY_POOL = "history"
+#: Spark tasks of one read ahead. One task (a Python reader feeding a JVM Parquet writer) reads about as
+#: fast as a batch copy on two cores, and leaves the other task slots, and cores, to the live stream:
+#: live latency barely moves while a backfill runs (bench/bench_backfill.py).
+_READ_AHEAD_TASKS = 1
 
 
 @dataclass(frozen=True)
@@ -89,6 +110,8 @@ class _Rates:
     """Measured history throughput and epoch cost, input of the adaptive budget."""
 
     history_rows_per_s: float | None = None
+    #: Throughput of the reads ahead (one background job each), input of their size.
+    ahead_rows_per_s: float | None = None
     last_epoch_s: float | None = None
     #: (rows, seconds) of the last history epochs: the budget's cost model is fitted on them.
     samples: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=_COST_SAMPLES))
@@ -97,6 +120,40 @@ class _Rates:
     rows_history: int = 0
     rows_live: int = 0
     started_at: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class _ReadAhead:
+    """History ranges read ahead of the epoch that commits them: files staged by a background job."""
+
+    ranges: tuple[HistoryRange, ...]
+    group: str
+    done: threading.Event = field(default_factory=threading.Event)
+    staged: StagedFiles | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+    error: Exception | None = None
+    #: Thrown away while its job ran: the thread removes what it staged.
+    dropped: bool = False
+    thread: threading.Thread | None = None
+
+    @property
+    def rows(self) -> int:
+        return sum(self.counts.values())
+
+
+@dataclass(frozen=True)
+class _Adopted:
+    """The reads ahead an epoch takes: their staged files, rows per split and ranges."""
+
+    reads: list[_ReadAhead] = field(default_factory=list)
+    staged: list[StagedFiles] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    ranges: list[HistoryRange] = field(default_factory=list)
+
+    @property
+    def rows(self) -> int:
+        return sum(self.counts.values())
 
 
 class SourceBackfillJob:
@@ -126,7 +183,13 @@ class SourceBackfillJob:
         #: Live positions after the job's last committed epoch (what it has covered), for rejoining.
         self._covered_to: dict[str, int] = {}
         self._rates = _Rates()
+        self._ahead: list[_ReadAhead] = []
+        self._ahead_lock = threading.RLock()
+        self._ahead_next_at = 0.0
+        self._interval_s = source.trigger_interval_s
+        self._closed = False
         self.sink = DeltaEpochSink(spec.sink_path, spec.name, self.output_schema())
+        self.reads_ahead = spec.read_ahead and spec.transform is None and self.sink.writes_before_commit(None)
         recovered = self.sink.recover()
         if recovered is not None:
             self.states = states_from_json(recovered.state)
@@ -210,17 +273,14 @@ class SourceBackfillJob:
         for change, count in _count_changes(changes).items():
             metrics.SPLIT_CHANGES.labels(self.name, change).inc(count)
 
-        budget = 0 if time.monotonic() < self._rates.backoff_until else history_budget(
-            rate_limit_rows_per_s=self.rate_limit,
-            interval_s=inp.interval_s,
-            max_rows_per_epoch=self.spec.max_rows_per_epoch,
-            measured_rows_per_s=self._rates.history_rows_per_s,
-            last_epoch_s=self._rates.last_epoch_s,
-            paused=self.paused,
-            epoch_cost=fit_epoch_cost(list(self._rates.samples)),
-            last_history_rows=self._rates.samples[-1][0] if self._rates.samples else None,
-        )
+        self._interval_s = inp.interval_s
+        budget = self._budget(inp.interval_s)
+        ahead = _Adopted()
+        if self.reads_ahead:
+            states, ahead = self._adopt_reads(inp, states, budget)
         plan = plan_epoch(states, inp.live, budget, inp.end)
+        if self.reads_ahead and plan.history and not self._reads_inline(plan, budget, ahead):
+            plan = plan_epoch(states, inp.live, 0, inp.end)  # the reads ahead take the history
 
         live = self._live_rows(inp.batch, plan.emit_above)
         # One pass (count while writing) needs a sink that writes before it commits, and no transform:
@@ -240,35 +300,219 @@ class SourceBackfillJob:
         try:
             if observation is not None:
                 result, plan, counts, new_states, read_s = self._commit_observed(
-                    inp, plan, budget, out, live, observation
+                    inp, plan, budget, out, live, observation, ahead
                 )
             else:
                 new_states = finish_epoch(plan, counts)
                 result = self.sink.commit_epoch(inp.epoch, self.transform(out), states_to_json(new_states),
-                                                plan=_plan_summary(plan, budget))
+                                                plan=_plan_summary(plan, budget, ahead.ranges),
+                                                staged=ahead.staged)
+        except Exception:
+            if ahead.reads:
+                self._drop_reads()  # and the adopted ones' files, unless the failed attempt took them
+                for files in ahead.staged:
+                    self.sink.discard(files)
+            raise
         finally:
             if history is not None and observation is None:
                 history.unpersist()
         if result.committed:
-            self.states = new_states
+            with self._ahead_lock:  # the adopted reads leave the list as the states take them in
+                self.states = new_states
+                self._ahead = [a for a in self._ahead if a not in ahead.reads]
+            if ahead.reads:
+                metrics.HISTORY_READS_AHEAD.labels(self.name, "adopted").inc(len(ahead.reads))
         else:  # another attempt committed this epoch first: its state is the truth
+            if ahead.reads:
+                self._drop_reads()
+                for files in ahead.staged:
+                    self.sink.discard(files)
             recovered = self.sink.recover()
             if recovered is not None:
                 self.states = states_from_json(recovered.state)
         self.committed_epoch = inp.epoch
         self._covered_to = dict(inp.end)
         elapsed = time.monotonic() - t0
-        self._account(inp, plan, counts, read_s, elapsed, committed=result.committed)
+        inline = [(sum(counts.values()), read_s)]
+        if result.committed:
+            counts = dict(counts)
+            for split, n in ahead.counts.items():
+                counts[split] = counts.get(split, 0) + n
+        self._account(inp, plan, counts, inline, elapsed, committed=result.committed)
+        if self.reads_ahead:
+            self._read_ahead()
         return bool(result.committed)
 
+    def _budget(self, interval_s: float) -> int:
+        """History offsets one epoch may read now (0 in a read-error backoff)."""
+        if time.monotonic() < self._rates.backoff_until:
+            return 0
+        return history_budget(
+            rate_limit_rows_per_s=self.rate_limit,
+            interval_s=interval_s,
+            max_rows_per_epoch=self.spec.max_rows_per_epoch,
+            measured_rows_per_s=self._rates.history_rows_per_s,
+            last_epoch_s=self._rates.last_epoch_s,
+            paused=self.paused,
+            epoch_cost=fit_epoch_cost(list(self._rates.samples)),
+            last_history_rows=self._rates.samples[-1][0] if self._rates.samples else None,
+        )
+
+    # -- read-ahead ------------------------------------------------------------------------------------
+    def _adopt_reads(
+        self, inp: EpochInput, states: dict[str, SplitState], budget: int
+    ) -> tuple[dict[str, SplitState], _Adopted]:
+        """The states after the reads ahead done by now (they apply before this epoch's live batch).
+
+        Reads that no longer fit (or one that failed) are thrown away with those chained on them; at
+        budget 0 (paused, rate 0, backing off) none is adopted and none stays in flight.
+        """
+        taken = self._done_reads()
+        error = next((a.error for a in taken if a.error is not None), None)
+        counts: dict[str, int] = {}
+        for a in taken:
+            for split, n in a.counts.items():
+                counts[split] = counts.get(split, 0) + n
+        ranges = [r for a in taken for r in a.ranges]
+        adopted = None if error is not None or budget == 0 else adopt_history(states, ranges, counts)
+        if adopted is None:
+            if budget == 0 or taken:
+                self._drop_reads()  # the reads in flight chain on the ones thrown away
+            if error is not None:
+                self._history_error(error)  # counted, backed off (a data loss fails the job)
+            elif budget and taken:
+                logger.info('history read ahead no longer fits, read again job="%s" epoch=%d',
+                            self.name, inp.epoch)
+            return states, _Adopted()
+        self._rates.errors_in_a_row = 0
+        staged = [a.staged for a in taken if a.staged is not None]
+        return adopted, _Adopted(taken, staged, counts, ranges)
+
+    def _reads_inline(self, plan: Any, budget: int, ahead: _Adopted) -> bool:
+        """Read this epoch's planned history in the epoch: only the tail of a backfill, all of it.
+
+        That is when nothing is read ahead any more and the history left up to the targets fits the
+        epoch's budget: the job then finishes in this epoch instead of chasing the live stream with one
+        more read ahead (and a small history finishes in its first epoch).
+        """
+        with self._ahead_lock:
+            in_flight = any(a not in ahead.reads for a in self._ahead)
+        return not in_flight and job_progress(plan.states).remaining_offsets <= budget
+
+    def _done_reads(self) -> list[_ReadAhead]:
+        """The reads ahead that are done, in the order they were planned (they chain).
+
+        They stay listed until the epoch's commit updates the states, so a read planned meanwhile still
+        continues after them.
+        """
+        with self._ahead_lock:
+            done = []
+            for a in self._ahead:
+                if not a.done.is_set():
+                    break
+                done.append(a)
+            return done
+
+    def _drop_reads(self) -> None:
+        """Throw every read ahead away: staged files removed, running jobs cancelled."""
+        with self._ahead_lock:
+            reads, self._ahead = self._ahead, []
+            for a in reads:
+                a.dropped = True
+                outcome = "failed" if a.error is not None else "dropped"
+                metrics.HISTORY_READS_AHEAD.labels(self.name, outcome).inc()
+                if a.done.is_set():
+                    if a.staged is not None:
+                        self.sink.discard(a.staged)
+                else:
+                    self.spark.sparkContext.cancelJobGroup(a.group)
+
+    def _read_ahead(self) -> None:
+        """Start the next history read ahead if the job may read history now and none is running."""
+        from pyspark import InheritableThread
+
+        with self._ahead_lock:
+            if (self._closed or self.failed is not None or self.states is None
+                    or len(self._ahead) >= _MAX_READS_AHEAD
+                    or any(not a.done.is_set() for a in self._ahead)
+                    or time.monotonic() < max(self._ahead_next_at, self._rates.backoff_until)):
+                return
+            budget = read_ahead_budget(
+                rate_limit_rows_per_s=self.rate_limit,
+                interval_s=self._interval_s,
+                max_rows_per_epoch=self.spec.max_rows_per_epoch,
+                measured_rows_per_s=self._rates.ahead_rows_per_s,
+                last_epoch_s=self._rates.last_epoch_s,
+                paused=self.paused,
+            )
+            if budget <= 0:
+                return
+            planned = ahead_of(self.states, [r for a in self._ahead for r in a.ranges])
+            ranges = plan_epoch(planned, {}, budget, {}).history
+            if not ranges:
+                return
+            if self.rate_limit:  # one read per budget's worth of time keeps the rate
+                offsets = sum(r.end - r.start for r in ranges)
+                self._ahead_next_at = time.monotonic() + offsets / self.rate_limit
+            read = _ReadAhead(ranges, f"history-{self.name}-{uuid.uuid4().hex[:12]}")
+            after = self.committed_epoch if self.committed_epoch is not None else -1
+            read.thread = InheritableThread(target=self._run_read, args=(read, after), name=read.group,
+                                            daemon=True)
+            self._ahead.append(read)
+            read.thread.start()
+
+    def _run_read(self, read: _ReadAhead, after_epoch: int) -> None:
+        """Background thread: read ``read.ranges`` and stage their files; then chain the next read.
+
+        The read runs as ``_READ_AHEAD_TASKS`` Spark tasks in the FAIR pool ``history``: the live
+        stream keeps free task slots (it never queues behind history tasks) and the cores it needs.
+        """
+        sc = self.spark.sparkContext
+        sc.setJobGroup(read.group, f"history read ahead of job {self.name}", interruptOnCancel=True)
+        sc.setLocalProperty("spark.scheduler.pool", HISTORY_POOL)
+        t0 = time.monotonic()
+        try:
+            df, _, _, observation = self._read_history(read.ranges, observe=True, session=self.spark)
+            assert df is not None  # noqa: S101 - ranges are never empty here
+            read.staged = self.sink.stage(df.coalesce(_READ_AHEAD_TASKS), after_epoch)
+            read.counts = {s: int(n) for s, n in _observed(observation).items() if n}
+            read.seconds = time.monotonic() - t0
+        except Exception as exc:  # noqa: BLE001 - reported to the epoch that takes this read
+            read.error = exc
+        with self._ahead_lock:
+            read.done.set()
+            if read.dropped and read.staged is not None:
+                self.sink.discard(read.staged)
+            if read.error is None and read.rows and read.seconds > 0:  # sizes the read chained next
+                self._rates.ahead_rows_per_s = _ema(self._rates.ahead_rows_per_s, read.rows / read.seconds)
+        if read.error is None and not read.dropped:
+            logger.debug('history read ahead job="%s" rows=%d seconds=%.3f', self.name, read.rows,
+                         read.seconds)
+            self._read_ahead()
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Stop reading ahead: running reads are cancelled and staged files removed (none committed).
+
+        Waits (``timeout_s`` at most) for the reads' threads, so nothing is left behind once it returns.
+        """
+        with self._ahead_lock:
+            self._closed = True
+            threads = [a.thread for a in self._ahead if a.thread is not None]
+        self._drop_reads()
+        deadline = time.monotonic() + timeout_s
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
     def _commit_observed(
-        self, inp: EpochInput, plan: Any, budget: int, out: DataFrame, live: DataFrame, observation: Any
+        self, inp: EpochInput, plan: Any, budget: int, out: DataFrame, live: DataFrame, observation: Any,
+        ahead: _Adopted,
     ) -> tuple[Any, Any, dict[str, int], dict[str, SplitState], float]:
         """Commit an epoch whose history counts its rows while written; the state is taken after the write.
 
         A write that fails before it finished is taken for a history read error: the epoch then commits
-        its live part alone and history backs off. Returns the commit result, the plan as committed, the
-        history counts, the new states and the seconds the write took.
+        its live part (and the files of the reads ahead it adopted) alone and history backs off. Returns
+        the commit result, the plan as committed, the history counts, the new states and the seconds the
+        write took.
         """
         t0 = time.monotonic()
         done: dict[str, Any] = {}
@@ -281,7 +525,8 @@ class SourceBackfillJob:
 
         try:
             result = self.sink.commit_epoch(inp.epoch, self.transform(out), state_after_write,
-                                            plan=_plan_summary(plan, budget))
+                                            plan=_plan_summary(plan, budget, ahead.ranges),
+                                            staged=ahead.staged)
         except Exception as exc:
             if isinstance(exc, SourceBackfillError) or "states" in done:
                 raise  # the rows were written (or the sink refused): not the history read's fault
@@ -289,7 +534,8 @@ class SourceBackfillJob:
             live_only = dataclasses.replace(plan, history=())
             states = finish_epoch(live_only, {})
             result = self.sink.commit_epoch(inp.epoch, self.transform(live), states_to_json(states),
-                                            plan=_plan_summary(live_only, budget))
+                                            plan=_plan_summary(live_only, budget, ahead.ranges),
+                                            staged=ahead.staged)
             return result, live_only, {}, states, time.monotonic() - t0
         if "states" not in done:  # the epoch was in already (a replay): nothing was observed
             return result, plan, {}, finish_epoch(plan, {}), time.monotonic() - t0
@@ -388,15 +634,20 @@ class SourceBackfillJob:
         )
 
     def _account(
-        self, inp: EpochInput, plan: Any, counts: Mapping[str, int], read_s: float, elapsed: float,
-        *, committed: bool,
+        self, inp: EpochInput, plan: Any, counts: Mapping[str, int], samples: list[tuple[int, float]],
+        elapsed: float, *, committed: bool,
     ) -> None:
+        """Rates, metrics and the epoch's log line.
+
+        ``samples``: (rows, seconds) of the history read in the epoch itself; they fit its cost model
+        (reads ahead are measured where they run).
+        """
         history_rows = sum(counts.values())
-        if history_rows and read_s > 0:
-            self._rates.samples.append((history_rows, read_s))
-            rate = history_rows / read_s
-            prev = self._rates.history_rows_per_s
-            self._rates.history_rows_per_s = rate if prev is None else 0.5 * prev + 0.5 * rate
+        for rows, seconds in samples:
+            if rows <= 0 or seconds <= 0:
+                continue
+            self._rates.samples.append((rows, seconds))
+            self._rates.history_rows_per_s = _ema(self._rates.history_rows_per_s, rows / seconds)
         self._rates.last_epoch_s = elapsed
         self._rates.rows_history += history_rows
         live_rows = 0
@@ -435,7 +686,7 @@ class SourceBackfillJob:
     # -- observability ---------------------------------------------------------------------------------
     def progress(self) -> Any:
         """Pure progress summary of the current states (core.job_progress)."""
-        return job_progress(self.states or {}, self._rates.history_rows_per_s)
+        return job_progress(self.states or {}, self._rates.ahead_rows_per_s or self._rates.history_rows_per_s)
 
     @property
     def finish_reported(self) -> bool:
@@ -451,6 +702,10 @@ class SourceBackfillJob:
     def rows(self) -> tuple[int, int]:
         """Rows written so far by this process: (history, live)."""
         return self._rates.rows_history, self._rates.rows_live
+
+
+def _ema(previous: float | None, value: float) -> float:
+    return value if previous is None else 0.5 * previous + 0.5 * value
 
 
 def _estimate_above(stats: LiveStats, threshold: int) -> int:
@@ -509,10 +764,11 @@ def _count_changes(changes: Any) -> dict[str, int]:
     return counts
 
 
-def _plan_summary(plan: Any, budget: int) -> dict[str, Any]:
+def _plan_summary(plan: Any, budget: int, history: Iterable[HistoryRange] = ()) -> dict[str, Any]:
+    """What the commit records of the epoch's plan; ``history``: ranges read ahead and adopted."""
     return {
         "budget": budget,
-        "history": [[r.split, r.start, r.end] for r in plan.history],
+        "history": [[r.split, r.start, r.end] for r in (*history, *plan.history)],
         "end": dict(plan.end),
     }
 

@@ -92,6 +92,8 @@ class LiveSource:
             self._lock.release()
         else:
             logger.warning('epoch still running at shutdown, abandoning it source="%s"', self.name)
+        for job in list(self.jobs.values()):
+            job.close()  # history read ahead and not committed is thrown away; it is read again later
         query = self._query
         if query is not None:
             try:
@@ -212,6 +214,7 @@ class LiveSource:
                     self._add_job(m.spec, paused=False, rate_limit=m.spec.rate_limit)
             elif m.kind == "drop":
                 if job is not None:
+                    job.close()
                     del self.jobs[m.job]
                     metrics.forget_job(m.job)
                     logger.info('job dropped job="%s" epoch=%d', m.job, inp.epoch)

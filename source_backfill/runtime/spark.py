@@ -23,6 +23,9 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.python.worker.reuse": "true",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.streaming.stopGracefullyOnShutdown": "true",
+    # history read ahead runs in a pool of its own: while it holds slots, the next free one goes to the
+    # live stream's jobs
+    "spark.scheduler.mode": "FAIR",
     # delta-rs and Delta readers expect microsecond timestamps, not Spark's legacy INT96
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
 }

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from connectors.delta.sink import MARKER, STAGING
 from source_backfill.core import Stage
 from source_backfill.verify import table_offsets
 from tests.integration.daemon.conftest import exactly_once, finished, job_of, wait_for
@@ -25,18 +26,31 @@ def _splits(daemon, name):
     return job_of(daemon, name).states
 
 
+def _reads_ahead(job: str, outcome: str) -> float:
+    from source_backfill import metrics
+
+    return sum(s.value for m in metrics.HISTORY_READS_AHEAD.collect() for s in m.samples
+               if s.name.endswith("_total") and s.labels == {"job": job, "outcome": outcome})
+
+
+@pytest.mark.parametrize("read_ahead", [True, False], ids=["read-ahead", "in-epoch"])
 def test_job_attached_to_history_while_producer_writes_is_exactly_once(
-    daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path
+    daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path, read_ahead
 ):
     topic = new_topic(4)
     p = producer_for(topic)
     p.send(4000, 4, weights=[5, 3, 1, 1])  # uneven history per partition
     p.stream(4, per_second=200)
-    d = daemon_factory([topic], [_job("j", tmp_path, max_rows_per_epoch=1500)])
-    wait_for(lambda: finished(d, "j"), what="job j finished")
-    assert all(s.stage is Stage.FINISHED for s in _splits(d, "j").values())
+    name = f"j-{read_ahead}"
+    before = _reads_ahead(name, "adopted")
+    d = daemon_factory([topic], [_job(name, tmp_path, max_rows_per_epoch=1500, read_ahead=read_ahead)])
+    wait_for(lambda: finished(d, name), what=f"job {name} finished")
+    assert all(s.stage is Stage.FINISHED for s in _splits(d, name).values())
+    # history read ahead by background jobs (one read per 1500 offsets at most), or inside the epochs
+    adopted = _reads_ahead(name, "adopted") - before
+    assert adopted >= 2 if read_ahead else adopted == 0
     p.stop()
-    report = exactly_once(tmp_path / "j", kafka_bootstrap, [topic])
+    report = exactly_once(tmp_path / name, kafka_bootstrap, [topic])
     assert sum(s.log_records for s in report.splits.values()) >= 4000
 
 
@@ -200,6 +214,8 @@ def test_restart_mid_backfill_resumes_from_committed_state_exactly_once(
     wait_for(lambda: job_of(d, "j").rows[0] >= 700, what="mid-backfill")
     d.stop()
     assert not finished(d, "j")
+    # reads ahead in flight were cancelled and their staged files removed: nothing unsealed is left
+    assert not list((tmp_path / "j" / STAGING).glob(f"*/{MARKER}"))
     committed = job_of(d, "j").committed_epoch
     d2 = daemon_factory([topic], [_job("j", tmp_path, max_rows_per_epoch=250)], state_root=state)
     assert job_of(d2, "j").committed_epoch == committed  # recovered from the table's log
@@ -230,11 +246,13 @@ def test_finished_job_keeps_flowing_while_another_backfills(
         exactly_once(tmp_path / name, kafka_bootstrap, [topic])
 
 
+@pytest.mark.parametrize("read_ahead", [True, False], ids=["read-ahead", "in-epoch"])
 def test_history_read_failures_keep_live_committing_then_backfill_resumes_exactly_once(
-    daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path, monkeypatch
+    daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path, monkeypatch, read_ahead
 ):
-    """A history read that fails inside the epoch's write: the epoch commits its live part alone, the
-    error is counted, history backs off and resumes from the committed offsets; nothing lost or doubled."""
+    """A history read that fails while its rows are written (in a read ahead, or inside the epoch's own
+    write): the epochs commit their live part, the error is counted, history backs off and resumes from
+    the committed offsets; nothing lost or doubled."""
     from pyspark.sql import functions as F  # noqa: N812
 
     from source_backfill import metrics
@@ -242,12 +260,12 @@ def test_history_read_failures_keep_live_committing_then_backfill_resumes_exactl
 
     monkeypatch.setattr(executor, "_BACKOFF_BASE_S", 0.2)
     original = executor.SourceBackfillJob._read_history
-    left = {"failures": 3}
 
     def failing(self, ranges, **kw):
+        # fail reads until three failures were counted: a failing read ahead that is cancelled before it
+        # ran (a self-paused or backing-off epoch drops the reads in flight) never reports its error
         df, counts, seconds, observation = original(self, ranges, **kw)
-        if df is not None and left["failures"] > 0:
-            left["failures"] -= 1
+        if df is not None and errors() < before + 3:
             boom = F.raise_error(F.lit("injected history read failure"))
             df = df.withColumn("offset", F.when(F.col("offset") >= 0, boom).otherwise(F.col("offset")))
         return df, counts, seconds, observation
@@ -263,8 +281,8 @@ def test_history_read_failures_keep_live_committing_then_backfill_resumes_exactl
     p = producer_for(topic)
     p.send(3000, 2)
     p.stream(2, per_second=100)
-    d = daemon_factory([topic], [_job("j", tmp_path, max_rows_per_epoch=500)])
-    wait_for(lambda: left["failures"] == 0 and errors() >= before + 3, what="three failed history reads")
+    d = daemon_factory([topic], [_job("j", tmp_path, max_rows_per_epoch=500, read_ahead=read_ahead)])
+    wait_for(lambda: errors() >= before + 3, what="three failed history reads")
     epoch = job_of(d, "j").committed_epoch
     wait_for(lambda: job_of(d, "j").committed_epoch >= epoch + 2, what="epochs keep committing")
     assert job_of(d, "j").failed is None
