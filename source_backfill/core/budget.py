@@ -14,11 +14,15 @@ FIRST_EPOCH_BUDGET = 50_000
 MIN_ADAPTIVE_BUDGET = 1_000
 #: Share of the interval the adaptive budget plans to spend on history.
 HISTORY_SHARE = 0.8
-#: Offsets of the first history read ahead, before its throughput was measured.
-FIRST_READ_AHEAD = 250_000
 #: A history read ahead is sized to take about this long at the measured throughput: long enough that
-#: its fixed cost is small, short enough that progress commits regularly and a crash loses little.
+#: its fixed cost (~0.6 s: a Spark job, consumers, staging) is small, short enough that progress commits
+#: regularly and a crash or a pause throws little away.
 READ_AHEAD_S = 10.0
+#: Throughput assumed for the first read ahead, before one was measured: one task (a Python reader
+#: feeding a JVM Parquet writer) reads 150-270k rows/s on two cores, so this errs on the short side.
+FIRST_READ_AHEAD_ROWS_PER_S = 100_000
+#: Offsets of the first history read ahead: ``READ_AHEAD_S`` at the assumed throughput.
+FIRST_READ_AHEAD = int(READ_AHEAD_S * FIRST_READ_AHEAD_ROWS_PER_S)
 #: The fitted budget grows at most this many times the rows of the last history epoch (a noisy fit
 #: must not plan one huge epoch that stalls the live stream).
 MAX_GROWTH = 2.0

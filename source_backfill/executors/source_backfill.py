@@ -397,7 +397,7 @@ class SourceBackfillJob:
         """
         with self._ahead_lock:
             in_flight = any(a not in ahead.reads for a in self._ahead)
-        return not in_flight and job_progress(plan.states).remaining_offsets <= budget
+        return not in_flight and _tail_fits(plan.states, budget)
 
     def _done_reads(self) -> list[_ReadAhead]:
         """The reads ahead that are done, in the order they were planned (they chain).
@@ -448,6 +448,10 @@ class SourceBackfillJob:
             if budget <= 0:
                 return
             planned = ahead_of(self.states, [r for a in self._ahead for r in a.ranges])
+            if _tail_fits(planned, self._budget(self._interval_s)):
+                # the next epoch reads the rest itself and finishes: a read ahead of a few offsets costs
+                # a Spark job (~0.6 s) and is in flight when that epoch comes, so it would only delay it
+                return
             ranges = plan_epoch(planned, {}, budget, {}).history
             if not ranges:
                 return
@@ -702,6 +706,11 @@ class SourceBackfillJob:
     def rows(self) -> tuple[int, int]:
         """Rows written so far by this process: (history, live)."""
         return self._rates.rows_history, self._rates.rows_live
+
+
+def _tail_fits(states: Mapping[str, SplitState], budget: int) -> bool:
+    """The history left up to the targets fits one epoch's ``budget`` (read inside the epoch)."""
+    return job_progress(states).remaining_offsets <= budget
 
 
 def _ema(previous: float | None, value: float) -> float:

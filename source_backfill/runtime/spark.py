@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -23,9 +24,10 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.python.worker.reuse": "true",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.streaming.stopGracefullyOnShutdown": "true",
-    # history read ahead runs in a pool of its own: while it holds slots, the next free one goes to the
-    # live stream's jobs
+    # history read ahead runs in a pool of its own (fairscheduler.xml): while it holds slots, the next
+    # free one goes to the live stream's jobs
     "spark.scheduler.mode": "FAIR",
+    "spark.scheduler.allocation.file": str(Path(__file__).with_name("fairscheduler.xml")),
     # delta-rs and Delta readers expect microsecond timestamps, not Spark's legacy INT96
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
 }
