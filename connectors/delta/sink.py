@@ -437,23 +437,52 @@ class DeltaEpochSink:
     def stage(self, df: DataFrame, after_epoch: int) -> StagedFiles:
         """Write ``df``'s rows now, for a later epoch of this job to commit (``commit_epoch(staged=...)``).
 
+        Spark's executors write the files (:meth:`stage_files` says where, and what happens to them).
+        """
+        if not self.writes_before_commit(df):
+            msg = "staged files need the delta-rs append path (files written, then committed)"
+            raise DeltaSinkError(msg)
+        return self.stage_files(lambda folder: self._spark_write(df, folder), after_epoch)
+
+    def stage_files(self, write: Callable[[Path], Any], after_epoch: int) -> StagedFiles:
+        """Have ``write(folder)`` put Parquet files of the table's schema into a staging folder.
+
+        For a writer that is not a Spark DataFrame (a job's tasks writing with pyarrow, say). The files
+        must have the table's columns and types (checked; a mismatch raises :class:`DeltaSinkError`).
         ``after_epoch``: the job's last committed epoch. The folder is named as an attempt of the next
         one, so if no commit ever takes it the orphan sweep removes it (a restart sweeps what is above
         the committed epoch; below it, a folder no commit names). Not under the commit lock: staging
-        runs beside the epochs. :meth:`discard` removes a staged folder that will not be committed.
+        runs beside the epochs. A failed or cancelled write leaves nothing behind; :meth:`discard`
+        removes a staged folder that will not be committed.
         """
-        if not self.writes_before_commit(df):
+        if self.mode != "append":
             msg = "staged files need the delta-rs append path (files written, then committed)"
             raise DeltaSinkError(msg)
         folder = Path(self.path) / STAGING / f"{after_epoch + 1}-{uuid.uuid4().hex[:16]}"
         self._ensure_table()
         try:
-            _, rows = self._write_files(df, folder)
+            folder.mkdir(parents=True)
+            (folder / MARKER).touch()
+            write(folder)
+            self._check_file_schemas(folder)
+            _, rows = self._collect_adds(folder)
         except BaseException:
             if folder.exists():
-                _remove_attempt(folder)  # a failed or cancelled write leaves nothing behind
+                _remove_attempt(folder)
             raise
         return StagedFiles(folder, rows)
+
+    def _check_file_schemas(self, folder: Path) -> None:
+        """Every Parquet file in ``folder`` has the table's columns with the table's types."""
+        import pyarrow.parquet as pq
+
+        want = [(f.name, f.type) for f in self.arrow_schema if f.name not in self.partition_by]
+        for file in folder.rglob("*.parquet"):
+            got = [(f.name, f.type) for f in pq.read_schema(file)]
+            if got != want:
+                msg = (f"Delta sink {self.path}: staged file {file.name} has columns {got}, the table "
+                       f"{want}")
+                raise DeltaSinkError(msg)
 
     @staticmethod
     def discard(staged: StagedFiles) -> None:
@@ -467,11 +496,15 @@ class DeltaEpochSink:
             return [], 0
         folder.mkdir(parents=True)
         (folder / MARKER).touch()
+        self._spark_write(df, folder)
+        return self._collect_adds(folder)
+
+    def _spark_write(self, df: DataFrame, folder: Path) -> None:
+        """Spark's executors append ``df``, conformed to the table's schema, as Parquet in ``folder``."""
         writer = self._conform(df).write.mode("append")
         if self.partition_by:
             writer = writer.partitionBy(*self.partition_by)
         writer.parquet(str(folder))
-        return self._collect_adds(folder)
 
     def _collect_adds(self, folder: Path) -> tuple[list[Any], int]:
         """The add actions and row count of the Parquet files written into ``folder`` (empty ones removed)."""

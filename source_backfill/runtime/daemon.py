@@ -43,7 +43,7 @@ class Daemon:
         from source_backfill.api.server import ApiServer
         from source_backfill.runtime.registry import JobRegistry
         from source_backfill.runtime.source import LiveSource
-        from source_backfill.runtime.spark import build_spark
+        from source_backfill.runtime.spark import build_spark, warm_history_copy
 
         cfg = self.settings
         root = cfg.daemon.state_root
@@ -57,6 +57,7 @@ class Daemon:
                                'job="%s" detail="%s" (use the API to throttle, or drop and re-create)',
                                spec.name, exc)
         self.spark = build_spark(cfg.spark.master, "source-backfill", cfg.spark.conf)
+        warm_history_copy(self.spark)
         for source in cfg.sources:
             bootstrap = self._bootstrap(source.bootstrap_servers)
             admin = KafkaAdmin(bootstrap, dict(source.kafka))

@@ -319,3 +319,20 @@ def test_discarded_staged_files_are_removed(sink_factory, rows, tmp_path):
     s.discard(ahead)  # idempotent
     assert s.commit_epoch(1, None, {"e": 1}).committed
     assert table_ids(tmp_path / "t") == []
+
+
+def test_staged_files_of_another_schema_are_refused_and_leave_nothing(sink_factory, rows, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    s = sink_factory()
+    s.commit_epoch(0, None, {"e": 0})
+    with pytest.raises(DeltaSinkError, match="staged file"):
+        s.stage_files(lambda folder: pq.write_table(pa.table({"other": [1]}), folder / "x.parquet"), 0)
+    assert not [f for f in (tmp_path / "t" / STAGING).iterdir() if f.is_dir()]
+    # files of the table's schema written by any writer are staged and commit with the next epoch
+    good = s.stage_files(lambda folder: pq.write_table(pa.Table.from_batches(
+        [pa.RecordBatch.from_pylist([{"id": 7}], schema=s.arrow_schema)]), folder / "y.parquet"), 0)
+    assert good.rows == 1
+    assert s.commit_epoch(1, None, {"e": 1}, staged=[good]).committed
+    assert table_ids(tmp_path / "t") == [7]

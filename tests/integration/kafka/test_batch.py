@@ -192,3 +192,36 @@ def test_offsets_for_timestamp(kafka_bootstrap, topic_factory, produce):
     assert admin.offsets_for_timestamp([sid], 1_035) == {sid: 4}
     assert admin.offsets_for_timestamp([sid], 1_040) == {sid: 4}
     assert admin.offsets_for_timestamp([sid], 9_999) == {sid: 10}
+
+
+def test_copy_to_parquet_writes_exactly_the_rows_the_source_reads(
+    spark, kafka_bootstrap, topic_factory, produce, transactional_producer, tmp_path
+):
+    """write_ranges_parquet (the read-ahead copy) gives the rows, offsets and types of the Spark source,
+    in files Spark reads back with the source's schema; a transactional range ending on a marker ends."""
+    from connectors.kafka.source import write_ranges_parquet
+
+    topic = topic_factory(partitions=2)
+    for part in range(2):
+        produce(topic, [f"p{part}-{i}".encode() for i in range(30)], partition=part, key=b"k")
+    tx = topic_factory(partitions=1)
+    transactional_producer.commit(tx, [b"c1-0", b"c1-1"], partition=0)
+    transactional_producer.abort(tx, [b"ab-0", b"ab-1"], partition=0)
+    transactional_producer.commit(tx, [b"c2-0"], partition=0)
+    ends = KafkaAdmin(kafka_bootstrap).end_offsets([f"{topic}:0", f"{tx}:0"])
+    ranges = [KafkaRange(topic, 0, 0, ends[f"{topic}:0"]), KafkaRange(topic, 1, 5, 17),
+              KafkaRange(tx, 0, 0, ends[f"{tx}:0"])]
+    counts = write_ranges_parquet(ranges, kafka_bootstrap, {}, str(tmp_path), niceness=5)
+    assert counts == {f"{topic}:0": 30, f"{topic}:1": 12, f"{tx}:0": 3}
+    assert len(list(tmp_path.glob("*.parquet"))) == 3
+
+    copied = spark.read.parquet(str(tmp_path))
+    source = _read_ranges(spark, kafka_bootstrap, [
+        {"topic": r.topic, "partition": r.partition, "start": r.start, "end": r.end} for r in ranges
+    ])
+    assert [(f.name, f.dataType) for f in copied.schema] == [(f.name, f.dataType) for f in kafka_schema()]
+    assert copied.count() == source.count() == 45
+    assert copied.exceptAll(source).count() == 0 and source.exceptAll(copied).count() == 0
+    assert sorted(bytes(r.value) for r in copied.where(copied.topic == tx).collect()) == [
+        b"c1-0", b"c1-1", b"c2-0"
+    ]  # aborted records never appear
