@@ -89,9 +89,9 @@ _BACKOFF_CAP_S = 60.0
 _MAX_READS_AHEAD = 4
 #: The FAIR scheduler pool of the read-ahead jobs: the live stream's jobs get their slots first.
 HISTORY_POOL = "history"
-#: Spark tasks of one read ahead. One task (a Python reader feeding a JVM Parquet writer) reads about as
-#: fast as a batch copy on two cores, and leaves the other task slots, and cores, to the live stream:
-#: live latency barely moves while a backfill runs (bench/bench_backfill.py).
+#: Spark tasks of one read ahead. One task copies 1M records in ~1.6 s alone and leaves the other task
+#: slots to the live stream. With two on ``local[2]``, the live stream's tasks queued behind history for
+#: seconds: live p99 went to 2.2-3.3x (bench/bench_backfill.py, three runs), where one task keeps 1.05-1.26x.
 _READ_AHEAD_TASKS = 1
 #: CPU niceness of a read ahead's copy (:func:`connectors.kafka.source.write_ranges_parquet`): on a
 #: busy machine the live stream's work gets the CPU first; on an idle one the copy runs at full speed.
