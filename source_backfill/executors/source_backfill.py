@@ -159,10 +159,6 @@ class _Adopted:
     counts: dict[str, int] = field(default_factory=dict)
     ranges: list[HistoryRange] = field(default_factory=list)
 
-    @property
-    def rows(self) -> int:
-        return sum(self.counts.values())
-
 
 class SourceBackfillJob:
     """One job on a shared Kafka source: split state machines, history reads and exactly-once commits."""
@@ -317,9 +313,7 @@ class SourceBackfillJob:
                                                 staged=ahead.staged)
         except Exception:
             if ahead.reads:
-                self._drop_reads()  # and the adopted ones' files, unless the failed attempt took them
-                for files in ahead.staged:
-                    self.sink.discard(files)
+                self._drop_reads()  # the adopted ones' files too, unless the failed attempt took them
             raise
         finally:
             if history is not None and observation is None:
@@ -333,19 +327,15 @@ class SourceBackfillJob:
         else:  # another attempt committed this epoch first: its state is the truth
             if ahead.reads:
                 self._drop_reads()
-                for files in ahead.staged:
-                    self.sink.discard(files)
             recovered = self.sink.recover()
             if recovered is not None:
                 self.states = states_from_json(recovered.state)
         self.committed_epoch = inp.epoch
         self._covered_to = dict(inp.end)
         elapsed = time.monotonic() - t0
-        inline = [(sum(counts.values()), read_s)]
+        inline = (sum(counts.values()), read_s)
         if result.committed:
-            counts = dict(counts)
-            for split, n in ahead.counts.items():
-                counts[split] = counts.get(split, 0) + n
+            counts = _add_counts(dict(counts), ahead.counts)
         self._account(inp, plan, counts, inline, elapsed, committed=result.committed)
         if self.reads_ahead:
             self._read_ahead()
@@ -379,8 +369,7 @@ class SourceBackfillJob:
         error = next((a.error for a in taken if a.error is not None), None)
         counts: dict[str, int] = {}
         for a in taken:
-            for split, n in a.counts.items():
-                counts[split] = counts.get(split, 0) + n
+            _add_counts(counts, a.counts)
         ranges = [r for a in taken for r in a.ranges]
         adopted = None if error is not None or budget == 0 else adopt_history(states, ranges, counts)
         if adopted is None:
@@ -525,8 +514,7 @@ class SourceBackfillJob:
                 .collect()
             )
             for rows in copied:
-                for split, n in rows.items():
-                    counts[split] = counts.get(split, 0) + n
+                _add_counts(counts, rows)
 
         staged = self.sink.stage_files(write, after_epoch)
         return staged, {s: n for s, n in counts.items() if n}
@@ -675,18 +663,17 @@ class SourceBackfillJob:
         )
 
     def _account(
-        self, inp: EpochInput, plan: Any, counts: Mapping[str, int], samples: list[tuple[int, float]],
+        self, inp: EpochInput, plan: Any, counts: Mapping[str, int], inline: tuple[int, float],
         elapsed: float, *, committed: bool,
     ) -> None:
         """Rates, metrics and the epoch's log line.
 
-        ``samples``: (rows, seconds) of the history read in the epoch itself; they fit its cost model
-        (reads ahead are measured where they run).
+        ``inline``: (rows, seconds) of the history read in the epoch itself; it fits the epoch's cost
+        model (reads ahead are measured where they run). ``counts`` has the adopted reads' rows too.
         """
         history_rows = sum(counts.values())
-        for rows, seconds in samples:
-            if rows <= 0 or seconds <= 0:
-                continue
+        rows, seconds = inline
+        if rows > 0 and seconds > 0:
             self._rates.samples.append((rows, seconds))
             self._rates.history_rows_per_s = _ema(self._rates.history_rows_per_s, rows / seconds)
         self._rates.last_epoch_s = elapsed
@@ -748,6 +735,13 @@ class SourceBackfillJob:
 def _tail_fits(states: Mapping[str, SplitState], budget: int) -> bool:
     """The history left up to the targets fits one epoch's ``budget`` (read inside the epoch)."""
     return job_progress(states).remaining_offsets <= budget
+
+
+def _add_counts(into: dict[str, int], more: Mapping[str, int]) -> dict[str, int]:
+    """Add ``more``'s rows per split to ``into`` (returned)."""
+    for split, n in more.items():
+        into[split] = into.get(split, 0) + n
+    return into
 
 
 def _ema(previous: float | None, value: float) -> float:
