@@ -8,9 +8,7 @@ Batch options: ``kafka.bootstrap.servers`` (+ any ``kafka.*`` passed to confluen
 OR ``subscribe``/``subscribePattern`` + ``startingOffsets``/``endingOffsets`` (``earliest``, ``latest`` or
 JSON ``{"topic": {"0": 23}}`` with -2 = earliest, -1 = latest); ``failOnDataLoss`` (default true);
 ``includeHeaders`` (default false); ``kafkaConsumer.pollTimeoutMs`` (stall deadline, default 60 s);
-``chunkRows`` (rows per Arrow batch, default 10000); ``readerNiceness`` (default 0: a positive value
-reads at that lower CPU priority, in a thread of its own, so the work of other jobs comes first; the
-daemon sets it for history read ahead of the epochs).
+``chunkRows`` (rows per Arrow batch, default 10000).
 
 Streaming options: ``subscribe`` (comma list) or ``subscribePattern``, ``startingOffsets``
 (earliest | latest | JSON), ``startingTimestamp`` (epoch ms; wins over ``startingOffsets``, like Spark),
@@ -468,7 +466,6 @@ class _ReaderOptions:
         self.fail_on_data_loss = _bool(self.options, "failOnDataLoss", True)
         self.poll_timeout_s = _poll_timeout_s(self.options)
         self.chunk_rows = int(self.options.get("chunkRows", CHUNK_ROWS))
-        self.niceness = int(self.options.get("readerNiceness", 0))
 
     def admin(self) -> Any:
         from connectors.kafka.admin import KafkaAdmin
@@ -476,20 +473,15 @@ class _ReaderOptions:
         return KafkaAdmin(self.bootstrap, self.kafka)
 
     def read(self, partition: KafkaRange) -> Iterator[Any]:
-        def records() -> Iterator[Any]:
-            return read_range(
-                partition,
-                self.bootstrap,
-                self.kafka,
-                include_headers=self.include_headers,
-                fail_on_data_loss=self.fail_on_data_loss,
-                poll_timeout_s=self.poll_timeout_s,
-                chunk_rows=self.chunk_rows,
-            )
-
-        if self.niceness > 0:
-            return niced(records, self.niceness)
-        return records()
+        return read_range(
+            partition,
+            self.bootstrap,
+            self.kafka,
+            include_headers=self.include_headers,
+            fail_on_data_loss=self.fail_on_data_loss,
+            poll_timeout_s=self.poll_timeout_s,
+            chunk_rows=self.chunk_rows,
+        )
 
 
 _END = object()
