@@ -85,7 +85,7 @@ class Recovered:
 
 @dataclass(frozen=True)
 class StagedFiles:
-    """Rows written ahead of the epoch that commits them (:meth:`DeltaEpochSink.stage`).
+    """Rows written ahead of the epoch that commits them (:meth:`DeltaEpochSink.stage_files`).
 
     Not in the table until a ``commit_epoch(..., staged=[...])`` takes them; swept as an orphan if none
     ever does.
@@ -236,8 +236,8 @@ class DeltaEpochSink:
 
         ``state`` may be a callable, called once after the rows are written and before the commit (for a
         state that depends on what the write observed); only where :meth:`writes_before_commit` is true.
-        ``staged``: files written ahead by :meth:`stage`, committed with the epoch's rows (same path only).
-        A staged folder is moved into this attempt (``<attempt>.s<i>``) before the commit: if the epoch
+        ``staged``: files written ahead by :meth:`stage_files`, committed with the epoch's rows (same path
+        only). A staged folder is moved into this attempt (``<attempt>.s<i>``) before the commit: if the epoch
         does not commit, it goes with the attempt; if it is skipped (a replay) it stays where it was.
 
         1. Create the table on first use (change data feed on) from the sink's schema; on an existing
@@ -434,21 +434,11 @@ class DeltaEpochSink:
             cols.append(col if same else col.cast(field.dataType).alias(field.name))
         return df.select(*cols, *[F.col(f"`{n}`") for n in extra])
 
-    def stage(self, df: DataFrame, after_epoch: int) -> StagedFiles:
-        """Write ``df``'s rows now, for a later epoch of this job to commit (``commit_epoch(staged=...)``).
-
-        Spark's executors write the files (:meth:`stage_files` says where, and what happens to them).
-        """
-        if not self.writes_before_commit(df):
-            msg = "staged files need the delta-rs append path (files written, then committed)"
-            raise DeltaSinkError(msg)
-        return self.stage_files(lambda folder: self._spark_write(df, folder), after_epoch)
-
     def stage_files(self, write: Callable[[Path], Any], after_epoch: int) -> StagedFiles:
-        """Have ``write(folder)`` put Parquet files of the table's schema into a staging folder.
+        """Have ``write(folder)`` stage Parquet files now, for a later epoch to commit (``staged=...``).
 
-        For a writer that is not a Spark DataFrame (a job's tasks writing with pyarrow, say). The files
-        must have the table's columns and types (checked; a mismatch raises :class:`DeltaSinkError`).
+        Any writer (a job's Spark tasks writing with pyarrow, say). The files must have the table's
+        columns and types (checked; a mismatch raises :class:`DeltaSinkError`).
         ``after_epoch``: the job's last committed epoch. The folder is named as an attempt of the next
         one, so if no commit ever takes it the orphan sweep removes it (a restart sweeps what is above
         the committed epoch; below it, a folder no commit names). Not under the commit lock: staging
@@ -496,15 +486,11 @@ class DeltaEpochSink:
             return [], 0
         folder.mkdir(parents=True)
         (folder / MARKER).touch()
-        self._spark_write(df, folder)
-        return self._collect_adds(folder)
-
-    def _spark_write(self, df: DataFrame, folder: Path) -> None:
-        """Spark's executors append ``df``, conformed to the table's schema, as Parquet in ``folder``."""
         writer = self._conform(df).write.mode("append")
         if self.partition_by:
             writer = writer.partitionBy(*self.partition_by)
         writer.parquet(str(folder))
+        return self._collect_adds(folder)
 
     def _collect_adds(self, folder: Path) -> tuple[list[Any], int]:
         """The add actions and row count of the Parquet files written into ``folder`` (empty ones removed)."""

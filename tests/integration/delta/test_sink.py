@@ -274,13 +274,18 @@ def test_delta_spark_writer_refused_without_its_jars(spark, sink_factory, rows):
     assert sink_factory(name="auto", writer="auto").commit_epoch(1, rows([1]), {}).committed
 
 
+def _stage(sink, df, after_epoch):
+    """Stage ``df``'s rows as Spark writes them, as the read ahead's tasks write theirs."""
+    return sink.stage_files(lambda folder: df.write.mode("append").parquet(str(folder)), after_epoch)
+
+
 def test_staged_files_commit_with_a_later_epoch_and_are_swept_when_no_commit_takes_them(
     sink_factory, rows, tmp_path, monkeypatch
 ):
     path = tmp_path / "t"
     s = sink_factory()
     s.commit_epoch(1, rows([1]), {"e": 1})
-    ahead = s.stage(rows([10, 11, 12]), after_epoch=1)
+    ahead = _stage(s, rows([10, 11, 12]), after_epoch=1)
     assert ahead.rows == 3 and (ahead.folder / MARKER).exists()
     assert table_ids(path) == [1]  # staged is not committed
     # a replayed epoch does not take them: they stay where they are
@@ -294,15 +299,15 @@ def test_staged_files_commit_with_a_later_epoch_and_are_swept_when_no_commit_tak
     assert attempt_files(path) == referenced_files(path)
     assert not any((f / MARKER).exists() for f in (path / STAGING).iterdir())  # sealed
     # staged files of a commit that failed go with its attempt
-    failed = s.stage(rows([20]), after_epoch=2)
+    failed = _stage(s, rows([20]), after_epoch=2)
     monkeypatch.setattr(DeltaEpochSink, "_commit", lambda *_a, **_k: (_ for _ in ()).throw(OSError("x")))
     with pytest.raises(OSError, match="x"):
         s.commit_epoch(3, None, {"e": 3}, staged=[failed])
     monkeypatch.undo()
     assert attempt_files(path) == referenced_files(path)
     # staged files a crash left behind are swept by the next sink; the committed ones stay
-    s.stage(rows([30]), after_epoch=2)  # below-or-at the committed epoch after the next commit
-    s.stage(rows([31]), after_epoch=5)  # above it
+    _stage(s, rows([30]), after_epoch=2)  # below-or-at the committed epoch after the next commit
+    _stage(s, rows([31]), after_epoch=5)  # above it
     s.commit_epoch(3, rows([3]), {"e": 3})
     (next(f for f in (path / STAGING).iterdir() if ".s" in f.name) / MARKER).touch()  # died before sealing
     sink_factory()
@@ -313,7 +318,7 @@ def test_staged_files_commit_with_a_later_epoch_and_are_swept_when_no_commit_tak
 def test_discarded_staged_files_are_removed(sink_factory, rows, tmp_path):
     s = sink_factory()
     s.commit_epoch(0, None, {"e": 0})
-    ahead = s.stage(rows([1]), after_epoch=0)
+    ahead = _stage(s, rows([1]), after_epoch=0)
     s.discard(ahead)
     assert not ahead.folder.exists()
     s.discard(ahead)  # idempotent
