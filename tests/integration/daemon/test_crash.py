@@ -81,6 +81,7 @@ name = "crashy"
 source = "src"
 sink_path = "{table}"
 max_rows_per_epoch = 400
+rate_limit = 400  # the backfill lasts >= 15 s: both kills land mid-backfill
 """)
     log = tmp_path / "daemon.log"
     proc = _start(config, log)

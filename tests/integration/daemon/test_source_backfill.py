@@ -119,7 +119,8 @@ def test_rate_limit_zero_reads_no_history_then_raised_loses_nothing(
 def test_pause_and_resume_mid_backfill(daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path):
     topic = new_topic(2)
     producer_for(topic).send(4000, 2)
-    d = daemon_factory([topic], [_job("j", tmp_path, max_rows_per_epoch=300)])
+    # the rate limit keeps the backfill going >= 10 s, so the pause lands mid-backfill
+    d = daemon_factory([topic], [_job("j", tmp_path, max_rows_per_epoch=300, rate_limit=400)])
     wait_for(lambda: job_of(d, "j").rows[0] > 0, what="backfill started")
     d.registry.pause("j")
     wait_for(lambda: job_of(d, "j").paused, what="pause applied")
@@ -149,7 +150,9 @@ def test_partitions_added_mid_backfill(daemon_factory, producer_for, kafka_boots
     first, second = f"{prefix}-a", f"{prefix}-b"
     admin.create_topic(first, 2)
     producer_for(first).send(3000, 2)
-    d = daemon_factory([], [_job("j", tmp_path, max_rows_per_epoch=300)],
+    # the rate limit keeps the backfill going >= 15 s, past the pattern's discovery of the new topic
+    # (reads ahead chain back to back: a row cap alone no longer spreads 3000 rows over 10 epochs)
+    d = daemon_factory([], [_job("j", tmp_path, max_rows_per_epoch=300, rate_limit=200)],
                        topic_pattern=re.escape(prefix) + "-.*")
     wait_for(lambda: job_of(d, "j").rows[0] > 0, what="backfill started")
     admin.create_topic(second, 2)
@@ -210,14 +213,17 @@ def test_restart_mid_backfill_resumes_from_committed_state_exactly_once(
     p.send(3000, 3)
     p.stream(3, per_second=100)
     state = tmp_path / "state"
-    d = daemon_factory([topic], [_job("j", tmp_path, max_rows_per_epoch=250)], state_root=state)
+    # the rate limit keeps the backfill going >= 10 s, so the stop lands mid-backfill
+    d = daemon_factory([topic], [_job("j", tmp_path, max_rows_per_epoch=250, rate_limit=300)],
+                       state_root=state)
     wait_for(lambda: job_of(d, "j").rows[0] >= 700, what="mid-backfill")
     d.stop()
     assert not finished(d, "j")
     # reads ahead in flight were cancelled and their staged files removed: nothing unsealed is left
     assert not list((tmp_path / "j" / STAGING).glob(f"*/{MARKER}"))
     committed = job_of(d, "j").committed_epoch
-    d2 = daemon_factory([topic], [_job("j", tmp_path, max_rows_per_epoch=250)], state_root=state)
+    d2 = daemon_factory([topic], [_job("j", tmp_path, max_rows_per_epoch=250, rate_limit=300)],
+                        state_root=state)
     assert job_of(d2, "j").committed_epoch == committed  # recovered from the table's log
     wait_for(lambda: finished(d2, "j"), what="finished after restart")
     p.stop()
@@ -250,32 +256,47 @@ def test_finished_job_keeps_flowing_while_another_backfills(
 def test_history_read_failures_keep_live_committing_then_backfill_resumes_exactly_once(
     daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path, monkeypatch, read_ahead
 ):
-    """A history read that fails while its rows are written (in a read ahead, or inside the epoch's own
-    write): the epochs commit their live part, the error is counted, history backs off and resumes from
-    the committed offsets; nothing lost or doubled."""
+    """A history read that fails while its rows are written (a read ahead's copy, or inside the epoch's
+    own write): the epochs commit their live part, the error is counted, history backs off and resumes
+    from the committed offsets; nothing lost or doubled."""
     from pyspark.sql import functions as F  # noqa: N812
 
+    from connectors.delta.sink import DeltaEpochSink
     from source_backfill import metrics
     from source_backfill.executors import source_backfill as executor
 
     monkeypatch.setattr(executor, "_BACKOFF_BASE_S", 0.2)
-    original = executor.SourceBackfillJob._read_history
+    # fail reads until three failures were counted: a failing read ahead that is cancelled before it ran
+    # (a self-paused or backing-off epoch drops the reads in flight) never reports its error
+    if read_ahead:  # the copy's files are written, then the copy fails: they must not reach the table
+        original_stage = DeltaEpochSink.stage_files
 
-    def failing(self, ranges, **kw):
-        # fail reads until three failures were counted: a failing read ahead that is cancelled before it
-        # ran (a self-paused or backing-off epoch drops the reads in flight) never reports its error
-        df, counts, seconds, observation = original(self, ranges, **kw)
-        if df is not None and errors() < before + 3:
-            boom = F.raise_error(F.lit("injected history read failure"))
-            df = df.withColumn("offset", F.when(F.col("offset") >= 0, boom).otherwise(F.col("offset")))
-        return df, counts, seconds, observation
+        def failing_stage(self, write, after_epoch):
+            def write_then_fail(folder):
+                write(folder)
+                if errors() < before + 3:
+                    raise RuntimeError("injected history copy failure")
 
-    monkeypatch.setattr(executor.SourceBackfillJob, "_read_history", failing)
+            return original_stage(self, write_then_fail, after_epoch)
+
+        monkeypatch.setattr(DeltaEpochSink, "stage_files", failing_stage)
+    else:
+        original_read = executor.SourceBackfillJob._read_history
+
+        def failing_read(self, ranges, **kw):
+            df, counts, seconds, observation = original_read(self, ranges, **kw)
+            if df is not None and errors() < before + 3:
+                boom = F.raise_error(F.lit("injected history read failure"))
+                df = df.withColumn("offset", F.when(F.col("offset") >= 0, boom).otherwise(F.col("offset")))
+            return df, counts, seconds, observation
+
+        monkeypatch.setattr(executor.SourceBackfillJob, "_read_history", failing_read)
 
     def errors() -> float:
         return sum(s.value for m in metrics.SOURCE_ERRORS.collect() for s in m.samples
                    if s.name.endswith("_total") and s.labels.get("job") == "j")
 
+    failed_before = _reads_ahead("j", "failed")
     before = errors()
     topic = new_topic(2)
     p = producer_for(topic)
@@ -283,6 +304,8 @@ def test_history_read_failures_keep_live_committing_then_backfill_resumes_exactl
     p.stream(2, per_second=100)
     d = daemon_factory([topic], [_job("j", tmp_path, max_rows_per_epoch=500, read_ahead=read_ahead)])
     wait_for(lambda: errors() >= before + 3, what="three failed history reads")
+    if read_ahead:  # the errors came from the reads ahead, reported by the epochs that took them
+        assert _reads_ahead("j", "failed") - failed_before >= 3
     epoch = job_of(d, "j").committed_epoch
     wait_for(lambda: job_of(d, "j").committed_epoch >= epoch + 2, what="epochs keep committing")
     assert job_of(d, "j").failed is None
