@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: venv run test unit integration lint bench clean
+.PHONY: venv jars run test unit integration lint bench clean
 
 venv: $(STAMP)
 
@@ -15,18 +15,23 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test,dev]'
 	touch $(STAMP)
 
+## JVM parts pinned in deploy/jvm/pom.xml (Spark's Kafka connector, delta-spark, the Kafka broker), fetched
+## from Maven once into var/jvm/ (SOURCE_BACKFILL_JARS overrides); a no-op when they are there.
+jars: $(STAMP)
+	$(PY) -m source_backfill.runtime.jvm fetch
+
 ## Run the daemon on the embedded default: broker, demo producer, one live job, a second job backfilling.
-run: $(STAMP)
+run: $(STAMP) jars
 	$(PY) -m source_backfill.demo
 
 ## The whole test suite (unit + integration against a real broker, real Spark, real Delta tables).
-test: $(STAMP)
+test: $(STAMP) jars
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-unit: $(STAMP)
+unit: $(STAMP) jars
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-integration: $(STAMP)
+integration: $(STAMP) jars
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
 lint: $(STAMP)
@@ -34,7 +39,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy source_backfill/core
 
 ## Benchmarks print ratios against a baseline measured in the same run.
-bench: $(STAMP)
+bench: $(STAMP) jars
 	$(PY) -m bench
 
 clean:

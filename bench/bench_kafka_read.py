@@ -1,7 +1,7 @@
 """Benchmark: the kafka_py batch source reading into Parquet vs raw confluent-kafka consume, same records.
 
 Produces BENCH_KAFKA_RECORDS (default 1,000,000) records of 100-200 bytes over 4 partitions into the
-embedded Tansu broker (or KAFKA_BOOTSTRAP_SERVERS), then measures
+embedded Apache Kafka broker (or KAFKA_BOOTSTRAP_SERVERS), then measures
   * raw: one confluent-kafka consumer reading every record (value() touched), single process, at each
     ``consume()`` batch size of RAW_BATCHES (the fastest counts);
   * source: spark.read.format("kafka_py") with exact ranges -> .write.parquet (local[2]).
@@ -227,7 +227,7 @@ def main() -> dict:
         result = {
             "records": records,
             "partitions": PARTITIONS,
-            "broker": "embedded-tansu" if broker else bootstrap,
+            "broker": "embedded-kafka" if broker else bootstrap,
             "produce_rows_per_s": round(records / produce_s),
             "raw_consume_rows": raw_rows,
             "raw_consume_rows_per_s": round(raw_rows / raw_s),

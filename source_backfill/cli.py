@@ -181,6 +181,8 @@ def _cmd_jobs_create(args: argparse.Namespace, out: IO[str]) -> int:
         start = {"kind": "offsets", "offsets": args.start_offsets}
     elif args.start_timestamp is not None:
         start = {"kind": "timestamp", "timestamp_ms": args.start_timestamp}
+    elif args.start_latest:
+        start = {"kind": "latest"}
     body: dict[str, Any] = {"name": args.name, "source": args.source, "sink_path": args.sink,
                             "start": start}
     if args.rate_limit is not None:
@@ -348,6 +350,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="start offset per split, e.g. '{\"topic:0\": 42}' (others: earliest)")
     start.add_argument("--start-timestamp", type=_timestamp, metavar="MS",
                        help="start at the first record at or after this Kafka timestamp (ms)")
+    start.add_argument("--start-latest", action="store_true",
+                       help="no history: only records after the job attaches")
     p.add_argument("--rate-limit", type=float, metavar="R", help="history rows/s (0 = read none for now)")
     p.add_argument("--max-rows-per-epoch", type=int, metavar="N", help="history rows per epoch at most")
     p.add_argument("--transform", metavar="SQL", help="Spark SQL over {source}, e.g. 'SELECT key, value FROM "

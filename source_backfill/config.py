@@ -65,7 +65,18 @@ class TimestampStart(_Frozen):
     timestamp_ms: Annotated[int, Field(ge=0)]
 
 
-StartSpec = Annotated[EarliestStart | OffsetsStart | TimestampStart, Field(discriminator="kind")]
+class LatestStart(_Frozen):
+    """No history: only records after the job's attach position (RisingWave's ``scan.startup.mode = latest``).
+
+    Every split is Finished at attach; the live stream brings what follows.
+    """
+
+    kind: Literal["latest"] = "latest"
+
+
+StartSpec = Annotated[
+    EarliestStart | OffsetsStart | TimestampStart | LatestStart, Field(discriminator="kind")
+]
 
 
 # -- sources and jobs ----------------------------------------------------------------------------------

@@ -1,11 +1,14 @@
 """``make run``: the daemon on the embedded default, with a live producer and a job attached mid-stream.
 
-1. start the embedded broker and fill a 4-partition topic with uneven history;
+1. start the embedded Apache Kafka broker (its log under ``--state-root``) and fill a 4-partition topic
+   with uneven history;
 2. start a demo producer writing a steady live stream;
 3. start the daemon with one job (``live-copy``) and wait for it to catch up;
 4. attach a second job (``late-copy``) through the HTTP API while the producer keeps writing, and show
    its per-split backfill progressing to Finished;
 5. keep running (metrics and API URLs printed) until Ctrl-C, which stops everything it started.
+
+Run again, it resumes: the broker keeps its log, the jobs their tables and state (``--fresh`` starts over).
 """
 
 from __future__ import annotations
@@ -93,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--metrics-port", type=int, default=9108)
     parser.add_argument("--state-root", default="var/demo")
     parser.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
+    parser.add_argument("--fresh", action="store_true", help="remove what an earlier run left and start over")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
 
@@ -106,18 +110,25 @@ def main(argv: list[str] | None = None) -> int:
     print("source-backfill demo: embedded broker, live producer, daemon, a job attached mid-stream",
           flush=True)
     root = Path(args.state_root)
-    shutil.rmtree(root, ignore_errors=True)
+    if args.fresh:
+        shutil.rmtree(root, ignore_errors=True)
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     deadline = time.monotonic() + args.duration if args.duration else None
 
-    with EmbeddedBroker() as broker:
+    with EmbeddedBroker(log_dir=root / "kafka") as broker:
         bootstrap = broker.bootstrap
-        KafkaAdmin(bootstrap).create_topic(TOPIC, 4)
-        print(f"broker {bootstrap}: writing {args.history} history records into {TOPIC} (4 partitions)",
-              flush=True)
-        _fill_history(bootstrap, args.history)
+        admin = KafkaAdmin(bootstrap)
+        admin.create_topic(TOPIC, 4)
+        held = sum(admin.end_offsets([f"{TOPIC}:{p}" for p in range(4)]).values())
+        if held:
+            print(f"broker {bootstrap}: {TOPIC} kept from an earlier run ({held} records; --fresh starts "
+                  "over)", flush=True)
+        else:
+            print(f"broker {bootstrap}: writing {args.history} history records into {TOPIC} (4 partitions)",
+                  flush=True)
+            _fill_history(bootstrap, args.history)
         producer = threading.Thread(target=_producer, args=(bootstrap, args.rate, stop), daemon=True)
         producer.start()
         settings = load_settings(
@@ -133,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
         api = daemon.api_url
         print(f"daemon up: API {api}  metrics http://127.0.0.1:{args.metrics_port}/metrics  "
               f"(Ctrl-C stops everything)", flush=True)
-        attached = announced = False
+        attached = "late-copy" in {j["name"] for j in httpx.get(f"{api}/jobs", timeout=10).json()}
+        announced = False
         try:
             with httpx.Client(base_url=api, timeout=10) as client:
                 while not stop.is_set() and (deadline is None or time.monotonic() < deadline):

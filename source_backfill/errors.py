@@ -29,6 +29,11 @@ class InvalidOffsetError(SourceBackfillError):
     """An offset went backwards or is otherwise impossible for the split it belongs to."""
 
 
+# -- JVM dependencies ---------------------------------------------------------------------------------
+class JvmDependencyError(ConfigError):
+    """A JVM dependency (Spark's Kafka connector, delta-spark, the Kafka broker) is missing or mismatched."""
+
+
 # -- Kafka ---------------------------------------------------------------------------------------------
 class KafkaConnectorError(SourceBackfillError):
     """A Kafka connector error."""

@@ -113,7 +113,7 @@ class DeltaEpochSink:
         mode: Literal["append", "merge"] = "append",
         key_columns: Sequence[str] = (),
         partition_by: Sequence[str] = (),
-        writer: Writer = "auto",
+        writer: Writer = "delta-rs",
         checkpoint_interval: int = 100,
     ) -> None:
         if mode == "merge" and not key_columns:
@@ -750,7 +750,9 @@ def _last_per_key(changes: pa.Table, keys: Sequence[str]) -> pa.Table:
 def delta_spark_available(spark: Any) -> bool:
     """True when delta-spark's JVM classes load in ``spark`` (its jars are on the classpath)."""
     try:
-        spark._jvm.java.lang.Class.forName("io.delta.tables.DeltaTable")  # noqa: SLF001
+        # spark.jars land in Spark's own class loader (the thread's context loader), not the JVM's
+        loader = spark._jvm.java.lang.Thread.currentThread().getContextClassLoader()  # noqa: SLF001
+        loader.loadClass("io.delta.tables.DeltaTable")
     except Exception:  # noqa: BLE001 - py4j raises a generic error for a missing class; Connect has no _jvm
         return False
     return True

@@ -1,15 +1,7 @@
 """Kafka metadata and offsets: topics, splits ("topic:partition") and exact earliest/end/timestamp offsets.
 
-End offsets are taken from a *fetch response's* high watermark, never from ListOffsets(latest): on Tansu
-ListOffsets(latest) returns the last record batch's base offset + 1, which is short of the end when the
-last batch holds several records or a transaction marker follows it. :meth:`KafkaAdmin.end_offsets` assigns
-a consumer at the listed end (never past the true end) and waits for the partition-EOF event, whose fetch
-response carries the real high watermark (the last stable offset under ``read_committed``); it then reads it
-with ``get_watermark_offsets(cached=True)``. On Apache Kafka this costs one empty fetch per partition.
-
-Tansu also answers ListOffsets(timestamp) with the log start, so :meth:`KafkaAdmin.offsets_for_timestamp`
-binary-searches the log with single-record fetches (timestamps are assumed non-decreasing per partition,
-true for LogAppendTime and for ordinary producers).
+Offsets come from ListOffsets with ``read_committed`` isolation: earliest is the log start, latest the last
+stable offset (an open transaction's records lie beyond it), a timestamp the first record at or after it.
 """
 
 from __future__ import annotations
@@ -295,105 +287,40 @@ class KafkaAdmin:
 
         return self._list_offsets(split_ids, OffsetSpec.earliest(), "list earliest offsets")
 
-    def listed_end_offsets(self, split_ids: Iterable[str]) -> dict[str, int]:
-        """ListOffsets(latest) as the broker answers it — NOT exact on Tansu; a lower bound of the end."""
+    def end_offsets(self, split_ids: Iterable[str]) -> dict[str, int]:
+        """The end of each split: the next offset to be written, or the last stable offset.
+
+        ListOffsets latest under ``read_committed``, so an open transaction's records are never inside it.
+        """
         from confluent_kafka.admin import OffsetSpec
 
         return self._list_offsets(split_ids, OffsetSpec.latest(), "list latest offsets")
 
-    def end_offsets(self, split_ids: Iterable[str]) -> dict[str, int]:
-        """Exact end (next offset to be written; LSO under read_committed) from a fetch's high watermark."""
-        from confluent_kafka import KafkaError, TopicPartition
-
-        sids = list(dict.fromkeys(split_ids))
-        if not sids:
-            return {}
-        listed = self.listed_end_offsets(sids)
-        earliest = self.earliest_offsets(sids)
-        tps = self._tps(sids)
-        consumer = self._consumer()
-        try:
-            consumer.assign(
-                [TopicPartition(tp.topic, tp.partition, max(listed[s], earliest[s])) for s, tp in tps.items()]
-            )
-            key_to_sid = {(tp.topic, tp.partition): s for s, tp in tps.items()}
-            pending = set(sids)
-            deadline = time.monotonic() + self.timeout_s
-            while pending:
-                if time.monotonic() > deadline:
-                    msg = (
-                        f"end offsets of {', '.join(sorted(pending))} not known within {self.timeout_s}s "
-                        f"(no fetch response from {self.bootstrap_servers})"
-                    )
-                    raise BrokerUnavailableError(msg)
-                wait_s = min(0.5, max(0.0, deadline - time.monotonic()))
-                for m in consume_available(consumer, 1000, wait_s):
-                    err = m.error()
-                    if err is None:
-                        continue
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        pending.discard(key_to_sid.get((m.topic(), m.partition()), ""))
-                    elif err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                        msg = f"Kafka split {m.topic()}:{m.partition()} does not exist: {err}"
-                        raise UnknownTopicError(msg)
-                    elif err.fatal() or not err.retriable():
-                        logger.warning('end offset probe error="%s"', err)
-            result: dict[str, int] = {}
-            for sid, tp in tps.items():
-                _low, high = consumer.get_watermark_offsets(tp, cached=True)
-                result[sid] = max(int(high), listed[sid])
-            return result
-        finally:
-            consumer.close()
-
     def offsets_for_timestamp(self, split_ids: Iterable[str], ts_ms: int) -> dict[str, int]:
-        """First offset whose record timestamp is >= ``ts_ms`` per split; the end offset when none is.
+        """First offset whose record timestamp is >= ``ts_ms`` per split; the end offset when none is."""
+        from confluent_kafka.admin import OffsetSpec
 
-        Binary search over single-record fetches (Tansu's ListOffsets(timestamp) is not usable); assumes
-        timestamps are non-decreasing within a partition.
-        """
         sids = list(dict.fromkeys(split_ids))
-        if not sids:
+        found = self._list_offsets(sids, OffsetSpec.for_timestamp(ts_ms), "list offsets for timestamp")
+        missing = [s for s in sids if found[s] < 0]
+        ends = self.end_offsets(missing) if missing else {}
+        return {s: ends[s] if found[s] < 0 else found[s] for s in sids}
+
+    def delete_records(self, before: Mapping[str, int]) -> dict[str, int]:
+        """Move the log start of each split up to ``before[split]`` (retention by hand); the new starts."""
+        from confluent_kafka import TopicPartition
+
+        tps = {sid: TopicPartition(*parse_split_id(sid), offset) for sid, offset in before.items()}
+        if not tps:
             return {}
-        ends = self.end_offsets(sids)
-        starts = self.earliest_offsets(sids)
-        consumer = self._consumer(**{"fetch.max.bytes": 1 << 20, "max.partition.fetch.bytes": 1 << 16})
-        try:
-            result = {}
-            for sid in sids:
-                result[sid] = self._search_ts(consumer, sid, starts[sid], ends[sid], ts_ms)
-            return result
-        finally:
-            consumer.close()
 
-    def _search_ts(self, consumer: Any, sid: str, lo: int, hi: int, ts_ms: int) -> int:
-        end = hi
-        while lo < hi:
-            mid = (lo + hi) // 2
-            rec = self._probe(consumer, sid, mid, end)
-            if rec is None or rec[1] >= ts_ms:
-                hi = mid
-            else:
-                lo = rec[0] + 1
-        rec = self._probe(consumer, sid, lo, end) if lo < end else None
-        return end if rec is None or rec[1] < ts_ms else rec[0]
+        def delete() -> dict[str, int]:
+            futs = self._admin.delete_records(list(tps.values()), request_timeout=self._attempt_timeout())
+            by_tp = {(tp.topic, tp.partition): f for tp, f in futs.items()}
+            wait = self._attempt_timeout()
+            return {sid: int(by_tp[(tp.topic, tp.partition)].result(timeout=wait).low_watermark)
+                    for sid, tp in tps.items()}
 
-    def _probe(self, consumer: Any, sid: str, offset: int, end: int) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first record at or after ``offset`` below ``end``, else None."""
-        from confluent_kafka import KafkaError, TopicPartition
-
-        topic, part = parse_split_id(sid)
-        consumer.assign([TopicPartition(topic, part, offset)])
-        deadline = time.monotonic() + self.timeout_s
-        try:
-            while time.monotonic() < deadline:
-                for m in consumer.consume(num_messages=1, timeout=0.5):
-                    err = m.error()
-                    if err is None:
-                        return (m.offset(), m.timestamp()[1]) if m.offset() < end else None
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        return None
-            msg = f"no fetch response for {sid} at offset {offset} within {self.timeout_s}s"
-            raise BrokerUnavailableError(msg)
-        finally:
-            consumer.unassign()
+        result = self._retry(delete, "delete records")
+        logger.info('records deleted new_log_start="%s"', result)
+        return result

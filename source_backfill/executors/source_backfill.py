@@ -39,7 +39,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from source_backfill import metrics
-from source_backfill.config import EarliestStart, JobSpec, OffsetsStart, SourceConfig, TimestampStart
+from source_backfill.config import (
+    EarliestStart,
+    JobSpec,
+    LatestStart,
+    OffsetsStart,
+    SourceConfig,
+    TimestampStart,
+)
 from source_backfill.core import (
     HistoryRange,
     LiveStats,
@@ -192,6 +199,8 @@ class SourceBackfillJob:
         self._ahead_next_at = 0.0
         self._interval_s = source.trigger_interval_s
         self._closed = False
+        #: Per split, the offset below which lost history (under the log start) is already counted.
+        self._lost_to: dict[str, int] = {}
         self.sink = DeltaEpochSink(spec.sink_path, spec.name, self.output_schema())
         self.reads_ahead = spec.read_ahead and spec.transform is None and self.sink.writes_before_commit(None)
         recovered = self.sink.recover()
@@ -249,6 +258,8 @@ class SourceBackfillJob:
             chosen = {s: max(start.offsets.get(s, earliest[s]), earliest[s]) for s in splits}
         elif isinstance(start, TimestampStart):
             chosen = self.admin.offsets_for_timestamp(splits, start.timestamp_ms)
+        elif isinstance(start, LatestStart):
+            chosen = dict(positions)  # the live stream covers everything from here
         else:  # pragma: no cover - the config union is closed
             msg = f"unknown start {start!r}"
             raise JobError(msg)
@@ -286,6 +297,7 @@ class SourceBackfillJob:
         if self.reads_ahead and plan.history and not self._reads_inline(plan, budget, ahead):
             plan = plan_epoch(states, inp.live, 0, inp.end)  # the reads ahead take the history
 
+        self._count_data_loss(plan.history)
         live = self._live_rows(inp.batch, plan.emit_above)
         # One pass (count while writing) needs a sink that writes before it commits, and no transform:
         # a transform could let Spark prune the history scan, and its observed counts would never come.
@@ -455,6 +467,7 @@ class SourceBackfillJob:
             if self.rate_limit:  # one read per budget's worth of time keeps the rate
                 offsets = sum(r.end - r.start for r in ranges)
                 self._ahead_next_at = time.monotonic() + offsets / self.rate_limit
+            self._count_data_loss(ranges)
             read = _ReadAhead(ranges, f"history-{self.name}-{uuid.uuid4().hex[:12]}")
             after = self.committed_epoch if self.committed_epoch is not None else -1
             read.thread = InheritableThread(target=self._run_read, args=(read, after), name=read.group,
@@ -645,10 +658,29 @@ class SourceBackfillJob:
         counts = {split_id(row['topic'], row['partition']): int(row["count"]) for row in counted}
         return df, counts, time.monotonic() - t0, None
 
+    def _count_data_loss(self, ranges: Iterable[HistoryRange]) -> None:
+        """With ``fail_on_data_loss = false`` the readers skip history below the log start: count it.
+
+        Counted when the read is planned, from the log start then (one ListOffsets); offsets a deletion
+        removes while a read is already running are skipped by the reader but not counted.
+        """
+        ranges = list(ranges)
+        if self.source.fail_on_data_loss or not ranges:
+            return
+        log_start = self.admin.earliest_offsets(sorted({r.split for r in ranges}))
+        for r in ranges:
+            first = max(r.start, self._lost_to.get(r.split, r.start))
+            lost_end = min(log_start.get(r.split, r.start), r.end)
+            if lost_end > first:
+                self._lost_to[r.split] = lost_end
+                metrics.DATA_LOSS_OFFSETS.labels(self.name, r.split).inc(lost_end - first)
+                logger.warning('history lost, skipped job="%s" split="%s" offsets="%d..%d" log_start=%d',
+                               self.name, r.split, first, lost_end - 1, lost_end)
+
     def _history_error(self, exc: Exception) -> None:
         if _is_data_loss(exc) and self.source.fail_on_data_loss:
             self.failed = (
-                f"history offsets are below the log start (retention removed them): {exc}. "
+                f"history offsets are below the log start (retention removed them): {_data_loss_line(exc)}. "
                 "Set fail_on_data_loss=false on the source to skip forward."
             )
             metrics.SOURCE_ERRORS.labels(self.name, "data_loss").inc()
@@ -811,6 +843,13 @@ def _plan_summary(plan: Any, budget: int, history: Iterable[HistoryRange] = ()) 
         "history": [[r.split, r.start, r.end] for r in (*history, *plan.history)],
         "end": dict(plan.end),
     }
+
+
+def _data_loss_line(exc: BaseException) -> str:
+    """The reader's own data-loss message (split and offsets) out of a Spark error's traceback."""
+    text = str(exc)
+    at = text.find("data loss on Kafka split")
+    return text[at:].splitlines()[0] if at >= 0 else text.splitlines()[0] if text else repr(exc)
 
 
 def _is_data_loss(exc: BaseException) -> bool:

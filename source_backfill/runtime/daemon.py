@@ -10,6 +10,7 @@ import logging
 import signal
 import threading
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from source_backfill import metrics
@@ -114,9 +115,9 @@ class Daemon:
         if self._broker is None:
             from connectors.kafka.embedded import EmbeddedBroker
 
-            self._broker = EmbeddedBroker()
+            # its log under state_root: a restarted daemon finds its topics (and their offsets) again
+            self._broker = EmbeddedBroker(log_dir=Path(self.settings.daemon.state_root) / "kafka")
             self._broker.start()
-            logger.info('embedded broker started bootstrap="%s"', self._broker.bootstrap)
         return str(self._broker.bootstrap)
 
     def _watch_lag(self) -> None:

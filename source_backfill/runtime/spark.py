@@ -30,6 +30,9 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.scheduler.allocation.file": str(Path(__file__).with_name("fairscheduler.xml")),
     # delta-rs and Delta readers expect microsecond timestamps, not Spark's legacy INT96
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    # delta-spark (its jars come with spark.jars, see runtime/jvm.py)
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
 }
 
 
@@ -40,15 +43,20 @@ def build_spark(
 ) -> SparkSession:
     """Create (or return the active) SparkSession with our defaults and data sources registered.
 
-    The Python data sources of :mod:`connectors.kafka` are registered on the session, so
-    ``spark.read.format(KAFKA_FORMAT)`` works right after this call.
+    The JVM jars of :mod:`source_backfill.runtime.jvm` (Spark's Kafka connector, delta-spark) are on its
+    classpath (a missing jar raises :class:`~source_backfill.errors.JvmDependencyError` naming the
+    command that fetches it), and the Python data sources of :mod:`connectors.kafka` are registered, so
+    both ``format("kafka")`` and ``format(KAFKA_FORMAT)`` work right after this call.
     """
     from pyspark.sql import SparkSession
+
+    from source_backfill.runtime.jvm import spark_jars
 
     os.environ.setdefault("PYSPARK_PYTHON", _python())
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", _python())
     builder = SparkSession.builder.master(master).appName(app_name)
-    for key, value in {**DEFAULT_CONF, **dict(conf or {})}.items():
+    jars = {"spark.jars": ",".join(str(j) for j in spark_jars())}
+    for key, value in {**DEFAULT_CONF, **jars, **dict(conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

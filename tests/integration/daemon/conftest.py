@@ -44,8 +44,12 @@ class Producer:
     def send(self, count: int, partitions: int, *, start: int = 0, timestamp_ms: int | None = None,
              weights: list[int] | None = None) -> None:
         """Send ``count`` records spread over ``partitions`` (by ``weights`` when given)."""
+        from tests.fixtures.kafka import await_partition
+
         weights = weights or [1] * partitions
         order = [p for p, w in enumerate(weights) for _ in range(w)]
+        for partition in set(order):  # added partitions: the client's metadata must know them
+            await_partition(self._producer, self.topic, partition)
         for i in range(count):
             kw: dict[str, Any] = {}
             if timestamp_ms is not None:
@@ -59,6 +63,11 @@ class Producer:
 
     def stream(self, partitions: int, per_second: float = 100.0) -> None:
         """Keep writing ``per_second`` records until :meth:`stop`."""
+
+        from tests.fixtures.kafka import await_partition
+
+        for partition in range(partitions):
+            await_partition(self._producer, self.topic, partition)
 
         def run() -> None:
             i = 0

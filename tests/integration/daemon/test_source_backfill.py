@@ -134,41 +134,39 @@ def test_pause_and_resume_mid_backfill(daemon_factory, new_topic, producer_for, 
     exactly_once(tmp_path / "j", kafka_bootstrap, [topic])
 
 
-def test_partitions_added_mid_backfill(daemon_factory, producer_for, kafka_bootstrap, tmp_path):
-    """New splits appearing mid-backfill are Finished at once and read live from their earliest offset.
-
-    Tansu has no CreatePartitions, so the source subscribes a pattern and a matching topic appears:
-    the same path (a split the job has never seen shows up in the live stream's offsets).
-    """
-    import re
-    import uuid
-
+def test_partitions_added_mid_backfill(daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path):
+    """Partitions added to the topic mid-backfill (4 -> 6) are new splits: Finished at once (nothing
+    before the job), read by the live stream from offset 0; every record of all six lands exactly once."""
     from connectors.kafka.admin import KafkaAdmin
 
-    admin = KafkaAdmin(kafka_bootstrap)
-    prefix = f"grow-{uuid.uuid4().hex[:8]}"
-    first, second = f"{prefix}-a", f"{prefix}-b"
-    admin.create_topic(first, 2)
-    producer_for(first).send(3000, 2)
-    # the rate limit keeps the backfill going >= 15 s, past the pattern's discovery of the new topic
-    # (reads ahead chain back to back: a row cap alone no longer spreads 3000 rows over 10 epochs)
-    d = daemon_factory([], [_job("j", tmp_path, max_rows_per_epoch=300, rate_limit=200)],
-                       topic_pattern=re.escape(prefix) + "-.*")
+    topic = new_topic(4)
+    p = producer_for(topic)
+    p.send(3000, 4)
+    # the rate limit keeps the backfill going >= 10 s, past the discovery of the new partitions
+    d = daemon_factory([topic], [_job("j", tmp_path, max_rows_per_epoch=300, rate_limit=250)])
     wait_for(lambda: job_of(d, "j").rows[0] > 0, what="backfill started")
-    admin.create_topic(second, 2)
-    producer_for(second).send(400, 2)
-    wait_for(lambda: len(_splits(d, "j") or {}) == 4, what="new splits picked up")
-    assert not finished(d, "j")  # still backfilling the first topic when the new splits arrived
+    KafkaAdmin(kafka_bootstrap).add_partitions(topic, 6)
+    p.send(600, 6, start=3000, weights=[0, 0, 0, 0, 1, 1])  # into the new partitions only
+    p.stream(6, per_second=60)
+    wait_for(lambda: len(_splits(d, "j") or {}) == 6, what="new splits picked up")
+    assert not finished(d, "j")  # still backfilling the first four when the new splits arrived
     wait_for(lambda: finished(d, "j"), what="finished")
-    exactly_once(tmp_path / "j", kafka_bootstrap, [first, second])
+    p.stop()
+    report = exactly_once(tmp_path / "j", kafka_bootstrap, [topic])
+    assert report.splits[f"{topic}:4"].table_rows >= 300 and report.splits[f"{topic}:5"].table_rows >= 300
+    assert min(table_offsets(str(tmp_path / "j"))[f"{topic}:4"]) == 0
 
 
 def test_transactional_producer_with_aborts_and_a_marker_tail(
     daemon_factory, new_topic, kafka_bootstrap, tmp_path
 ):
+    """Aborted transactions stay in the log under abort markers (offset gaps); read_committed skips them,
+    and a log that ends on a commit marker still finishes with no further data."""
     import uuid
 
     from confluent_kafka import Producer
+
+    from connectors.kafka.admin import KafkaAdmin
 
     topic = new_topic(2)
     tx = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"tx-{uuid.uuid4()}"})
@@ -178,13 +176,19 @@ def test_transactional_producer_with_aborts_and_a_marker_tail(
         for i in range(50):
             tx.produce(topic, value=f"r{round_}-{i}".encode(), partition=i % 2)
         if round_ % 3 == 1:
+            assert tx.flush(30) == 0  # the aborted records reach the log before the abort marker
             tx.abort_transaction(30)
         else:
             tx.commit_transaction(30)  # the log ends on a commit marker
+    # 6 transactions of 25 records + 1 marker per partition: the aborted ones keep their offsets
+    ends = KafkaAdmin(kafka_bootstrap).end_offsets([f"{topic}:0", f"{topic}:1"])
+    assert ends == {f"{topic}:0": 6 * 26, f"{topic}:1": 6 * 26}
     d = daemon_factory([topic], [_job("j", tmp_path, max_rows_per_epoch=120)])
     wait_for(lambda: finished(d, "j"), what="finished on a marker tail")
     report = exactly_once(tmp_path / "j", kafka_bootstrap, [topic])
     assert sum(s.table_rows for s in report.splits.values()) == 4 * 50  # aborted rows never appear
+    offsets = table_offsets(str(tmp_path / "j"))[f"{topic}:0"]
+    assert not set(range(26, 52)) & set(offsets)  # the aborted second transaction is a gap
 
 
 def test_start_from_timestamp(daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path):

@@ -1,4 +1,4 @@
-"""The exactly-once epoch sink on real Delta tables written by real Spark (no Delta jars)."""
+"""The exactly-once epoch sink on real Delta tables written by real Spark (delta-rs and delta-spark)."""
 
 from __future__ import annotations
 
@@ -256,22 +256,41 @@ def test_table_written_by_delta_rs_reads_back_through_spark_without_delta_jars(s
     assert sorted((r.id, r.name) for r in back.collect()) == [(1, "n1"), (2, "n2"), (3, "n3")]
 
 
-def test_delta_spark_writer(spark, sink_factory, rows):
-    if not delta_spark_available(spark):
-        pytest.skip("delta-spark's jars are not on Spark's classpath here (Maven is unreachable); "
-                    "the writer is used where the container image bakes them")
-    s = sink_factory(writer="delta-spark")
-    assert s.commit_epoch(1, rows([1]), {"a": 1}).committed
-    assert not s.commit_epoch(1, rows([2]), {"a": 2}).committed
-    assert s.recover().state == {"a": 1}
+@pytest.mark.parametrize("writer", ["delta-rs", "delta-spark"])
+def test_both_writers_keep_the_exactly_once_protocol(spark, sink_factory, rows, tmp_path, writer):
+    """Either writer: a replayed epoch is skipped, the job's state is in the epoch's own commit, and the
+    table is the same Delta table (delta-rs reads what delta-spark wrote and the other way round)."""
+    import json
+
+    assert delta_spark_available(spark)  # the jars come with every session (runtime/jvm.py)
+    path = tmp_path / "t"
+    s = sink_factory(writer=writer)
+    assert s.commit_epoch(1, rows([1, 2]), {"a": 1}).committed
+    assert s.commit_epoch(2, rows([3]), {"a": 2}).committed
+    for epoch in (1, 2):  # replays: nothing written, state unchanged
+        assert not sink_factory(writer=writer).commit_epoch(epoch, rows([99]), {"a": 99}).committed
+    assert table_ids(path) == [1, 2, 3]
+    assert sorted(r.id for r in spark.read.format("delta").load(str(path)).collect()) == [1, 2, 3]
+    # the state travels in the commit that added the epoch's rows
+    history = {h["version"]: h for h in DeltaTable(str(path)).history()}
+    last = history[DeltaTable(str(path)).version()]
+    meta = json.loads(last["userMetadata"]) if writer == "delta-spark" else last
+    assert meta[KEY_JOB] == "job" and int(meta[KEY_EPOCH]) == 2
+    assert json.loads(meta[KEY_STATE]) == {"a": 2}
+    assert sink_factory(writer=writer).recover().state == {"a": 2}
+    # the other writer takes over the same table and its protocol
+    other = "delta-rs" if writer == "delta-spark" else "delta-spark"
+    assert not sink_factory(writer=other).commit_epoch(2, rows([98]), {"a": 98}).committed
+    assert sink_factory(writer=other).commit_epoch(3, rows([4]), {"a": 3}).committed
+    assert table_ids(path) == [1, 2, 3, 4]
+    assert sink_factory(writer=writer).recover().state == {"a": 3}
 
 
 def test_delta_spark_writer_refused_without_its_jars(spark, sink_factory, rows):
-    if delta_spark_available(spark):
-        pytest.skip("delta-spark's jars are on the classpath")
+    s = sink_factory(writer="delta-spark")
+    s._delta_spark = False  # what a session without the jars finds (delta_spark_available)
     with pytest.raises(DeltaSinkError, match="jars are not on Spark's classpath"):
-        sink_factory(writer="delta-spark").commit_epoch(1, rows([1]), {})
-    assert sink_factory(name="auto", writer="auto").commit_epoch(1, rows([1]), {}).committed
+        s.commit_epoch(1, rows([1]), {})
 
 
 def _stage(sink, df, after_epoch):

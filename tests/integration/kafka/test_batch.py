@@ -80,21 +80,21 @@ def test_transactional_topic_and_empty_partition_finish(
     spark, kafka_bootstrap, topic_factory, transactional_producer
 ):
     topic = topic_factory(partitions=2)
-    committed = {}
+    committed, aborted = {}, {}
     for batch, commit in (("c1", True), ("ab", False), ("c2", True), ("ab2", False)):
         values = [f"{batch}-{i}".encode() for i in range(5)]
-        if commit:
-            for (_p, off), v in zip(
-                transactional_producer.commit(topic, values, partition=0), values, strict=True
-            ):
-                committed[off] = v
-        else:
-            transactional_producer.abort(topic, values, partition=0)
+        send = transactional_producer.commit if commit else transactional_producer.abort
+        for (_p, off), v in zip(send(topic, values, partition=0), values, strict=True):
+            (committed if commit else aborted)[off] = v
+    # the aborted records reached the log: they hold offsets between the committed ones, each
+    # transaction followed by its marker (5 records + 1 marker, four times)
+    assert sorted(committed) == [*range(0, 5), *range(12, 17)]
+    assert sorted(aborted) == [*range(6, 11), *range(18, 23)]
     admin = KafkaAdmin(kafka_bootstrap)
     ends = admin.end_offsets([f"{topic}:0", f"{topic}:1"])
     assert ends[f"{topic}:1"] == 0
-    # the log ends on a marker: the end is past the last committed record
-    assert ends[f"{topic}:0"] > max(committed) + 1
+    # the log ends on the abort marker at 23
+    assert ends[f"{topic}:0"] == 24
     ranges = [
         {"topic": topic, "partition": 0, "start": 0, "end": ends[f"{topic}:0"]},
         {"topic": topic, "partition": 1, "start": 0, "end": ends[f"{topic}:1"]},
@@ -102,8 +102,7 @@ def test_transactional_topic_and_empty_partition_finish(
     t0 = time.monotonic()
     rows = _read_ranges(spark, kafka_bootstrap, ranges).collect()
     assert time.monotonic() - t0 < 30
-    # exactly the committed records at their offsets; aborted ones never appear (where they sat is
-    # broker-specific: Kafka keeps their offsets, Tansu drops them)
+    # exactly the committed records at their offsets; read_committed skips the aborted ones (offset gaps)
     assert {r.offset: bytes(r.value) for r in rows} == committed
     assert len(rows) == 10
     # a range that ends on the marker after the first committed transaction finishes too
@@ -206,7 +205,7 @@ def test_copy_to_parquet_writes_exactly_the_rows_the_source_reads(
         produce(topic, [f"p{part}-{i}".encode() for i in range(30)], partition=part, key=b"k")
     tx = topic_factory(partitions=1)
     transactional_producer.commit(tx, [b"c1-0", b"c1-1"], partition=0)
-    transactional_producer.abort(tx, [b"ab-0", b"ab-1"], partition=0)
+    assert transactional_producer.abort(tx, [b"ab-0", b"ab-1"], partition=0) == [(0, 3), (0, 4)]
     transactional_producer.commit(tx, [b"c2-0"], partition=0)
     ends = KafkaAdmin(kafka_bootstrap).end_offsets([f"{topic}:0", f"{tx}:0"])
     ranges = [KafkaRange(topic, 0, 0, ends[f"{topic}:0"]), KafkaRange(topic, 1, 5, 17),
