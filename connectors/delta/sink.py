@@ -53,7 +53,7 @@ CHANGE_TYPE = "_change_type"
 #: carry no state); searched in growing steps, newest first.
 _HISTORY_STEPS = (16, 256, 4096)
 
-Writer = Literal["auto", "delta-rs", "delta-spark"]
+Writer = Literal["delta-rs", "delta-spark"]
 
 
 @dataclass(frozen=True)
@@ -272,7 +272,7 @@ class DeltaEpochSink:
                 KEY_EPOCH: str(epoch),
                 KEY_ATTEMPT: attempt,
             }
-            if (callable(state) or staged) and not self.writes_before_commit(df):
+            if (callable(state) or staged) and not self.writes_before_commit():
                 msg = ("a deferred state or staged files need the delta-rs append path (files written, "
                        "then committed)")
                 raise DeltaSinkError(msg)
@@ -376,12 +376,12 @@ class DeltaEpochSink:
                    f"partitioned by {list(self.partition_by)}")
             raise DeltaSinkError(msg)
 
-    def writes_before_commit(self, df: DataFrame | None) -> bool:
+    def writes_before_commit(self) -> bool:
         """True when ``commit_epoch`` writes the rows, then commits (the delta-rs append path).
 
         Only then can a deferred ``state`` depend on what the write observed.
         """
-        return self.mode != "merge" and (df is None or not self._use_delta_spark(df))
+        return self.mode != "merge" and self.writer == "delta-rs"
 
     def _use_delta_spark(self, df: DataFrame) -> bool:
         if self.writer == "delta-rs":

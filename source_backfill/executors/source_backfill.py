@@ -201,8 +201,8 @@ class SourceBackfillJob:
         self._closed = False
         #: Per split, the offset below which lost history (under the log start) is already counted.
         self._lost_to: dict[str, int] = {}
-        self.sink = DeltaEpochSink(spec.sink_path, spec.name, self.output_schema())
-        self.reads_ahead = spec.read_ahead and spec.transform is None and self.sink.writes_before_commit(None)
+        self.sink = DeltaEpochSink(spec.sink_path, spec.name, self.output_schema(), writer=spec.writer)
+        self.reads_ahead = spec.read_ahead and spec.transform is None and self.sink.writes_before_commit()
         recovered = self.sink.recover()
         if recovered is not None:
             self.states = states_from_json(recovered.state)
@@ -301,7 +301,7 @@ class SourceBackfillJob:
         live = self._live_rows(inp.batch, plan.emit_above)
         # One pass (count while writing) needs a sink that writes before it commits, and no transform:
         # a transform could let Spark prune the history scan, and its observed counts would never come.
-        observe = bool(plan.history) and self.spec.transform is None and self.sink.writes_before_commit(live)
+        observe = bool(plan.history) and self.spec.transform is None and self.sink.writes_before_commit()
         history, counts, read_s, observation = self._read_history(
             plan.history, observe=observe, session=live.sparkSession
         )

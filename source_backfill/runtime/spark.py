@@ -33,6 +33,8 @@ DEFAULT_CONF: dict[str, str] = {
     # delta-spark (its jars come with spark.jars, see runtime/jvm.py)
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    # delta-spark rebuilds a table's snapshot with 50 tasks by default: 4.0 -> 0.8 s per epoch here
+    "spark.databricks.delta.snapshotPartitions": "1",
 }
 
 

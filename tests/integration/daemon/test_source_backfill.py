@@ -316,3 +316,23 @@ def test_history_read_failures_keep_live_committing_then_backfill_resumes_exactl
     wait_for(lambda: finished(d, "j"), what="finished after the failures")
     p.stop()
     exactly_once(tmp_path / "j", kafka_bootstrap, [topic])
+
+
+def test_a_job_written_by_delta_spark_is_exactly_once(
+    daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path
+):
+    """writer = delta-spark: history read inside the epochs, each epoch one delta-spark commit with
+    txnAppId/txnVersion and the state in userMetadata; the same table contents as delta-rs gives."""
+    topic = new_topic(2)
+    p = producer_for(topic)
+    p.send(1200, 2)
+    p.stream(2, per_second=40)
+    d = daemon_factory([topic], [_job("j", tmp_path, writer="delta-spark", max_rows_per_epoch=400)])
+    wait_for(lambda: finished(d, "j"), what="finished")
+    assert not job_of(d, "j").reads_ahead
+    p.stop()
+    exactly_once(tmp_path / "j", kafka_bootstrap, [topic])
+    from deltalake import DeltaTable
+
+    ops = {h.get("operation") for h in DeltaTable(str(tmp_path / "j")).history()}
+    assert "WRITE" in ops  # delta-spark's commits (delta-rs would have written only its own)

@@ -154,7 +154,7 @@ def test_a_deferred_state_is_taken_after_the_rows_are_written_and_commits_with_t
 
 def test_a_deferred_state_is_refused_where_the_commit_is_the_write(sink_factory, rows):
     s = sink_factory(mode="merge", key_columns=["id"])
-    assert not s.writes_before_commit(rows([1]))
+    assert not s.writes_before_commit()
     with pytest.raises(DeltaSinkError, match="deferred state"):
         s.commit_epoch(1, rows([1]), lambda: {"a": 1})
 
