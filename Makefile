@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: venv jars run test unit integration lint bench clean
+.PHONY: venv jars run test unit integration lint bench chaos clean
 
 venv: $(STAMP)
 
@@ -37,6 +37,11 @@ integration: $(STAMP) jars
 lint: $(STAMP)
 	$(VENV)/bin/ruff check source_backfill connectors tests bench
 	$(VENV)/bin/mypy source_backfill/core
+
+## The crash suite as a soak: CYCLES kill/restart cycles of the daemon process, then exactly once.
+CYCLES ?= 200
+chaos: $(STAMP) jars
+	$(PY) -m tests.chaos --cycles $(CYCLES)
 
 ## Benchmarks print ratios against a baseline measured in the same run.
 bench: $(STAMP) jars

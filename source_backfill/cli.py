@@ -364,6 +364,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = action("throttle", "set the history rate limit",
                _mutation("throttled", "PATCH", "/jobs/{name}", lambda a: {"rate_limit": a.rate}))
     p.add_argument("rate", metavar="RATE", type=_rate, help="rows/s, 0 to read none, 'none' for unlimited")
+    action("retry", "run a failed job again (rebuilt from its table at the next epoch)",
+           _mutation("retried", "POST", "/jobs/{name}/retry"))
     action("drop", "detach the job at the next epoch boundary (its table stays)",
            _mutation("dropped", "DELETE", "/jobs/{name}"))
 

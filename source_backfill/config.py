@@ -171,6 +171,8 @@ class DaemonConfig(_Frozen):
     state_root: Path = Path("var/state")
     #: Seconds a graceful shutdown waits for the running epoch before abandoning it (never half-committed).
     shutdown_timeout_s: float = Field(default=30.0, gt=0)
+    #: A source whose last epoch is older than this many trigger intervals is reported unhealthy.
+    stale_after_intervals: float = Field(default=60.0, gt=1)
 
 
 _toml_file: contextvars.ContextVar[Path | None] = contextvars.ContextVar("toml_file", default=None)

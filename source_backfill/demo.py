@@ -113,8 +113,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.fresh:
         shutil.rmtree(root, ignore_errors=True)
     stop = threading.Event()
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+
+    def on_signal(*_: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
     deadline = time.monotonic() + args.duration if args.duration else None
 
     with EmbeddedBroker(log_dir=root / "kafka") as broker:
@@ -141,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         daemon = Daemon(settings)
         daemon.start()
+        signal.signal(signal.SIGINT, on_signal)  # Spark's context installed its own (KeyboardInterrupt)
         api = daemon.api_url
         print(f"daemon up: API {api}  metrics http://127.0.0.1:{args.metrics_port}/metrics  "
               f"(Ctrl-C stops everything)", flush=True)

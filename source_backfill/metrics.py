@@ -85,12 +85,16 @@ JOB_ETA = Gauge(PREFIX + "job_eta_seconds", "Estimated seconds until the job's b
 JOB_BACKFILLING = Gauge(
     PREFIX + "job_backfilling", "1 while the job is backfilling, 0 once finished.", ["job"]
 )
+JOB_FAILED = Gauge(
+    PREFIX + "job_failed", "1 while the job is failed (see its error in the API; retry or drop it).", ["job"]
+)
 
 
 def forget_job(job: str) -> None:
     """Drop every labelled series of ``job`` (on job drop), so dashboards do not show ghosts."""
     per_job = (HISTORY_ROWS, LIVE_ROWS, SPLIT_STAGE, SPLIT_LAG, DATA_LOSS_OFFSETS, SPLIT_CHANGES,
-               SOURCE_ERRORS, COMMITS, TABLE_BACKFILL_ROWS, JOB_ROWS, JOB_SPLITS, JOB_ETA, JOB_BACKFILLING)
+               SOURCE_ERRORS, COMMITS, TABLE_BACKFILL_ROWS, JOB_ROWS, JOB_SPLITS, JOB_ETA, JOB_BACKFILLING,
+               JOB_FAILED)
     for metric in per_job:
         for labels in list(metric._metrics):  # noqa: SLF001 - prometheus_client has no public iterator
             if labels[0] == job:

@@ -589,13 +589,16 @@ class DeltaEpochSink:
           this folder the commit landed and only its marker is removed; if that commit cannot be found
           (older than the history searched) the folder is kept for :meth:`vacuum`.
 
-        A file the log references is never deleted.
+        A file the log references is never deleted, and a table another job owns is left untouched
+        (:class:`ForeignTableError`): its attempts are not this job's to judge.
         """
         staging = Path(self.path) / STAGING
         if not staging.is_dir():
             return 0
         with self._lock:
             table = self.table()
+            if table is not None:
+                self._last_job_commit(table)  # raises ForeignTableError before anything is removed
             done = None if table is None else table.transaction_version(self.job_id)
             removed = 0
             doubtful: dict[int, list[Path]] = {}

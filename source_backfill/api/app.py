@@ -144,6 +144,19 @@ def create_app(
         code = status.HTTP_200_OK if body.get("ok", True) else status.HTTP_503_SERVICE_UNAVAILABLE
         return JSONResponse(body, status_code=code)
 
+    @app.get("/ready", tags=["daemon"])
+    def get_ready() -> JSONResponse:
+        """Readiness (Kubernetes): 200 once every source has run an epoch and is healthy, else 503."""
+        body = health() if health is not None else {"ready": True}
+        ready = bool(body.get("ready", body.get("ok", True)))
+        code = status.HTTP_200_OK if ready else status.HTTP_503_SERVICE_UNAVAILABLE
+        return JSONResponse({"ready": ready, "sources": body.get("sources", {})}, status_code=code)
+
+    @app.get("/live", tags=["daemon"])
+    def get_live() -> dict[str, bool]:
+        """Liveness (Kubernetes): 200 while the process serves; a broker outage is not a reason to restart."""
+        return {"live": True}
+
     @app.get("/metrics", tags=["daemon"], response_class=Response)
     def get_metrics() -> Response:
         """Prometheus metrics (text exposition format)."""
@@ -180,6 +193,11 @@ def create_app(
     def patch_job(name: JobName, patch: ThrottleBody) -> JobView:
         """Change the job's history rate limit (rows/s; null unlimited; 0 reads none and loses nothing)."""
         return view(registry.throttle(name, patch.rate_limit))
+
+    @app.post("/jobs/{name}/retry", tags=["jobs"], status_code=status.HTTP_202_ACCEPTED, **mutating)
+    def retry_job(name: JobName) -> JobView:
+        """Run a failed job again: rebuilt from its table at the next epoch (no-op unless it failed)."""
+        return view(registry.retry(name))
 
     @app.delete("/jobs/{name}", tags=["jobs"], status_code=status.HTTP_202_ACCEPTED, **mutating)
     def drop_job(name: JobName) -> JobView:

@@ -33,12 +33,27 @@ class Daemon:
         self._broker: Any = None
         self._api: Any = None
         self._stop = threading.Event()
+        self._started = threading.Event()
+        self._metrics_server: Any = None
         self.registry: Any = None
         self.spark: Any = None
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def start(self) -> None:
-        """Start Spark, the registry, every source (recovering its jobs), the API and metrics."""
+        """Start Spark, the registry, every source (recovering its jobs), the API and metrics.
+
+        If any of it fails, what was started is stopped again (sources, API, broker) before the error
+        is raised, so a failed start leaves no query, port or broker process behind.
+        """
+        try:
+            self._start()
+        except BaseException:
+            logger.exception("daemon start failed, releasing what was started")
+            self.stop()
+            raise
+        self._started.set()
+
+    def _start(self) -> None:
         from connectors.kafka.admin import KafkaAdmin
         from source_backfill.api.app import create_app
         from source_backfill.api.server import ApiServer
@@ -65,12 +80,12 @@ class Daemon:
             live = LiveSource(
                 source, self.spark, self.registry, admin, state_root=root, bootstrap_servers=bootstrap
             )
+            self.sources[source.name] = live  # before start: a failed start still stops its query
             live.start()
-            self.sources[source.name] = live
         if cfg.metrics.port is not None:
             from prometheus_client import start_http_server
 
-            start_http_server(cfg.metrics.port, addr=cfg.api.host)
+            self._metrics_server = start_http_server(cfg.metrics.port, addr=cfg.api.host)
             logger.info('metrics served url="http://%s:%d/metrics"', cfg.api.host, cfg.metrics.port)
         app = create_app(self.registry, cfg.api.token, health=self.health)
         self._api = ApiServer(app, cfg.api.host, cfg.api.port)
@@ -90,6 +105,12 @@ class Daemon:
             source.stop(self.settings.daemon.shutdown_timeout_s)
         if self._api is not None:
             self._api.stop()
+        if self._metrics_server is not None:
+            server = self._metrics_server[0] if isinstance(self._metrics_server, tuple) else None
+            if server is not None:
+                server.shutdown()
+                server.server_close()
+            self._metrics_server = None
         if self._broker is not None:
             self._broker.stop()
         logger.info("daemon stopped")
@@ -100,14 +121,17 @@ class Daemon:
             pass
 
     def health(self) -> dict[str, Any]:
-        """Liveness plus per-source last epoch; ``ok`` is False while a source query is failing."""
-        sources = {
-            name: {"last_epoch": s.last_epoch, "last_epoch_at": s.last_epoch_at, "error": s.error,
-                   "jobs": sorted(s.jobs)}
-            for name, s in self.sources.items()
-        }
-        ok = all(s["error"] is None for s in sources.values())
-        return {"ok": ok, "uptime_s": round(time.time() - self.started_at, 1), "sources": sources}
+        """Per-source health; ``ok`` is False while a source's query keeps failing or its epochs stall.
+
+        ``ready``: every source has completed an epoch since start and is healthy (Kubernetes readiness).
+        Failed jobs are listed but do not make the daemon unhealthy: the other jobs go on.
+        """
+        stale = self.settings.daemon.stale_after_intervals
+        sources = {name: s.health(stale) for name, s in self.sources.items()}
+        ok = all(s["healthy"] for s in sources.values())
+        ready = ok and self._started.is_set() and all(s["ready"] for s in sources.values())
+        return {"ok": ok, "ready": ready, "uptime_s": round(time.time() - self.started_at, 1),
+                "sources": sources}
 
     def _bootstrap(self, configured: str) -> str:
         if configured != EMBEDDED:
@@ -139,6 +163,7 @@ def run_daemon(settings: Settings) -> int:
     signal.signal(signal.SIGTERM, _signal)
     signal.signal(signal.SIGINT, _signal)
     daemon.start()
+    signal.signal(signal.SIGINT, _signal)  # Spark's context replaced it with one raising KeyboardInterrupt
     try:
         daemon.wait()
     finally:

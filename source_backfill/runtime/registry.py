@@ -14,8 +14,10 @@ record is queued again, so a crash anywhere between 1 and 3 replays the command 
 (applying one twice is harmless: each is a set-to-value, create and drop are idempotent in the loop).
 
 The job table holds the *accepted* control state (what the operator asked for); the epoch loop catches up
-at its next boundary. Progress (:class:`JobProgress`) and failures are derived, in memory only: after a
-restart they come back from the jobs' own tables as the epoch loop recovers them.
+at its next boundary. Progress (:class:`JobProgress`) is derived, in memory only: after a restart it comes
+back from the jobs' own tables as the epoch loop recovers them. A job's failure is a ``failed`` line in
+the log: a failed job stays failed across restarts (it is not even constructed) until it is retried
+(a ``retry`` mutation clears the error and the epoch loop builds the job anew from its table) or dropped.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ LOG_NAME = "mutations.jsonl"
 #: Format version written on every line; a reader refuses versions it does not know.
 LOG_VERSION = 1
 
-MutationKind = Literal["create", "pause", "resume", "throttle", "drop"]
+MutationKind = Literal["create", "pause", "resume", "throttle", "drop", "retry"]
 JobStatus = Literal["pending", "backfilling", "finished", "failed"]
 
 
@@ -78,7 +80,7 @@ class JobRecord:
     #: True from the accepted drop until the drop is applied (then the record disappears).
     dropped: bool
     created_at: datetime
-    #: Why the job failed (set by the epoch loop, kept in memory only), else ``None``.
+    #: Why the job failed (set by the epoch loop, persisted), else ``None``; a retry clears it.
     error: str | None = None
 
     @property
@@ -220,6 +222,17 @@ class JobRegistry:
             self._record("drop", name, record.source)
             return self._jobs[name]
 
+    def retry(self, name: str) -> JobRecord:
+        """Run a failed job again: its error is cleared and the epoch loop rebuilds it from its table.
+
+        A job that has not failed is left as it is (no mutation).
+        """
+        with self._lock:
+            record = self._live(name)
+            if record.error is not None:
+                self._record("retry", name, record.source)
+            return self._jobs[name]
+
     def get(self, name: str) -> JobRecord:
         """The job called ``name`` (also while its drop is pending); JobNotFoundError when unknown."""
         with self._lock:
@@ -279,14 +292,21 @@ class JobRegistry:
             return self._progress.get(name)
 
     def set_failed(self, name: str, error: str) -> None:
-        """Mark the job failed with ``error`` (in memory: a restart retries the job)."""
+        """Mark the job failed with ``error``, durably: it stays failed until :meth:`retry` or a drop."""
         with self._lock:
             record = self._jobs.get(name)
-            if record is None:
+            if record is None or record.dropped:
                 logger.warning('set_failed for an unregistered job ignored job="%s"', name)
                 return
+            self._append({"type": "failed", "job": name, "error": error,
+                          "at": datetime.now(UTC).isoformat()})
             self._jobs[name] = replace(record, error=error)
             logger.error('job failed job="%s" error="%s"', name, error)
+
+    def failed(self) -> builtins.list[JobRecord]:
+        """Every live job marked failed."""
+        with self._lock:
+            return [r for r in self._jobs.values() if r.error is not None and not r.dropped]
 
     # -- internals ---------------------------------------------------------------------------------------
     def _live(self, name: str) -> JobRecord:
@@ -337,6 +357,8 @@ class JobRegistry:
             self._jobs[m.job] = replace(record, rate_limit=m.rate_limit)
         elif m.kind == "drop":
             self._jobs[m.job] = replace(record, dropped=True)
+        elif m.kind == "retry":
+            self._jobs[m.job] = replace(record, error=None)
         self._unapplied[m.id] = m
         self._queue.append(m.id)
 
@@ -401,6 +423,10 @@ class JobRegistry:
                     raise ValueError(msg)
                 self._next_id = m.id + 1
                 self._apply_mutation(m, at)
+            elif kind == "failed":
+                record = self._jobs.get(str(entry["job"]))
+                if record is not None and not record.dropped:
+                    self._jobs[record.name] = replace(record, error=str(entry["error"]))
             elif kind == "applied":
                 ids = entry["ids"]
                 if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):

@@ -7,9 +7,14 @@ Each micro-batch is one epoch (epoch id = Spark ``batchId``). At the boundary, i
 3. run every job's epoch (plan, filter live, read history, commit output + state atomically);
 4. mark the mutations applied and publish progress.
 
-A job already committed for this epoch skips it (replay after a crash). A job that fails with a
-:class:`~source_backfill.errors.JobError` is marked failed; the others and the live stream go on. Any
-other failure stops the query; the supervisor restarts it from its checkpoint, which replays the batch.
+A job already committed for this epoch skips it (replay after a crash). One job's failure never stalls
+the others: a :class:`~source_backfill.errors.JobError` marks the job failed at once; any other exception
+in its epoch makes the job miss this epoch and be rebuilt from its table (its last commit is the truth,
+and the missed live range becomes history at its next epoch); after ``JOB_ATTEMPTS`` epochs failing in a
+row it is marked failed too. A create that cannot build its job (a transform that fails analysis, a table
+owned by another job) marks that job failed. Failed jobs are persisted by the registry, skipped at start,
+and come back with a ``retry`` (or leave with a ``drop``). A failure outside the jobs (the live batch
+itself) stops the query; the supervisor restarts it from its checkpoint, which replays the batch.
 """
 
 from __future__ import annotations
@@ -34,6 +39,10 @@ if TYPE_CHECKING:
     from source_backfill.runtime.registry import JobRegistry, Mutation
 
 logger = logging.getLogger(__name__)
+
+#: Epochs in a row a job may fail with an unexpected error (rebuilt from its table each time) before it
+#: is marked failed.
+JOB_ATTEMPTS = 3
 
 
 class EpochAbandonedError(SourceBackfillError):
@@ -68,6 +77,11 @@ class LiveSource:
         self._query: StreamingQuery | None = None
         self._supervisor: threading.Thread | None = None
         self.error: str | None = None
+        #: Epochs in a row each job failed with an unexpected error.
+        self._job_failures: dict[str, int] = {}
+        #: Query failures since the last epoch that completed (the supervisor restarts it each time).
+        self.query_failures = 0
+        self.started_at = time.time()
 
     @property
     def name(self) -> str:
@@ -78,8 +92,14 @@ class LiveSource:
     def start(self) -> None:
         """Recover this source's jobs from their tables, then start (and supervise) the live query."""
         for record in self.registry.list():
-            if record.spec.source == self.name and not record.dropped:
-                self._add_job(record.spec, paused=record.paused, rate_limit=record.rate_limit)
+            if record.spec.source != self.name or record.dropped:
+                continue
+            if record.error is not None:
+                metrics.JOB_FAILED.labels(record.name).set(1)
+                logger.warning('job stays failed until retried job="%s" error="%s"', record.name,
+                               record.error)
+                continue
+            self._add_job(record.spec, paused=record.paused, rate_limit=record.rate_limit)
         self._query = self._start_query()
         self._supervisor = threading.Thread(target=self._supervise, name=f"source-{self.name}", daemon=True)
         self._supervisor.start()
@@ -145,7 +165,9 @@ class LiveSource:
             except Exception as exc:  # noqa: BLE001 - any query failure: restart from the checkpoint
                 if self._stopping.is_set():
                     return
-                self.error = str(exc).splitlines()[0][:500]
+                self.error = _one_line(exc)
+                self.query_failures += 1
+                metrics.SOURCE_ERRORS.labels("", "live_query").inc()
                 logger.error('live query failed, restarting source="%s" in_s=%.0f error="%s"',
                              self.name, delay, self.error)
             if self._stopping.is_set():
@@ -154,10 +176,34 @@ class LiveSource:
                 return
             delay = min(delay * 2, 60.0)
             try:
-                self._query = self._start_query()
-                self.error = None
+                self._query = self._start_query()  # the error stays until an epoch completes
             except Exception as exc:  # noqa: BLE001
+                self.error = _one_line(exc)
+                self.query_failures += 1
                 logger.error('live query restart failed source="%s" error="%s"', self.name, exc)
+
+    def health(self, stale_after_intervals: float) -> dict[str, Any]:
+        """Whether the source is healthy: its query not failing, its last epoch recent enough."""
+        now = time.time()
+        age = now - (self.last_epoch_at or self.started_at)
+        stale_after = stale_after_intervals * self.config.trigger_interval_s
+        problems = []
+        if self.error is not None:
+            problems.append(f"live query failing ({self.query_failures} in a row): {self.error}")
+        if age > stale_after:
+            problems.append(f"no epoch for {age:.0f}s (more than {stale_after:.0f}s)")
+        return {
+            "healthy": not problems,
+            "ready": self.last_epoch_at is not None and not problems,
+            "problems": problems,
+            "last_epoch": self.last_epoch,
+            "last_epoch_at": self.last_epoch_at,
+            "last_epoch_age_s": round(age, 1),
+            "error": self.error,
+            "query_failures": self.query_failures,
+            "jobs": sorted(self.jobs),
+            "failed_jobs": sorted(r.name for r in self.registry.failed() if r.source == self.name),
+        }
 
     # -- the epoch -------------------------------------------------------------------------------------
     def _on_batch(self, batch: DataFrame, batch_id: int) -> None:
@@ -177,6 +223,7 @@ class LiveSource:
             metrics.EPOCH.labels(self.name).set(batch_id)
             self.last_epoch = batch_id
             self.last_epoch_at = time.time()
+            self.error, self.query_failures = None, 0  # healthy again only once an epoch completes
 
     def _run_epoch(self, batch: DataFrame, batch_id: int) -> None:
         from connectors.kafka.stream import batch_offsets
@@ -197,9 +244,14 @@ class LiveSource:
             try:
                 job.run_epoch(inp)
             except JobError as exc:
-                self.registry.set_failed(job.name, str(exc))
-                logger.error('job failed job="%s" error="%s"', job.name, exc)
+                self._fail(job.name, str(exc))
                 continue
+            except Exception as exc:
+                if self._stopping.is_set():
+                    raise
+                self._job_epoch_failed(job, inp.epoch, exc)
+                continue
+            self._job_failures.pop(job.name, None)
             self._publish(job)
         if applied:
             self.registry.mark_applied([m.id for m in applied], batch_id)
@@ -212,12 +264,15 @@ class LiveSource:
             if m.kind == "create":
                 if job is None and m.spec is not None:
                     self._add_job(m.spec, paused=False, rate_limit=m.spec.rate_limit)
+            elif m.kind == "retry":
+                self._retry(m.job, inp.epoch)
             elif m.kind == "drop":
                 if job is not None:
                     job.close()
                     del self.jobs[m.job]
-                    metrics.forget_job(m.job)
-                    logger.info('job dropped job="%s" epoch=%d', m.job, inp.epoch)
+                self._job_failures.pop(m.job, None)
+                metrics.forget_job(m.job)
+                logger.info('job dropped job="%s" epoch=%d', m.job, inp.epoch)
             elif job is not None:
                 if m.kind == "pause":
                     job.paused = True
@@ -228,19 +283,84 @@ class LiveSource:
             applied.append(m)
         return applied
 
-    def _add_job(self, spec: Any, *, paused: bool, rate_limit: float | None) -> None:
-        job = SourceBackfillJob(
-            spec, self.config, self.spark, self.admin, bootstrap_servers=self.bootstrap_servers
-        )
+    def _add_job(self, spec: Any, *, paused: bool, rate_limit: float | None) -> bool:
+        """Build the job (recovering it from its table); a job that cannot be built is marked failed."""
+        try:
+            job = SourceBackfillJob(
+                spec, self.config, self.spark, self.admin, bootstrap_servers=self.bootstrap_servers
+            )
+        except Exception as exc:  # noqa: BLE001 - its failure is the job's, never the source's
+            self._fail(spec.name, f"job could not start: {_one_line(exc)}")
+            return False
         job.paused = paused
         job.rate_limit = rate_limit
         self.jobs[spec.name] = job
+        metrics.JOB_FAILED.labels(spec.name).set(0)
         self._publish(job)
+        return True
+
+    def _fail(self, name: str, error: str) -> None:
+        """Mark the job failed (persisted), stop its reads, take it out of the epochs."""
+        job = self.jobs.pop(name, None)
+        if job is not None:
+            job.close()
+        self._job_failures.pop(name, None)
+        self.registry.set_failed(name, error)
+        metrics.JOB_FAILED.labels(name).set(1)
+
+    def _job_epoch_failed(self, job: SourceBackfillJob, epoch: int, exc: Exception) -> None:
+        """An unexpected error in one job's epoch: rebuild the job from its table, or fail it."""
+        error = f"{type(exc).__name__}: {_one_line(exc)}"
+        metrics.SOURCE_ERRORS.labels(job.name, type(exc).__name__).inc()
+        count = self._job_failures.get(job.name, 0) + 1
+        if count >= JOB_ATTEMPTS:
+            self._fail(job.name, f"epoch {epoch} failed {count} times in a row: {error}")
+            return
+        logger.warning('job epoch failed, rebuilding the job from its table job="%s" epoch=%d attempt=%d '
+                       'error="%s"', job.name, epoch, count, error)
+        job.close()
+        del self.jobs[job.name]
+        record = self.registry.get(job.name)
+        if self._add_job(record.spec, paused=record.paused, rate_limit=record.rate_limit):
+            self._job_failures[job.name] = count
+
+    def _retry(self, name: str, epoch: int) -> None:
+        """A retried job is built anew from its table (a running one is replaced)."""
+        old = self.jobs.pop(name, None)
+        if old is not None:
+            old.close()
+        self._job_failures.pop(name, None)
+        try:
+            record = self.registry.get(name)
+        except JobError:
+            return
+        if record.dropped:
+            return
+        if self._add_job(record.spec, paused=record.paused, rate_limit=record.rate_limit):
+            logger.info('job retried job="%s" epoch=%d', name, epoch)
 
     def _publish(self, job: SourceBackfillJob) -> None:
         from source_backfill.runtime.progress import to_job_progress
 
         self.registry.publish_progress(job.name, to_job_progress(job))
+
+
+def _one_line(exc: BaseException, limit: int = 500) -> str:
+    """One line saying what went wrong, at most ``limit`` characters.
+
+    Spark wraps an error raised in our Python code (``foreachBatch``) in a JVM error whose first line
+    only says that Python raised; the Python exception's own line (``RuntimeError: ...``) follows the
+    embedded traceback, so it is appended when there is one.
+    """
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    marker = "Traceback (most recent call last):"
+    if marker in text:
+        tail = text[text.rindex(marker) + len(marker):].splitlines()
+        cause = next((ln.strip() for ln in tail if ln[:1].isalpha() and ": " in ln), None)
+        if cause is not None:
+            first = f"{cause} ({first[:200]})"
+    return first[:limit]
 
 
 #: A live batch whose offset ranges bound it to at most this many rows has its stats computed on the

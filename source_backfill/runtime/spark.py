@@ -58,7 +58,10 @@ def build_spark(
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", _python())
     builder = SparkSession.builder.master(master).appName(app_name)
     jars = {"spark.jars": ",".join(str(j) for j in spark_jars())}
-    for key, value in {**DEFAULT_CONF, **jars, **dict(conf or {})}.items():
+    # a local session talks to itself over loopback (not the host's first interface)
+    local = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"} \
+        if master.startswith("local") else {}
+    for key, value in {**DEFAULT_CONF, **jars, **local, **dict(conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

@@ -195,10 +195,19 @@ def test_concurrent_duplicate_commits_resolve_to_one(spark, sink_factory, rows, 
     assert DeltaTable(str(path)).version() == 2
 
 
-def test_a_table_of_another_job_is_refused(sink_factory, rows):
-    sink_factory(job="owner").commit_epoch(1, rows([1]), {"a": 1})
-    intruder = sink_factory(job="intruder")
+def test_a_table_of_another_job_is_refused_and_left_untouched(sink_factory, rows, tmp_path):
+    owner = sink_factory(job="owner")
+    owner.commit_epoch(1, rows([1]), {"a": 1})
+    files = referenced_files(tmp_path / "t")
+    # refused before its orphan sweep: the owner's committed attempt would look like one above the
+    # intruder's (missing) committed epoch
     with pytest.raises(ForeignTableError, match=r'/t belongs to job "owner", not "intruder"'):
+        sink_factory(job="intruder")
+    assert all(f.exists() for f in files) and table_ids(tmp_path / "t") == [1]
+    assert owner.recover().state == {"a": 1}
+    (tmp_path / "t" / STAGING).rename(tmp_path / "away")  # no attempt folders: refused on first use
+    intruder = sink_factory(job="intruder")
+    with pytest.raises(ForeignTableError):
         intruder.recover()
     with pytest.raises(ForeignTableError):
         intruder.commit_epoch(1, None, {"a": 2})

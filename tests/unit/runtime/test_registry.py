@@ -256,6 +256,36 @@ def test_progress_and_failure(registry_factory) -> None:
     reg.set_failed("ghost", "boom")
 
 
+def test_a_failure_is_persisted_until_retry_or_drop(registry_factory) -> None:
+    reg = registry_factory()
+    reg.create(spec("a"))
+    reg.create(spec("b"))
+    reg.mark_applied([m.id for m in reg.drain("events")], 1)
+    assert reg.retry("a").error is None and reg.pending("a") == 0  # not failed: no mutation
+    reg.set_failed("a", "boom")
+    reg.set_failed("b", "bang")
+    assert [r.name for r in reg.failed()] == ["a", "b"]
+    reg.close()
+    reg = registry_factory()  # the failures come back from the log
+    assert (reg.get("a").error, reg.get("b").error) == ("boom", "bang")
+    assert reg.drain("events") == []  # a failure is no mutation: nothing to apply
+    assert reg.retry("a").error is None
+    [retry] = reg.drain("events")
+    assert (retry.kind, retry.job) == ("retry", "a")
+    reg.drop("b")
+    reg.close()
+    reg = registry_factory()  # the retry (even unapplied) cleared the error; the drop frees the name
+    assert reg.get("a").error is None and [r.name for r in reg.failed()] == []
+    assert [m.kind for m in reg.drain("events")] == ["retry", "drop"]
+    reg.create(spec("b2"))
+    reg.set_failed("b2", "x")
+    reg.drop("b2")
+    reg.create(spec("b2"))  # a re-created name starts without the old error
+    assert reg.get("b2").error is None
+    reg.close()
+    assert registry_factory().get("b2").error is None
+
+
 def test_concurrent_mutations_and_drains(registry_factory) -> None:
     reg = registry_factory()
     names = [f"j{i}" for i in range(8)]

@@ -1,0 +1,332 @@
+"""The crash suite: the daemon as a real process, SIGKILLed at random moments, restarted, checked.
+
+Two jobs on a 4-partition topic under a live producer: ``deep`` backfills >= 200k history records (rate
+limited, so the kills land mid-backfill), ``tail`` starts at ``latest`` and is Finished from its attach.
+Each cycle starts ``source-backfill run``, waits until the daemon is ready, sometimes sends a mutation
+(pause, resume, throttle, a create then a drop of a third job) or grows the topic to 6 partitions, and
+SIGKILLs the process group after a delay drawn from the seed — so the kills fall during history reads and
+reads ahead, between a file write and its Delta commit, while a mutation is applied, while partitions
+are added. After the last cycle the daemon runs until both jobs are Finished, and
+:mod:`source_backfill.verify` must find every offset of the log exactly once in both tables.
+
+``python -m tests.chaos --cycles N [--seed S]`` (``make chaos``) runs a soak on an embedded broker;
+``tests/chaos/test_chaos.py`` runs the short mode inside ``make test``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+HISTORY = 200_000
+PARTITIONS = 4
+#: History rows/s of the deep job: 200k rows take ~80 s of daemon uptime, spread over many cycles.
+DEEP_RATE = 2_500
+
+
+@dataclass
+class Summary:
+    """What a chaos run did and found."""
+
+    seed: int
+    cycles: int = 0
+    records: int = 0
+    missing: int = 0
+    duplicated: int = 0
+    unexpected: int = 0
+    events: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """Exactly once in every table."""
+        return self.missing == self.duplicated == self.unexpected == 0
+
+    def line(self) -> str:
+        """The one summary line the suite prints."""
+        return (f"cycles={self.cycles} records={self.records} missing={self.missing} "
+                f"duplicated={self.duplicated} unexpected={self.unexpected} seed={self.seed} "
+                f"seconds={self.seconds:.0f}")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class _Producer:
+    """A steady live stream of numbered records (``rate`` per second) until stopped."""
+
+    def __init__(self, bootstrap: str, topic: str, rate: float) -> None:
+        from confluent_kafka import Producer
+
+        self._producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "log_level": 0})
+        self._topic, self._rate = topic, rate
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.partitions = PARTITIONS
+
+    def fill(self, count: int) -> None:
+        for i in range(count):
+            while True:
+                try:
+                    self._producer.produce(self._topic, value=f"h{i}".encode(), partition=i % PARTITIONS)
+                    break
+                except BufferError:
+                    self._producer.poll(0.05)
+        assert self._producer.flush(60) == 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        i = 0
+        while not self._stop.wait(10 / self._rate):
+            for _ in range(10):
+                self._producer.produce(self._topic, value=f"live{i}".encode(), partition=i % self.partitions)
+                i += 1
+            self._producer.poll(0)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        self._producer.flush(30)
+
+
+class _Daemon:
+    """``source-backfill run --config`` as a process group of its own."""
+
+    def __init__(self, workdir: Path, bootstrap: str, topic: str) -> None:
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = workdir / "daemon.log"
+        self.tables = workdir / "tables"
+        self.config = workdir / "config.toml"
+        self.config.write_text(f"""
+[daemon]
+state_root = "{workdir / 'state'}"
+shutdown_timeout_s = 10
+[spark]
+master = "local[2]"
+[api]
+port = {self.port}
+[metrics]
+port = {_free_port()}
+[[sources]]
+name = "src"
+bootstrap_servers = "{bootstrap}"
+topics = ["{topic}"]
+trigger_interval_s = 0.5
+[[jobs]]
+name = "deep"
+source = "src"
+sink_path = "{self.tables / 'deep'}"
+rate_limit = {DEEP_RATE}
+[[jobs]]
+name = "tail"
+source = "src"
+sink_path = "{self.tables / 'tail'}"
+start = {{kind = "latest"}}
+""")
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        exe = Path(sys.executable).with_name("source-backfill")
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(  # noqa: S603 - our own console script
+                [str(exe), "run", "--config", str(self.config)],
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+
+    def get(self, path: str) -> httpx.Response | None:
+        try:
+            return httpx.get(self.url + path, timeout=5)
+        except httpx.HTTPError:
+            return None
+
+    def post(self, method: str, path: str, body: dict | None = None) -> None:
+        try:
+            httpx.request(method, self.url + path, json=body, timeout=5)
+        except httpx.HTTPError:
+            pass  # the kill may land first: that is the point
+
+    def wait_ready(self, timeout_s: float = 180.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                msg = f"daemon exited with {self.proc.returncode}; log tail:\n{self.tail()}"
+                raise AssertionError(msg)
+            r = self.get("/ready")
+            if r is not None and r.status_code == 200:
+                return
+            time.sleep(0.2)
+        msg = f"daemon not ready within {timeout_s}s; log tail:\n{self.tail()}"
+        raise AssertionError(msg)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(30)
+        self.proc = None
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(30)
+        self.proc = None
+
+    def status(self, job: str) -> str | None:
+        r = self.get(f"/jobs/{job}")
+        return r.json().get("status") if r is not None and r.status_code == 200 else None
+
+    def tail(self, chars: int = 4000) -> str:
+        return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
+
+
+def _action(rng: random.Random, daemon: _Daemon, producer: _Producer, grow: Callable[[], None],
+            grown: bool) -> str:
+    """One disturbance before the kill (or none), drawn from ``rng``."""
+    roll = rng.random()
+    if roll < 0.15:
+        daemon.post("POST", "/jobs/deep/pause")
+        return "pause"
+    if roll < 0.35:
+        daemon.post("POST", "/jobs/deep/resume")
+        return "resume"
+    if roll < 0.45:
+        daemon.post("PATCH", "/jobs/deep", {"rate_limit": rng.choice([0, 1_000, DEEP_RATE])})
+        return "throttle"
+    if roll < 0.55:
+        name = f"extra-{uuid.uuid4().hex[:6]}"
+        daemon.post("POST", "/jobs", {"name": name, "source": "src",
+                                      "sink_path": str(daemon.tables / name)})
+        daemon.post("DELETE", f"/jobs/{name}")
+        return "create+drop"
+    if roll < 0.65 and not grown:
+        grow()
+        return "add partitions"
+    return "none"
+
+
+def run_chaos(bootstrap: str, workdir: Path, cycles: int, seed: int | None = None,
+              out: Callable[[str], None] = print) -> Summary:
+    """Run ``cycles`` kill/restart cycles against ``bootstrap``; return what was found."""
+    from connectors.kafka.admin import KafkaAdmin
+    from source_backfill.verify import check_exactly_once
+
+    seed = seed if seed is not None else random.SystemRandom().randrange(1 << 32)
+    rng = random.Random(seed)
+    summary = Summary(seed=seed)
+    out(f"chaos: seed={seed} cycles={cycles} workdir={workdir}")
+    t0 = time.monotonic()
+    workdir.mkdir(parents=True, exist_ok=True)
+    admin = KafkaAdmin(bootstrap)
+    topic = f"chaos-{uuid.uuid4().hex[:8]}"
+    admin.create_topic(topic, PARTITIONS)
+    producer = _Producer(bootstrap, topic, rate=200)
+    producer.fill(HISTORY)
+    producer.start()
+    grown = False
+
+    def grow() -> None:
+        nonlocal grown
+        admin.add_partitions(topic, PARTITIONS + 2)
+        producer.partitions = PARTITIONS + 2
+        grown = True
+
+    daemon = _Daemon(workdir, bootstrap, topic)
+    try:
+        for cycle in range(1, cycles + 1):
+            daemon.start()
+            daemon.wait_ready()
+            event = _action(rng, daemon, producer, grow, grown)
+            delay = rng.uniform(0.2, 6.0)
+            time.sleep(delay)
+            daemon.kill()
+            summary.cycles = cycle
+            summary.events.append(event)
+            out(f"chaos: cycle {cycle}/{cycles} killed {delay:.1f}s after ready ({event})")
+        daemon.start()
+        daemon.wait_ready()
+        daemon.post("POST", "/jobs/deep/resume")
+        daemon.post("PATCH", "/jobs/deep", {"rate_limit": None})
+        deadline = time.monotonic() + 600
+        while not all(daemon.status(j) == "finished" for j in ("deep", "tail")):
+            if time.monotonic() > deadline:
+                msg = f"jobs not finished after the last restart; log tail:\n{daemon.tail()}"
+                raise AssertionError(msg)
+            time.sleep(1)
+        producer.stop()
+        for job in ("deep", "tail"):
+            summary_job = _check(check_exactly_once, daemon, job, bootstrap, topic)
+            summary.records += summary_job[0]
+            summary.missing += summary_job[1]
+            summary.duplicated += summary_job[2]
+            summary.unexpected += summary_job[3]
+    finally:
+        producer.stop()
+        daemon.stop()
+    summary.seconds = time.monotonic() - t0
+    out("chaos: " + summary.line())
+    return summary
+
+
+def _check(check: Callable, daemon: _Daemon, job: str, bootstrap: str, topic: str) -> tuple[int, ...]:
+    """(records, missing, duplicated, unexpected) of ``job``, once its table has caught up to the log."""
+    start = None
+    if job == "tail":  # it starts at its attach position: from the first offset it holds, per split
+        from source_backfill.verify import table_offsets
+
+        start = {s: min(o) for s, o in table_offsets(str(daemon.tables / job)).items() if o}
+    deadline = time.monotonic() + 120
+    while True:
+        report = check(str(daemon.tables / job), bootstrap, [topic], start=start)
+        if report.ok or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    splits = report.splits.values()
+    return (sum(s.log_records for s in splits), sum(len(s.missing) for s in splits),
+            sum(len(s.duplicates) for s in splits), sum(len(s.unexpected) for s in splits))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tests.chaos --cycles N [--seed S] [--workdir DIR]`` on an embedded broker."""
+    import argparse
+    import tempfile
+
+    from connectors.kafka.embedded import EmbeddedBroker
+
+    parser = argparse.ArgumentParser(prog="python -m tests.chaos", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cycles", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--workdir", type=Path, default=None)
+    args = parser.parse_args(argv)
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="chaos-"))
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    if bootstrap:
+        summary = run_chaos(bootstrap, workdir, args.cycles, args.seed)
+    else:
+        with EmbeddedBroker() as broker:
+            summary = run_chaos(broker.bootstrap, workdir, args.cycles, args.seed)
+    (workdir / "summary.json").write_text(json.dumps({"line": summary.line(), "events": summary.events}))
+    return 0 if summary.ok else 1

@@ -1,0 +1,25 @@
+"""The crash suite's short mode (``make test``): >= 20 SIGKILL/restart cycles, then exactly once.
+
+``CHAOS_CYCLES`` and ``CHAOS_SEED`` override the cycle count and the seed (the seed is printed, so a
+failing run can be replayed); ``make chaos`` runs the long soak.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.chaos.chaos import run_chaos
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
+
+
+def test_sigkill_at_random_moments_then_every_job_exactly_once(kafka_bootstrap, tmp_path):
+    cycles = int(os.environ.get("CHAOS_CYCLES", "20"))
+    seed = int(os.environ["CHAOS_SEED"]) if os.environ.get("CHAOS_SEED") else None
+    summary = run_chaos(kafka_bootstrap, tmp_path, cycles, seed)
+    print(summary.line())
+    assert summary.cycles == cycles
+    assert summary.records >= 200_000
+    assert summary.ok, summary.line()
