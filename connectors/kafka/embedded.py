@@ -82,6 +82,7 @@ def _free_port() -> int:
 
 def _port_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the broker binds (TIME_WAIT is ok)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:

@@ -47,6 +47,8 @@ class Summary:
     missing: int = 0
     duplicated: int = 0
     unexpected: int = 0
+    #: Kills that landed while the deep job was still backfilling (its last reported status).
+    mid_backfill: int = 0
     events: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -57,7 +59,8 @@ class Summary:
 
     def line(self) -> str:
         """The one summary line the suite prints."""
-        return (f"cycles={self.cycles} records={self.records} missing={self.missing} "
+        return (f"cycles={self.cycles} mid_backfill={self.mid_backfill} records={self.records} "
+                f"missing={self.missing} "
                 f"duplicated={self.duplicated} unexpected={self.unexpected} seed={self.seed} "
                 f"seconds={self.seconds:.0f}")
 
@@ -261,7 +264,9 @@ def run_chaos(bootstrap: str, workdir: Path, cycles: int, seed: int | None = Non
             event = _action(rng, daemon, producer, grow, grown)
             delay = rng.uniform(0.2, 6.0)
             time.sleep(delay)
+            backfilling = daemon.status("deep") in ("backfilling", "pending")
             daemon.kill()
+            summary.mid_backfill += backfilling
             summary.cycles = cycle
             summary.events.append(event)
             out(f"chaos: cycle {cycle}/{cycles} killed {delay:.1f}s after ready ({event})")

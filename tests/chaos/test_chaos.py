@@ -22,4 +22,5 @@ def test_sigkill_at_random_moments_then_every_job_exactly_once(kafka_bootstrap, 
     print(summary.line())
     assert summary.cycles == cycles
     assert summary.records >= 200_000
+    assert summary.mid_backfill >= min(5, cycles), summary.line()  # the kills hit a running backfill
     assert summary.ok, summary.line()
