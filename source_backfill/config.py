@@ -160,8 +160,22 @@ class ApiConfig(_Frozen):
 class MetricsConfig(_Frozen):
     """The Prometheus endpoint."""
 
-    #: A separate Prometheus port; ``None`` serves ``/metrics`` on the API port only.
+    #: A separate Prometheus port; off (``false`` in TOML, which has no null, or ``off``/``none``/``null``
+    #: in the environment) serves ``/metrics`` on the API port only.
     port: int | None = Field(default=9108, ge=0, le=65535)
+
+    @field_validator("port", mode="before")
+    @classmethod
+    def _off(cls, value: object) -> object:
+        if value is False or (isinstance(value, str) and value.strip().lower() in _OFF):
+            return None
+        if isinstance(value, bool):  # true would be port 1: say what is meant instead
+            msg = "metrics.port is a port number, or false to serve /metrics on the API port only"
+            raise ValueError(msg)
+        return value
+
+
+_OFF = {"off", "none", "null", "false", "disabled", ""}
 
 
 class DaemonConfig(_Frozen):

@@ -20,6 +20,7 @@ import shutil
 import signal
 import threading
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,23 @@ def _show(job: dict[str, Any]) -> None:
               flush=True)
 
 
+def _spark_log_to_file(path: Path) -> dict[str, str]:
+    """Spark conf sending the JVM's log4j lines to ``path``: the console shows the demo, not Spark."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conf = path.with_name("log4j2.properties")
+    conf.write_text(
+        "status = error\n"
+        "appender.file.type = File\n"
+        "appender.file.name = file\n"
+        f"appender.file.fileName = {path.resolve()}\n"
+        "appender.file.layout.type = PatternLayout\n"
+        "appender.file.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n\n"
+        "rootLogger.level = warn\n"
+        "rootLogger.appenderRef.file.ref = file\n"
+    )
+    return {"spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{conf.resolve()}"}
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the demo until Ctrl-C (or ``--duration`` seconds)."""
     parser = argparse.ArgumentParser(prog="python -m source_backfill.demo", description=__doc__,
@@ -99,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fresh", action="store_true", help="remove what an earlier run left and start over")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    warnings.filterwarnings("ignore", category=FutureWarning)  # pyspark's note on pandas 3
 
     import httpx
 
@@ -137,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         producer.start()
         settings = load_settings(
             daemon={"state_root": str(root / "state")},
+            spark={"conf": _spark_log_to_file(root / "spark.log")},
             api={"port": args.api_port},
             metrics={"port": args.metrics_port},
             sources=[{"name": "demo", "bootstrap_servers": bootstrap, "topics": [TOPIC],
@@ -147,8 +167,9 @@ def main(argv: list[str] | None = None) -> int:
         daemon.start()
         signal.signal(signal.SIGINT, on_signal)  # Spark's context installed its own (KeyboardInterrupt)
         api = daemon.api_url
-        print(f"daemon up: API {api}  metrics http://127.0.0.1:{args.metrics_port}/metrics  "
-              f"(Ctrl-C stops everything)", flush=True)
+        print(f"daemon up: API {api}  metrics http://127.0.0.1:{args.metrics_port}/metrics  Spark log "
+              f"{root / 'spark.log'}", flush=True)
+        print("  (Ctrl-C stops everything)", flush=True)
         attached = "late-copy" in {j["name"] for j in httpx.get(f"{api}/jobs", timeout=10).json()}
         announced = False
         try:

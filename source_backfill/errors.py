@@ -25,6 +25,10 @@ class MutationLogError(StateFormatError):
     """The job registry's durable mutation log is malformed (other than a torn last line)."""
 
 
+class StateWriteError(SourceBackfillError):
+    """The daemon's own state (the mutation log under ``state_root``) could not be written durably."""
+
+
 class InvalidOffsetError(SourceBackfillError):
     """An offset went backwards or is otherwise impossible for the split it belongs to."""
 
@@ -79,3 +83,25 @@ class JobExistsError(JobError):
 
 class SourceNotFoundError(JobError):
     """No source with that name is configured."""
+
+
+def one_line(exc: BaseException, limit: int = 500) -> str:
+    """One line saying what went wrong, for logs, the API and health, at most ``limit`` characters.
+
+    Spark wraps errors raised in Python (a data source's reader, ``foreachBatch``) in JVM errors whose
+    first line only says that Python raised. The reader's own data-loss line (split and offsets) is
+    taken when present, else the Python exception's line (``RuntimeError: ...``) that ends the embedded
+    traceback, followed by the wrapper's first line.
+    """
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    at = text.find("data loss on Kafka split")
+    if at >= 0:
+        return text[at:].splitlines()[0][:limit]
+    marker = "Traceback (most recent call last):"
+    if marker in text:
+        tail = text[text.rindex(marker) + len(marker):].splitlines()
+        cause = next((ln.strip() for ln in tail if ln[:1].isalpha() and ": " in ln), None)
+        if cause is not None:
+            first = f"{cause} ({first[:200]})"
+    return first[:limit]

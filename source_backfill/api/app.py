@@ -33,6 +33,7 @@ from source_backfill.errors import (
     SourceBackfillError,
     SourceNotFoundError,
     StateFormatError,
+    StateWriteError,
 )
 from source_backfill.runtime.registry import JobRecord, JobRegistry
 
@@ -47,6 +48,7 @@ ERROR_STATUS: list[tuple[type[SourceBackfillError], int, str, str | None]] = [
     (SourceNotFoundError, status.HTTP_404_NOT_FOUND, "source_not_found", "source"),
     (ConfigError, HTTP_422, "invalid_request", None),
     (JobError, status.HTTP_409_CONFLICT, "job_error", None),
+    (StateWriteError, status.HTTP_503_SERVICE_UNAVAILABLE, "state_unwritable", None),
     (StateFormatError, status.HTTP_500_INTERNAL_SERVER_ERROR, "state_error", None),
     (SourceBackfillError, status.HTTP_500_INTERNAL_SERVER_ERROR, "internal_error", None),
 ]

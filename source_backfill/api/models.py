@@ -80,6 +80,8 @@ class JobView(BaseModel):
     eta_seconds: float | None
     finish_reported: bool
     error: str | None
+    #: The last history read error while the job backs off and retries (cleared by a good read).
+    last_error: str | None = None
     splits: list[SplitView]
 
     @classmethod
@@ -112,6 +114,7 @@ class JobView(BaseModel):
             eta_seconds=progress.eta_seconds if progress is not None else None,
             finish_reported=progress.finish_reported if progress is not None else False,
             error=record.error,
+            last_error=progress.last_error if progress is not None else None,
             splits=splits,
         )
 

@@ -71,7 +71,7 @@ from source_backfill.core import (
     states_from_json,
     states_to_json,
 )
-from source_backfill.errors import DataLossError, JobError, SourceBackfillError
+from source_backfill.errors import DataLossError, JobError, SourceBackfillError, one_line
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -189,6 +189,8 @@ class SourceBackfillJob:
         self.paused = False
         self.rate_limit: float | None = spec.rate_limit
         self.failed: str | None = None
+        #: The last history read error while backing off (None after a good read).
+        self.last_error: str | None = None
         self.states: dict[str, SplitState] | None = None
         self.committed_epoch: int | None = None
         #: Live positions after the job's last committed epoch (what it has covered), for rejoining.
@@ -393,7 +395,7 @@ class SourceBackfillJob:
                 logger.info('history read ahead no longer fits, read again job="%s" epoch=%d',
                             self.name, inp.epoch)
             return states, _Adopted()
-        self._rates.errors_in_a_row = 0
+        self._rates.errors_in_a_row, self.last_error = 0, None
         staged = [a.staged for a in taken if a.staged is not None]
         return adopted, _Adopted(taken, staged, counts, ranges)
 
@@ -582,7 +584,7 @@ class SourceBackfillJob:
         if "states" not in done:  # the epoch was in already (a replay): nothing was observed
             return result, plan, {}, finish_epoch(plan, {}), time.monotonic() - t0
         if plan.history:
-            self._rates.errors_in_a_row = 0
+            self._rates.errors_in_a_row, self.last_error = 0, None
         return result, plan, done["counts"], done["states"], time.monotonic() - t0
 
     def _live_rows(self, batch: DataFrame, emit_above: Mapping[str, int | None]) -> DataFrame:
@@ -654,7 +656,7 @@ class SourceBackfillJob:
         except Exception as exc:  # noqa: BLE001 - any reader failure: live goes on, history backs off
             self._history_error(exc)
             return None, {}, 0.0, None
-        self._rates.errors_in_a_row = 0
+        self._rates.errors_in_a_row, self.last_error = 0, None
         counts = {split_id(row['topic'], row['partition']): int(row["count"]) for row in counted}
         return df, counts, time.monotonic() - t0, None
 
@@ -680,13 +682,14 @@ class SourceBackfillJob:
     def _history_error(self, exc: Exception) -> None:
         if _is_data_loss(exc) and self.source.fail_on_data_loss:
             self.failed = (
-                f"history offsets are below the log start (retention removed them): {_data_loss_line(exc)}. "
+                f"history offsets are below the log start (retention removed them): {one_line(exc)}. "
                 "Set fail_on_data_loss=false on the source to skip forward."
             )
             metrics.SOURCE_ERRORS.labels(self.name, "data_loss").inc()
             logger.error('job failed job="%s" error="%s"', self.name, self.failed)
             raise JobError(self.failed) from exc
         self._rates.errors_in_a_row += 1
+        self.last_error = f"{type(exc).__name__}: {one_line(exc)}"
         delay = min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2 ** (self._rates.errors_in_a_row - 1))
         self._rates.backoff_until = time.monotonic() + delay
         metrics.SOURCE_ERRORS.labels(self.name, type(exc).__name__).inc()
@@ -843,13 +846,6 @@ def _plan_summary(plan: Any, budget: int, history: Iterable[HistoryRange] = ()) 
         "history": [[r.split, r.start, r.end] for r in (*history, *plan.history)],
         "end": dict(plan.end),
     }
-
-
-def _data_loss_line(exc: BaseException) -> str:
-    """The reader's own data-loss message (split and offsets) out of a Spark error's traceback."""
-    text = str(exc)
-    at = text.find("data loss on Kafka split")
-    return text[at:].splitlines()[0] if at >= 0 else text.splitlines()[0] if text else repr(exc)
 
 
 def _is_data_loss(exc: BaseException) -> bool:

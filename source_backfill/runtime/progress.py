@@ -47,4 +47,5 @@ def to_job_progress(job: SourceBackfillJob) -> JobProgress:
         finish_reported=job.finish_reported,
         eta_seconds=summary.eta_seconds,
         history_rows_per_s=job._rates.history_rows_per_s,  # noqa: SLF001 - same package, read-only
+        last_error=job.last_error,
     )

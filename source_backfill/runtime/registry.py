@@ -43,6 +43,7 @@ from source_backfill.errors import (
     JobNotFoundError,
     MutationLogError,
     SourceNotFoundError,
+    StateWriteError,
 )
 
 logger = logging.getLogger(__name__)
@@ -121,6 +122,8 @@ class JobProgress:
     finish_reported: bool = False
     eta_seconds: float | None = None
     history_rows_per_s: float | None = None
+    #: The last history read error while the job backs off (None after a good read).
+    last_error: str | None = None
 
 
 # -- the registry ---------------------------------------------------------------------------------------
@@ -298,8 +301,11 @@ class JobRegistry:
             if record is None or record.dropped:
                 logger.warning('set_failed for an unregistered job ignored job="%s"', name)
                 return
-            self._append({"type": "failed", "job": name, "error": error,
-                          "at": datetime.now(UTC).isoformat()})
+            try:
+                self._append({"type": "failed", "job": name, "error": error,
+                              "at": datetime.now(UTC).isoformat()})
+            except StateWriteError as exc:  # the job is failed all the same; a restart rebuilds it
+                logger.error('job failure not persisted job="%s" error="%s"', name, exc)
             self._jobs[name] = replace(record, error=error)
             logger.error('job failed job="%s" error="%s"', name, error)
 
@@ -331,11 +337,24 @@ class JobRegistry:
         return mutation
 
     def _append(self, line: dict[str, Any]) -> None:
+        """Write one line durably, or raise StateWriteError with the log as it was (nothing half-done)."""
         text = json.dumps({"v": LOG_VERSION, **line}, separators=(",", ":"), allow_nan=False)
         data = (text + "\n").encode()
-        self._log.write(data)
-        self._log.flush()
-        os.fsync(self._log.fileno())
+        at = self._log.tell()
+        try:
+            self._log.write(data)
+            self._log.flush()
+            os.fsync(self._log.fileno())
+        except OSError as exc:
+            try:  # a line that is not durable must not come back at the next start
+                self._log.seek(at)
+                self._log.truncate(at)
+                self._log.flush()
+            except (OSError, ValueError):
+                pass
+            msg = (f"cannot write the mutation log {self.path} ({exc.strerror or exc}); "
+                   "nothing was changed: free space or fix permissions under state_root, then retry")
+            raise StateWriteError(msg) from exc
 
     def _apply_mutation(self, m: Mutation, at: datetime) -> None:
         """The mutation's effect on the job table, and its place in the queue (lock held)."""

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from source_backfill import metrics
 from source_backfill.config import SourceConfig
 from source_backfill.core import LiveStats, split_id
-from source_backfill.errors import JobError, SourceBackfillError
+from source_backfill.errors import JobError, SourceBackfillError, one_line
 from source_backfill.executors.source_backfill import EpochInput, SourceBackfillJob
 
 if TYPE_CHECKING:
@@ -165,7 +165,7 @@ class LiveSource:
             except Exception as exc:  # noqa: BLE001 - any query failure: restart from the checkpoint
                 if self._stopping.is_set():
                     return
-                self.error = _one_line(exc)
+                self.error = one_line(exc)
                 self.query_failures += 1
                 metrics.SOURCE_ERRORS.labels("", "live_query").inc()
                 logger.error('live query failed, restarting source="%s" in_s=%.0f error="%s"',
@@ -178,7 +178,7 @@ class LiveSource:
             try:
                 self._query = self._start_query()  # the error stays until an epoch completes
             except Exception as exc:  # noqa: BLE001
-                self.error = _one_line(exc)
+                self.error = one_line(exc)
                 self.query_failures += 1
                 logger.error('live query restart failed source="%s" error="%s"', self.name, exc)
 
@@ -290,7 +290,7 @@ class LiveSource:
                 spec, self.config, self.spark, self.admin, bootstrap_servers=self.bootstrap_servers
             )
         except Exception as exc:  # noqa: BLE001 - its failure is the job's, never the source's
-            self._fail(spec.name, f"job could not start: {_one_line(exc)}")
+            self._fail(spec.name, f"job could not start: {one_line(exc)}")
             return False
         job.paused = paused
         job.rate_limit = rate_limit
@@ -310,7 +310,7 @@ class LiveSource:
 
     def _job_epoch_failed(self, job: SourceBackfillJob, epoch: int, exc: Exception) -> None:
         """An unexpected error in one job's epoch: rebuild the job from its table, or fail it."""
-        error = f"{type(exc).__name__}: {_one_line(exc)}"
+        error = f"{type(exc).__name__}: {one_line(exc)}"
         metrics.SOURCE_ERRORS.labels(job.name, type(exc).__name__).inc()
         count = self._job_failures.get(job.name, 0) + 1
         if count >= JOB_ATTEMPTS:
@@ -343,24 +343,6 @@ class LiveSource:
         from source_backfill.runtime.progress import to_job_progress
 
         self.registry.publish_progress(job.name, to_job_progress(job))
-
-
-def _one_line(exc: BaseException, limit: int = 500) -> str:
-    """One line saying what went wrong, at most ``limit`` characters.
-
-    Spark wraps an error raised in our Python code (``foreachBatch``) in a JVM error whose first line
-    only says that Python raised; the Python exception's own line (``RuntimeError: ...``) follows the
-    embedded traceback, so it is appended when there is one.
-    """
-    text = str(exc).strip()
-    first = text.splitlines()[0] if text else type(exc).__name__
-    marker = "Traceback (most recent call last):"
-    if marker in text:
-        tail = text[text.rindex(marker) + len(marker):].splitlines()
-        cause = next((ln.strip() for ln in tail if ln[:1].isalpha() and ": " in ln), None)
-        if cause is not None:
-            first = f"{cause} ({first[:200]})"
-    return first[:limit]
 
 
 #: A live batch whose offset ranges bound it to at most this many rows has its stats computed on the

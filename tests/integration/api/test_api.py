@@ -15,6 +15,7 @@ MUTATING = [
     ("POST", "/jobs/j/resume", None),
     ("PATCH", "/jobs/j", {"rate_limit": 1.0}),
     ("DELETE", "/jobs/j", None),
+    ("POST", "/jobs/j/retry", None),
 ]
 
 
@@ -37,6 +38,26 @@ def test_mutating_routes_need_the_token(live_api, method, path, body, auth) -> N
     rec = live_api.registry.get("j")  # nothing happened
     assert (rec.paused, rec.rate_limit, rec.dropped) == (False, None, False)
     assert [r.name for r in live_api.registry.list()] == ["j"]
+
+
+def test_an_unwritable_state_root_is_a_clear_503_and_changes_nothing(live_api, monkeypatch) -> None:
+    import errno
+
+    from source_backfill.runtime import registry as registry_mod
+
+    live_api.registry.create(_spec("j"))
+
+    def full(_fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(registry_mod.os, "fsync", full)
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    r = live_api.client.post("/jobs/j/pause", headers=auth)
+    assert r.status_code == 503, r.text
+    assert _error(r)["type"] == "state_unwritable" and "No space left" in _error(r)["message"]
+    r = live_api.client.post("/jobs", json=job_body("k"), headers=auth)
+    assert r.status_code == 503
+    assert not live_api.registry.get("j").paused and [j.name for j in live_api.registry.list()] == ["j"]
 
 
 def test_reads_need_no_token(live_api) -> None:

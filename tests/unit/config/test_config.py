@@ -82,3 +82,16 @@ def test_offsets_start_validates_split_ids():
         OffsetsStart(offsets={"t0": 5})
     with pytest.raises(ValueError, match="SELECT"):
         JobSpec(name="j", source="s", sink_path="p", transform="DROP TABLE {source}")
+
+
+def test_metrics_port_can_be_turned_off_in_toml_and_env(tmp_path, monkeypatch):
+    s = load_settings(write(tmp_path, "[metrics]\nport = false\n"))
+    assert s.metrics.port is None
+    for off in ("off", "null", "none", "false"):
+        monkeypatch.setenv("SOURCE_BACKFILL_METRICS__PORT", off)
+        assert load_settings().metrics.port is None
+    monkeypatch.setenv("SOURCE_BACKFILL_METRICS__PORT", "9200")
+    assert load_settings().metrics.port == 9200
+    monkeypatch.delenv("SOURCE_BACKFILL_METRICS__PORT")
+    with pytest.raises(ConfigError, match="false to serve /metrics on the API port only"):
+        load_settings(write(tmp_path, "[metrics]\nport = true\n"))

@@ -331,3 +331,32 @@ def test_concurrent_mutations_and_drains(registry_factory) -> None:
     again = registry_factory()
     assert {r.name for r in again.list()} == set(names)
     assert all(not r.paused and r.rate_limit is None for r in again.list())
+
+
+def test_an_unwritable_log_refuses_the_command_and_changes_nothing(registry_factory, monkeypatch) -> None:
+    import errno
+
+    from source_backfill.errors import StateWriteError
+    from source_backfill.runtime import registry as registry_mod
+
+    reg = registry_factory()
+    reg.create(spec("a"))
+    size = reg.path.stat().st_size
+
+    def full(_fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(registry_mod.os, "fsync", full)
+    with pytest.raises(StateWriteError, match="No space left on device.*nothing was changed"):
+        reg.pause("a")
+    with pytest.raises(StateWriteError):
+        reg.create(spec("b"))
+    assert not reg.get("a").paused and [r.name for r in reg.list()] == ["a"]
+    assert reg.path.stat().st_size == size  # the line that was not durable is gone
+    reg.set_failed("a", "boom")  # the epoch loop goes on: the failure holds in memory
+    assert reg.get("a").error == "boom"
+    monkeypatch.undo()
+    reg.pause("a")
+    reg.close()
+    again = registry_factory()
+    assert again.get("a").paused and again.get("a").error is None and [r.name for r in again.list()] == ["a"]
