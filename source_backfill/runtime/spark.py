@@ -61,6 +61,8 @@ def build_spark(
     # a local session talks to itself over loopback (not the host's first interface)
     local = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"} \
         if master.startswith("local") else {}
+    if local:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     for key, value in {**DEFAULT_CONF, **jars, **local, **dict(conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

@@ -151,6 +151,17 @@ def daemon_factory(spark, kafka_bootstrap: str, tmp_path: Path) -> Iterator[Call
             daemon.stop()
 
 
+def job_spec(name: str, tmp_path: Path, **kw: Any) -> dict[str, Any]:
+    """A job on the test source ``src`` writing to ``tmp_path/name``."""
+    return {"name": name, "source": "src", "sink_path": str(tmp_path / name), **kw}
+
+
+def metric_total(metric: Any, **labels: str) -> float:
+    """The sum of a counter's ``_total`` samples whose labels include ``labels``."""
+    return sum(s.value for m in metric.collect() for s in m.samples
+               if s.name.endswith("_total") and all(s.labels.get(k) == v for k, v in labels.items()))
+
+
 def job_of(daemon: Any, name: str) -> Any:
     return daemon.sources["src"].jobs.get(name)
 

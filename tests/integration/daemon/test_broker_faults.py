@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.daemon.conftest import Producer, exactly_once, finished, job_of, wait_for
+from tests.integration.daemon.conftest import (
+    Producer,
+    exactly_once,
+    finished,
+    job_of,
+    job_spec,
+    metric_total,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -12,8 +20,7 @@ pytestmark = pytest.mark.integration
 def _source_errors() -> float:
     from source_backfill import metrics
 
-    return sum(s.value for m in metrics.SOURCE_ERRORS.collect() for s in m.samples
-               if s.name.endswith("_total") and s.labels.get("error_type") == "live_query")
+    return metric_total(metrics.SOURCE_ERRORS, error_type="live_query")
 
 
 def test_broker_restarted_mid_backfill_the_daemon_reports_it_and_resumes_exactly_once(
@@ -32,20 +39,22 @@ def test_broker_restarted_mid_backfill_the_daemon_reports_it_and_resumes_exactly
         p = Producer(bootstrap, "faulty")
         p.send(20_000, 2)
         p.stream(2, per_second=40)
-        d = daemon_factory(["faulty"], [{"name": "j", "source": "src", "sink_path": str(tmp_path / "j"),
-                                         "rate_limit": 1500}], bootstrap_servers=bootstrap)
+        d = daemon_factory(["faulty"], [job_spec("j", tmp_path, rate_limit=1500)],
+                           bootstrap_servers=bootstrap)
         wait_for(lambda: job_of(d, "j").rows[0] > 0, what="backfill started")
         errors = _source_errors()
         broker.stop()
         assert not broker.running
-        # the live query fails (no end offsets within the admin's deadline) and is restarted with
-        # backoff; health says so, with the error, for as long as it lasts
+        # the live query stalls, then fails (no offsets within the admin's deadline) and is restarted
+        # with backoff; health says so — epochs stalled, then the query's error — while it lasts
         wait_for(lambda: httpx.get(f"{d.api_url}/health").status_code == 503, timeout=120,
                  what="unhealthy while the broker is down")
-        body = httpx.get(f"{d.api_url}/health").json()["sources"]["src"]
-        assert body["error"] and body["query_failures"] >= 1
-        assert _source_errors() > errors
+        assert httpx.get(f"{d.api_url}/health").json()["sources"]["src"]["problems"]
         assert httpx.get(f"{d.api_url}/ready").status_code == 503
+        wait_for(lambda: _source_errors() > errors, timeout=180, what="the live query's failure counted")
+        body = wait_for(lambda: (b := httpx.get(f"{d.api_url}/health").json()["sources"]["src"])["error"]
+                        and b, timeout=120, what="the query's error in /health")
+        assert "kafka" in body["error"].lower() and body["query_failures"] >= 1
         assert not finished(d, "j")
         broker.start()  # same log folder, same ports
         assert broker.bootstrap == bootstrap

@@ -7,13 +7,9 @@ import pytest
 
 from connectors.delta.sink import DeltaEpochSink
 from source_backfill.config import JobSpec
-from tests.integration.daemon.conftest import exactly_once, finished, job_of, wait_for
+from tests.integration.daemon.conftest import exactly_once, finished, job_of, job_spec, wait_for
 
 pytestmark = pytest.mark.integration
-
-
-def _job(name, tmp_path, **kw):
-    return {"name": name, "source": "src", "sink_path": str(tmp_path / name), **kw}
 
 
 def _fault(monkeypatch, job: str, times: int | None):
@@ -47,7 +43,7 @@ def test_a_job_failing_every_epoch_is_failed_alone_and_comes_back_with_retry(
     p.stream(2, per_second=40)
     fault = _fault(monkeypatch, "bad", None)
     state = tmp_path / "state"
-    d = daemon_factory([topic], [_job("good", tmp_path), _job("bad", tmp_path)], state_root=state)
+    d = daemon_factory([topic], [job_spec("good", tmp_path), job_spec("bad", tmp_path)], state_root=state)
     wait_for(lambda: d.registry.get("bad").error, what="bad marked failed")
     assert "failed 3 times in a row" in d.registry.get("bad").error
     assert "injected commit failure of bad" in d.registry.get("bad").error
@@ -63,7 +59,7 @@ def test_a_job_failing_every_epoch_is_failed_alone_and_comes_back_with_retry(
     assert view["status"] == "failed" and "injected" in view["error"]
     # the failure is persisted: a restarted daemon keeps the job failed, without building it
     d.stop()
-    d = daemon_factory([topic], [_job("good", tmp_path), _job("bad", tmp_path)], state_root=state)
+    d = daemon_factory([topic], [job_spec("good", tmp_path), job_spec("bad", tmp_path)], state_root=state)
     assert d.registry.get("bad").error and job_of(d, "bad") is None
     # retried after the fault is gone: rebuilt from its table, it catches up exactly once
     fault["stop"]()
@@ -82,7 +78,7 @@ def test_a_job_failing_one_epoch_is_rebuilt_from_its_table_and_stays_exactly_onc
     p = producer_for(topic)
     p.send(2000, 2)
     p.stream(2, per_second=60)
-    d = daemon_factory([topic], [_job("j", tmp_path, max_rows_per_epoch=300, rate_limit=400)])
+    d = daemon_factory([topic], [job_spec("j", tmp_path, max_rows_per_epoch=300, rate_limit=400)])
     wait_for(lambda: job_of(d, "j") is not None and job_of(d, "j").rows[0] > 0, what="backfill started")
     fault = _fault(monkeypatch, "j", 2)  # two epochs in a row fail: under the limit of three
     wait_for(lambda: fault["raised"] == 2, what="two injected failures")
@@ -100,11 +96,11 @@ def test_a_create_that_cannot_start_fails_that_job_only_and_the_daemon_restarts(
     p.send(400, 2)
     p.stream(2, per_second=40)
     state = tmp_path / "state"
-    d = daemon_factory([topic], [_job("ok", tmp_path)], state_root=state)
+    d = daemon_factory([topic], [job_spec("ok", tmp_path)], state_root=state)
     wait_for(lambda: finished(d, "ok"), what="ok finished")
     # a transform that fails analysis, and a job writing into another job's table
-    d.registry.create(JobSpec(**_job("bad-sql", tmp_path, transform="SELECT nope FROM {source}")))
-    d.registry.create(JobSpec(**{**_job("thief", tmp_path), "sink_path": str(tmp_path / "ok")}))
+    d.registry.create(JobSpec(**job_spec("bad-sql", tmp_path, transform="SELECT nope FROM {source}")))
+    d.registry.create(JobSpec(**{**job_spec("thief", tmp_path), "sink_path": str(tmp_path / "ok")}))
     wait_for(lambda: d.registry.get("bad-sql").error and d.registry.get("thief").error,
              what="both creates failed")
     assert "could not start" in d.registry.get("bad-sql").error
@@ -113,7 +109,7 @@ def test_a_create_that_cannot_start_fails_that_job_only_and_the_daemon_restarts(
     wait_for(lambda: d.sources["src"].last_epoch >= epoch + 3, what="epochs go on")
     d.stop()
     # the daemon starts again with them registered (and failed), and they can be dropped
-    d = daemon_factory([topic], [_job("ok", tmp_path)], state_root=state)
+    d = daemon_factory([topic], [job_spec("ok", tmp_path)], state_root=state)
     assert d.registry.get("thief").error and job_of(d, "ok") is not None
     d.registry.drop("thief")
     d.registry.drop("bad-sql")
@@ -133,7 +129,7 @@ def test_health_stays_unhealthy_while_the_live_query_keeps_failing(
     topic = new_topic(1)
     p = producer_for(topic)
     p.stream(1, per_second=20)
-    d = daemon_factory([topic], [_job("j", tmp_path)])
+    d = daemon_factory([topic], [job_spec("j", tmp_path)])
     wait_for(lambda: httpx.get(f"{d.api_url}/ready").status_code == 200, what="ready")
     real = source_mod._live_stats
     broken = {"on": True}

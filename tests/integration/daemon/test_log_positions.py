@@ -7,18 +7,9 @@ import pytest
 
 from source_backfill.core import Stage
 from source_backfill.verify import check_exactly_once, table_offsets
-from tests.integration.daemon.conftest import finished, job_of, wait_for
+from tests.integration.daemon.conftest import finished, job_of, job_spec, metric_total, wait_for
 
 pytestmark = pytest.mark.integration
-
-
-def _job(name, tmp_path, **kw):
-    return {"name": name, "source": "src", "sink_path": str(tmp_path / name), **kw}
-
-
-def _metric(metric, **labels) -> float:
-    return sum(s.value for m in metric.collect() for s in m.samples
-               if s.name.endswith("_total") and all(s.labels.get(k) == v for k, v in labels.items()))
 
 
 def _delete_under_backfill(d, admin, topic, cut):
@@ -44,14 +35,14 @@ def test_log_start_moved_under_a_backfill_fails_the_job_naming_split_and_offsets
 
     topic = new_topic(2)
     producer_for(topic).send(6000, 2)
-    d = daemon_factory([topic], [_job("j", tmp_path, max_rows_per_epoch=200, rate_limit=200)])
+    d = daemon_factory([topic], [job_spec("j", tmp_path, max_rows_per_epoch=200, rate_limit=200)])
     wait_for(lambda: job_of(d, "j").rows[0] > 0, what="backfill started")
-    before = _metric(metrics.SOURCE_ERRORS, job="j", error_type="data_loss")
+    before = metric_total(metrics.SOURCE_ERRORS, job="j", error_type="data_loss")
     _delete_under_backfill(d, KafkaAdmin(kafka_bootstrap), topic, 2000)
     wait_for(lambda: d.registry.get("j").error, what="job failed on data loss")
     error = d.registry.get("j").error
     assert f"data loss on Kafka split {topic}:" in error and "log start is 2000" in error, error
-    assert _metric(metrics.SOURCE_ERRORS, job="j", error_type="data_loss") == before + 1
+    assert metric_total(metrics.SOURCE_ERRORS, job="j", error_type="data_loss") == before + 1
     assert job_of(d, "j") is None  # out of the epochs until retried or dropped
     # the live stream goes on for the others: the source still runs epochs
     epoch = d.sources["src"].last_epoch
@@ -68,7 +59,7 @@ def test_log_start_moved_under_a_backfill_skips_and_counts_the_lost_offsets(
     p = producer_for(topic)
     p.send(6000, 2)
     p.stream(2, per_second=40)
-    d = daemon_factory([topic], [_job("j", tmp_path, max_rows_per_epoch=200, rate_limit=200)],
+    d = daemon_factory([topic], [job_spec("j", tmp_path, max_rows_per_epoch=200, rate_limit=200)],
                        fail_on_data_loss=False)
     wait_for(lambda: job_of(d, "j").rows[0] > 0, what="backfill started")
     positions = _delete_under_backfill(d, KafkaAdmin(kafka_bootstrap), topic, 2000)
@@ -89,7 +80,7 @@ def test_log_start_moved_under_a_backfill_skips_and_counts_the_lost_offsets(
         assert list(report.splits[sid].unexpected) == list(range(0, pos + 1))  # read before: kept, once
         assert not set(range(pos + 1, 2000)) & set(held[sid])  # the lost range is absent ...
         # ... and counted, offset for offset
-        assert _metric(metrics.DATA_LOSS_OFFSETS, job="j", split=sid) == 2000 - (pos + 1)
+        assert metric_total(metrics.DATA_LOSS_OFFSETS, job="j", split=sid) == 2000 - (pos + 1)
 
 
 def test_start_at_latest_gets_exactly_the_records_after_attach(
@@ -103,7 +94,7 @@ def test_start_at_latest_gets_exactly_the_records_after_attach(
     p.stream(3, per_second=60)
     admin = KafkaAdmin(kafka_bootstrap)
     sids = [f"{topic}:{i}" for i in range(3)]
-    d = daemon_factory([topic], [_job("j", tmp_path, start={"kind": "latest"})])
+    d = daemon_factory([topic], [job_spec("j", tmp_path, start={"kind": "latest"})])
     wait_for(lambda: job_of(d, "j").states is not None, what="attach")
     assert all(s.stage is Stage.FINISHED for s in job_of(d, "j").states.values())
     wait_for(lambda: (job_of(d, "j").committed_epoch or 0) >= 6, what="live epochs")

@@ -13,13 +13,16 @@ import pytest
 from connectors.delta.sink import MARKER, STAGING
 from source_backfill.core import Stage
 from source_backfill.verify import table_offsets
-from tests.integration.daemon.conftest import exactly_once, finished, job_of, wait_for
+from tests.integration.daemon.conftest import (
+    exactly_once,
+    finished,
+    job_of,
+    job_spec,
+    metric_total,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
-
-
-def _job(name, tmp_path, **kw):
-    return {"name": name, "source": "src", "sink_path": str(tmp_path / name), **kw}
 
 
 def _splits(daemon, name):
@@ -29,8 +32,7 @@ def _splits(daemon, name):
 def _reads_ahead(job: str, outcome: str) -> float:
     from source_backfill import metrics
 
-    return sum(s.value for m in metrics.HISTORY_READS_AHEAD.collect() for s in m.samples
-               if s.name.endswith("_total") and s.labels == {"job": job, "outcome": outcome})
+    return metric_total(metrics.HISTORY_READS_AHEAD, job=job, outcome=outcome)
 
 
 @pytest.mark.parametrize("read_ahead", [True, False], ids=["read-ahead", "in-epoch"])
@@ -43,7 +45,7 @@ def test_job_attached_to_history_while_producer_writes_is_exactly_once(
     p.stream(4, per_second=200)
     name = f"j-{read_ahead}"
     before = _reads_ahead(name, "adopted")
-    d = daemon_factory([topic], [_job(name, tmp_path, max_rows_per_epoch=1500, read_ahead=read_ahead)])
+    d = daemon_factory([topic], [job_spec(name, tmp_path, max_rows_per_epoch=1500, read_ahead=read_ahead)])
     wait_for(lambda: finished(d, name), what=f"job {name} finished")
     assert all(s.stage is Stage.FINISHED for s in _splits(d, name).values())
     # history read ahead by background jobs (one read per 1500 offsets at most), or inside the epochs
@@ -58,7 +60,7 @@ def test_job_created_before_any_data_is_finished_at_once_and_live_data_flows(
     daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path
 ):
     topic = new_topic(3)
-    d = daemon_factory([topic], [_job("j", tmp_path)])
+    d = daemon_factory([topic], [job_spec("j", tmp_path)])
     wait_for(lambda: _splits(d, "j") is not None, what="attach")
     assert all(s.stage is Stage.FINISHED for s in _splits(d, "j").values())
     assert job_of(d, "j").rows[0] == 0  # no history to read
@@ -71,7 +73,7 @@ def test_job_created_after_data_with_no_further_live_data_finishes(
 ):
     topic = new_topic(4)
     producer_for(topic).send(2000, 4, weights=[1, 2, 3, 4])
-    d = daemon_factory([topic], [_job("j", tmp_path, max_rows_per_epoch=700)])
+    d = daemon_factory([topic], [job_spec("j", tmp_path, max_rows_per_epoch=700)])
     wait_for(lambda: finished(d, "j"), what="finish without new records")
     exactly_once(tmp_path / "j", kafka_bootstrap, [topic])
     assert job_of(d, "j").rows == (2000, 0)
@@ -86,9 +88,9 @@ def test_second_job_created_later_sees_the_same_rows(
     p = producer_for(topic)
     p.send(1500, 2)
     p.stream(2, per_second=100)
-    d = daemon_factory([topic], [_job("first", tmp_path)])
+    d = daemon_factory([topic], [job_spec("first", tmp_path)])
     wait_for(lambda: finished(d, "first"), what="first finished")
-    d.registry.create(JobSpec(**_job("second", tmp_path, max_rows_per_epoch=500)))
+    d.registry.create(JobSpec(**job_spec("second", tmp_path, max_rows_per_epoch=500)))
     wait_for(lambda: finished(d, "second"), what="second finished")
     p.stop()
     first = exactly_once(tmp_path / "first", kafka_bootstrap, [topic])
@@ -106,7 +108,7 @@ def test_rate_limit_zero_reads_no_history_then_raised_loses_nothing(
     p = producer_for(topic)
     p.send(1000, 2)
     p.stream(2, per_second=50)
-    d = daemon_factory([topic], [_job("j", tmp_path, rate_limit=0)])
+    d = daemon_factory([topic], [job_spec("j", tmp_path, rate_limit=0)])
     wait_for(lambda: (job_of(d, "j").committed_epoch or 0) >= 6, what="several epochs at rate 0")
     assert job_of(d, "j").rows[0] == 0
     assert all(s.stage is Stage.BACKFILLING for s in _splits(d, "j").values())
@@ -120,7 +122,7 @@ def test_pause_and_resume_mid_backfill(daemon_factory, new_topic, producer_for, 
     topic = new_topic(2)
     producer_for(topic).send(4000, 2)
     # the rate limit keeps the backfill going >= 10 s, so the pause lands mid-backfill
-    d = daemon_factory([topic], [_job("j", tmp_path, max_rows_per_epoch=300, rate_limit=400)])
+    d = daemon_factory([topic], [job_spec("j", tmp_path, max_rows_per_epoch=300, rate_limit=400)])
     wait_for(lambda: job_of(d, "j").rows[0] > 0, what="backfill started")
     d.registry.pause("j")
     wait_for(lambda: job_of(d, "j").paused, what="pause applied")
@@ -143,7 +145,7 @@ def test_partitions_added_mid_backfill(daemon_factory, new_topic, producer_for, 
     p = producer_for(topic)
     p.send(3000, 4)
     # the rate limit keeps the backfill going >= 10 s, past the discovery of the new partitions
-    d = daemon_factory([topic], [_job("j", tmp_path, max_rows_per_epoch=300, rate_limit=250)])
+    d = daemon_factory([topic], [job_spec("j", tmp_path, max_rows_per_epoch=300, rate_limit=250)])
     wait_for(lambda: job_of(d, "j").rows[0] > 0, what="backfill started")
     KafkaAdmin(kafka_bootstrap).add_partitions(topic, 6)
     p.send(600, 6, start=3000, weights=[0, 0, 0, 0, 1, 1])  # into the new partitions only
@@ -183,7 +185,7 @@ def test_transactional_producer_with_aborts_and_a_marker_tail(
     # 6 transactions of 25 records + 1 marker per partition: the aborted ones keep their offsets
     ends = KafkaAdmin(kafka_bootstrap).end_offsets([f"{topic}:0", f"{topic}:1"])
     assert ends == {f"{topic}:0": 6 * 26, f"{topic}:1": 6 * 26}
-    d = daemon_factory([topic], [_job("j", tmp_path, max_rows_per_epoch=120)])
+    d = daemon_factory([topic], [job_spec("j", tmp_path, max_rows_per_epoch=120)])
     wait_for(lambda: finished(d, "j"), what="finished on a marker tail")
     report = exactly_once(tmp_path / "j", kafka_bootstrap, [topic])
     assert sum(s.table_rows for s in report.splits.values()) == 4 * 50  # aborted rows never appear
@@ -200,7 +202,7 @@ def test_start_from_timestamp(daemon_factory, new_topic, producer_for, kafka_boo
     p.send(400, 2, timestamp_ms=now - 600_000)
     p.send(600, 2, start=400, timestamp_ms=now - 60_000)
     start = {"kind": "timestamp", "timestamp_ms": now - 300_000}
-    d = daemon_factory([topic], [_job("j", tmp_path, start=start)])
+    d = daemon_factory([topic], [job_spec("j", tmp_path, start=start)])
     wait_for(lambda: finished(d, "j"), what="finished")
     admin = KafkaAdmin(kafka_bootstrap)
     first = admin.offsets_for_timestamp([f"{topic}:0", f"{topic}:1"], now - 300_000)
@@ -218,7 +220,7 @@ def test_restart_mid_backfill_resumes_from_committed_state_exactly_once(
     p.stream(3, per_second=100)
     state = tmp_path / "state"
     # the rate limit keeps the backfill going >= 10 s, so the stop lands mid-backfill
-    d = daemon_factory([topic], [_job("j", tmp_path, max_rows_per_epoch=250, rate_limit=300)],
+    d = daemon_factory([topic], [job_spec("j", tmp_path, max_rows_per_epoch=250, rate_limit=300)],
                        state_root=state)
     wait_for(lambda: job_of(d, "j").rows[0] >= 700, what="mid-backfill")
     d.stop()
@@ -226,7 +228,7 @@ def test_restart_mid_backfill_resumes_from_committed_state_exactly_once(
     # reads ahead in flight were cancelled and their staged files removed: nothing unsealed is left
     assert not list((tmp_path / "j" / STAGING).glob(f"*/{MARKER}"))
     committed = job_of(d, "j").committed_epoch
-    d2 = daemon_factory([topic], [_job("j", tmp_path, max_rows_per_epoch=250, rate_limit=300)],
+    d2 = daemon_factory([topic], [job_spec("j", tmp_path, max_rows_per_epoch=250, rate_limit=300)],
                         state_root=state)
     assert job_of(d2, "j").committed_epoch == committed  # recovered from the table's log
     wait_for(lambda: finished(d2, "j"), what="finished after restart")
@@ -242,11 +244,11 @@ def test_finished_job_keeps_flowing_while_another_backfills(
     topic = new_topic(2)
     p = producer_for(topic)
     p.stream(2, per_second=100)
-    d = daemon_factory([topic], [_job("live", tmp_path)])
+    d = daemon_factory([topic], [job_spec("live", tmp_path)])
     wait_for(lambda: finished(d, "live"), what="live job attached")
     p2 = producer_for(topic)
     p2.send(3000, 2)
-    d.registry.create(JobSpec(**_job("late", tmp_path, max_rows_per_epoch=400)))
+    d.registry.create(JobSpec(**job_spec("late", tmp_path, max_rows_per_epoch=400)))
     before = job_of(d, "live").rows[1]
     wait_for(lambda: job_of(d, "late") is not None and job_of(d, "late").rows[0] > 0, what="late backfilling")
     wait_for(lambda: job_of(d, "live").rows[1] > before + 100, what="live rows keep flowing")
@@ -306,7 +308,7 @@ def test_history_read_failures_keep_live_committing_then_backfill_resumes_exactl
     p = producer_for(topic)
     p.send(3000, 2)
     p.stream(2, per_second=100)
-    d = daemon_factory([topic], [_job("j", tmp_path, max_rows_per_epoch=500, read_ahead=read_ahead)])
+    d = daemon_factory([topic], [job_spec("j", tmp_path, max_rows_per_epoch=500, read_ahead=read_ahead)])
     wait_for(lambda: errors() >= before + 3, what="three failed history reads")
     if read_ahead:  # the errors came from the reads ahead, reported by the epochs that took them
         assert _reads_ahead("j", "failed") - failed_before >= 3
@@ -327,7 +329,7 @@ def test_a_job_written_by_delta_spark_is_exactly_once(
     p = producer_for(topic)
     p.send(1200, 2)
     p.stream(2, per_second=40)
-    d = daemon_factory([topic], [_job("j", tmp_path, writer="delta-spark", max_rows_per_epoch=400)])
+    d = daemon_factory([topic], [job_spec("j", tmp_path, writer="delta-spark", max_rows_per_epoch=400)])
     wait_for(lambda: finished(d, "j"), what="finished")
     assert not job_of(d, "j").reads_ahead
     p.stop()
