@@ -6,8 +6,9 @@ FROM python:3.11-slim
 RUN apt-get update \
  && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps \
  && rm -rf /var/lib/apt/lists/*
-ENV JAVA_HOME=/usr/lib/jvm/java-17-openjdk-amd64 \
-    PYTHONUNBUFFERED=1 \
+# java comes from PATH (any architecture); the JVM jars are baked in below (runtime/jvm.py finds them)
+ENV PYTHONUNBUFFERED=1 \
+    SOURCE_BACKFILL_JARS=/opt/source-backfill/jvm \
     SOURCE_BACKFILL_DAEMON__STATE_ROOT=/var/lib/source-backfill \
     SOURCE_BACKFILL_API__HOST=0.0.0.0
 
@@ -17,13 +18,13 @@ COPY source_backfill ./source_backfill
 COPY connectors ./connectors
 RUN pip install --no-cache-dir .
 
-# Where a registry with Maven access is available, bake delta-spark's and spark-sql-kafka's jars so the
-# delta-spark writer (and the JVM Kafka connector) can be used:  --build-arg SPARK_PACKAGES=1
-ARG SPARK_PACKAGES=0
-RUN if [ "$SPARK_PACKAGES" = "1" ]; then \
-      python -c "from delta import configure_spark_with_delta_pip as c; from pyspark.sql import SparkSession as S; \
-c(S.builder.master('local[1]')).getOrCreate().stop()"; \
-    fi
+# The JVM parts pinned in deploy/jvm/pom.xml (Spark's Kafka connector, delta-spark, the Kafka broker),
+# fetched at build time with the same command as `make jars`, so the image runs offline. (Not built here:
+# the development machines have no Docker engine.)
+COPY deploy/jvm/pom.xml ./deploy/jvm/pom.xml
+RUN apt-get update && apt-get install -y --no-install-recommends maven \
+ && SOURCE_BACKFILL_JVM_POM=/opt/source-backfill/deploy/jvm/pom.xml python -m source_backfill.runtime.jvm fetch \
+ && apt-get purge -y maven && apt-get autoremove -y && rm -rf /var/lib/apt/lists/* /root/.m2
 
 VOLUME ["/var/lib/source-backfill"]
 EXPOSE 8080 9108
