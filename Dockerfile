@@ -1,6 +1,9 @@
 # source-backfill daemon image. Build: docker build -t source-backfill .
-# Run:   docker run -p 8080:8080 -p 9108:9108 -v $PWD/deploy/config.toml:/etc/source-backfill/config.toml \
-#          -v sb-state:/var/lib/source-backfill source-backfill
+# Run:   docker run -p 8080:8080 -p 9108:9108 -e SOURCE_BACKFILL_API__TOKEN=... \
+#          -v $PWD/deploy/config.toml:/etc/source-backfill/config.toml -v sb-state:/var/lib/source-backfill \
+#          source-backfill
+# The API listens on 0.0.0.0 in the image, so it refuses to start without a token (or with
+# SOURCE_BACKFILL_API__ALLOW_UNAUTHENTICATED=true).
 FROM python:3.11-slim
 
 RUN apt-get update \

@@ -155,6 +155,17 @@ class ApiConfig(_Frozen):
     port: int = Field(default=8080, ge=0, le=65535)
     #: When set, mutating calls need ``Authorization: Bearer <token>``.
     token: SecretStr | None = None
+    #: Serve a non-loopback address without a token (anyone who reaches the port may drop jobs).
+    allow_unauthenticated: bool = False
+
+    @model_validator(mode="after")
+    def _no_open_api_on_the_network(self) -> ApiConfig:
+        loopback = self.host in ("localhost", "::1") or self.host.startswith("127.")
+        if not loopback and self.token is None and not self.allow_unauthenticated:
+            msg = (f"api.host {self.host} is reachable from other machines but api.token is not set: set "
+                   "a token (SOURCE_BACKFILL_API__TOKEN), or api.allow_unauthenticated = true")
+            raise ValueError(msg)
+        return self
 
 
 class MetricsConfig(_Frozen):
@@ -259,7 +270,30 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
     try:
         return Settings(**overrides)
     except ValidationError as exc:
-        msg = f"invalid configuration{f' in {toml}' if toml else ''}:\n{exc}"
-        raise ConfigError(msg) from exc
+        msg = f"invalid configuration{f' in {toml}' if toml else ''}:\n{describe_errors(exc)}"
+        raise ConfigError(msg) from None  # pydantic's own text echoes inputs, secrets included
     finally:
         _toml_file.reset(token)
+
+
+#: Fields whose values never appear in an error message.
+_SECRET_FIELDS = frozenset({"token", "password", "secret", "sasl.password", "ssl.key.password"})
+
+
+def describe_errors(exc: Any) -> str:
+    """One line per invalid field: where, what is wrong, and the value given (secrets never shown)."""
+    lines = []
+    for error in exc.errors():
+        loc = ".".join(str(p) for p in error.get("loc", ())) or "(root)"
+        secret = any(str(p).lower() in _SECRET_FIELDS or "password" in str(p).lower()
+                     for p in error.get("loc", ()))
+        value = error.get("input")
+        if secret:
+            given = "<hidden>"
+        elif isinstance(value, dict | list):  # a whole section could hold a secret (kafka options)
+            given = f"a {type(value).__name__}"
+        else:
+            given = repr(value)[:80]
+        message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+        lines.append(f"  {loc}: {message} (got {given})")
+    return "\n".join(lines)

@@ -95,3 +95,30 @@ def test_metrics_port_can_be_turned_off_in_toml_and_env(tmp_path, monkeypatch):
     monkeypatch.delenv("SOURCE_BACKFILL_METRICS__PORT")
     with pytest.raises(ConfigError, match="false to serve /metrics on the API port only"):
         load_settings(write(tmp_path, "[metrics]\nport = true\n"))
+
+
+def test_config_errors_never_show_secrets(tmp_path, monkeypatch):
+    monkeypatch.setenv("SOURCE_BACKFILL_API__PORT", "not-a-port")
+    text = TOML.replace("[api]\nport = 9000\n", '[api]\nport = 9000\ntoken = ["s3cret-token"]\n')
+    text += ('\n[[sources]]\nname = "x"\ntopics = ["t"]\n'
+             'kafka = { "sasl.password" = ["hunter2"] }\nbogus = 1\n')
+    with pytest.raises(ConfigError) as info:
+        load_settings(write(tmp_path, text))
+    message = str(info.value)
+    assert "api.port" in message and "'not-a-port'" in message  # the rest is still said plainly
+    assert "api.token" in message and "s3cret" not in message and "hunter2" not in message
+    assert info.value.__cause__ is None  # pydantic's text (which echoes inputs) is not chained
+
+
+def test_the_api_refuses_the_network_without_a_token(tmp_path, monkeypatch):
+    monkeypatch.setenv("SOURCE_BACKFILL_API__HOST", "0.0.0.0")  # noqa: S104 - the case under test
+    with pytest.raises(ConfigError, match="api.token is not set"):
+        load_settings()
+    monkeypatch.setenv("SOURCE_BACKFILL_API__TOKEN", "t0ken")
+    assert load_settings().api.host == "0.0.0.0"  # noqa: S104
+    monkeypatch.delenv("SOURCE_BACKFILL_API__TOKEN")
+    monkeypatch.setenv("SOURCE_BACKFILL_API__ALLOW_UNAUTHENTICATED", "true")
+    assert load_settings().api.token is None
+    monkeypatch.setenv("SOURCE_BACKFILL_API__HOST", "127.0.0.2")
+    monkeypatch.delenv("SOURCE_BACKFILL_API__ALLOW_UNAUTHENTICATED")
+    assert load_settings().api.host == "127.0.0.2"  # loopback needs no token
