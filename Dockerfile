@@ -13,6 +13,7 @@ RUN apt-get update \
 ENV PYTHONUNBUFFERED=1 \
     SOURCE_BACKFILL_JARS=/opt/source-backfill/jvm \
     SOURCE_BACKFILL_DAEMON__STATE_ROOT=/var/lib/source-backfill \
+    SOURCE_BACKFILL_DAEMON__DATA_ROOT=/var/lib/source-backfill \
     SOURCE_BACKFILL_API__HOST=0.0.0.0
 
 WORKDIR /opt/source-backfill

@@ -196,6 +196,9 @@ class DaemonConfig(_Frozen):
     state_root: Path = Path("var/state")
     #: Seconds a graceful shutdown waits for the running epoch before abandoning it (never half-committed).
     shutdown_timeout_s: float = Field(default=30.0, gt=0)
+    #: When set, every job's ``sink_path`` must resolve inside this folder (symlinks followed); jobs
+    #: created through the API cannot write anywhere else.
+    data_root: Path | None = None
     #: A source whose last epoch is older than this many trigger intervals is reported unhealthy.
     stale_after_intervals: float = Field(default=60.0, gt=1)
 

@@ -17,6 +17,10 @@ class ConfigError(SourceBackfillError):
     """The configuration is invalid or inconsistent."""
 
 
+class SinkPathError(ConfigError):
+    """A job's sink path is outside the daemon's data root."""
+
+
 class StateFormatError(SourceBackfillError):
     """A persisted backfill state is malformed (bad JSON, unknown stage, wrong types)."""
 

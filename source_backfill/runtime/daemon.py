@@ -64,7 +64,7 @@ class Daemon:
         cfg = self.settings
         root = cfg.daemon.state_root
         root.mkdir(parents=True, exist_ok=True)
-        self.registry = JobRegistry(root, [s.name for s in cfg.sources])
+        self.registry = JobRegistry(root, [s.name for s in cfg.sources], data_root=cfg.daemon.data_root)
         for spec in cfg.jobs:
             try:
                 self.registry.ensure(spec)

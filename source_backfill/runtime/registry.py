@@ -42,6 +42,7 @@ from source_backfill.errors import (
     JobExistsError,
     JobNotFoundError,
     MutationLogError,
+    SinkPathError,
     SourceNotFoundError,
     StateWriteError,
 )
@@ -130,9 +131,11 @@ class JobProgress:
 class JobRegistry:
     """The job table, the durable mutation log and the queue of unapplied mutations; thread-safe."""
 
-    def __init__(self, state_root: Path, sources: Iterable[str]) -> None:
+    def __init__(self, state_root: Path, sources: Iterable[str], data_root: Path | None = None) -> None:
         self.state_root = Path(state_root)
         self.sources = frozenset(sources)
+        #: When set, every job's sink path must resolve (symlinks followed) inside it.
+        self.data_root = Path(data_root).resolve() if data_root is not None else None
         self.path = self.state_root / LOG_NAME
         self._lock = threading.RLock()
         self._jobs: dict[str, JobRecord] = {}
@@ -169,6 +172,7 @@ class JobRegistry:
             if spec.source not in self.sources:
                 msg = f'unknown source "{spec.source}" (configured: {sorted(self.sources)})'
                 raise SourceNotFoundError(msg)
+            self._check_sink_path(spec.sink_path)
             self._record("create", spec.name, spec.source, spec=spec, rate_limit=spec.rate_limit)
             return self._jobs[spec.name]
 
@@ -315,6 +319,16 @@ class JobRegistry:
             return [r for r in self._jobs.values() if r.error is not None and not r.dropped]
 
     # -- internals ---------------------------------------------------------------------------------------
+    def _check_sink_path(self, sink_path: str) -> None:
+        """A sink path must stay inside ``data_root`` (no ``..``, no symlink out of it), when one is set."""
+        if self.data_root is None:
+            return
+        resolved = Path(sink_path).resolve()
+        if not resolved.is_relative_to(self.data_root):
+            msg = (f"sink_path {sink_path!r} resolves to {resolved}, outside daemon.data_root "
+                   f"{self.data_root}")
+            raise SinkPathError(msg)
+
     def _live(self, name: str) -> JobRecord:
         record = self._jobs.get(name)
         if record is None or record.dropped:

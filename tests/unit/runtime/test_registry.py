@@ -360,3 +360,23 @@ def test_an_unwritable_log_refuses_the_command_and_changes_nothing(registry_fact
     reg.close()
     again = registry_factory()
     assert again.get("a").paused and again.get("a").error is None and [r.name for r in again.list()] == ["a"]
+
+
+def test_sink_paths_stay_inside_the_data_root(tmp_path: Path) -> None:
+    from source_backfill.errors import SinkPathError
+
+    data = tmp_path / "data"
+    (data / "tables").mkdir(parents=True)
+    (data / "tables" / "out").symlink_to(tmp_path)  # a symlink leading out of the data root
+    reg = JobRegistry(tmp_path / "state", SOURCES, data_root=data)
+    try:
+        reg.create(JobSpec(name="ok", source="events", sink_path=str(data / "tables" / "ok")))
+        for bad in (str(data / ".." / "escape"), "/etc/evil", str(data / "tables" / "out" / "t")):
+            with pytest.raises(SinkPathError, match="outside daemon.data_root"):
+                reg.create(JobSpec(name="bad", source="events", sink_path=bad))
+        assert [r.name for r in reg.list()] == ["ok"]
+    finally:
+        reg.close()
+    unconfined = JobRegistry(tmp_path / "state2", SOURCES)
+    unconfined.create(JobSpec(name="anywhere", source="events", sink_path="/tmp/anywhere"))
+    unconfined.close()
