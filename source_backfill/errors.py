@@ -17,6 +17,10 @@ class ConfigError(SourceBackfillError):
     """The configuration is invalid or inconsistent."""
 
 
+class TransformError(ConfigError):
+    """A job's SQL transform does not parse, or reads something other than ``{source}``."""
+
+
 class SinkPathError(ConfigError):
     """A job's sink path is outside the daemon's data root."""
 

@@ -72,6 +72,7 @@ from source_backfill.core import (
     states_to_json,
 )
 from source_backfill.errors import DataLossError, JobError, SourceBackfillError, one_line
+from source_backfill.executors.transform import apply_transform, check_transform
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -223,17 +224,17 @@ class SourceBackfillJob:
 
     # -- schema and transform ---------------------------------------------------------------------------
     def output_schema(self) -> Any:
-        """The schema of the job's table: its transform applied to the Kafka source schema."""
+        """The schema of the job's table: its transform (checked first) applied to the Kafka schema."""
         from connectors.kafka.source import kafka_schema
 
+        if self.spec.transform is not None:
+            check_transform(self.spark, self.spec.transform)
         empty = self.spark.createDataFrame([], kafka_schema())
         return self.transform(empty).schema
 
     def transform(self, df: DataFrame) -> DataFrame:
         """Apply the job's SQL transform (identity when none) to Kafka rows."""
-        if self.spec.transform is None:
-            return df
-        return self.spark.sql(self.spec.transform, source=df)
+        return apply_transform(self.spark, self.spec.transform, df)
 
     # -- attach ----------------------------------------------------------------------------------------
     def attach(self, inp: EpochInput) -> None:

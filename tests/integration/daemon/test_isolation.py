@@ -100,11 +100,15 @@ def test_a_create_that_cannot_start_fails_that_job_only_and_the_daemon_restarts(
     wait_for(lambda: finished(d, "ok"), what="ok finished")
     # a transform that fails analysis, and a job writing into another job's table
     d.registry.create(JobSpec(**job_spec("bad-sql", tmp_path, transform="SELECT nope FROM {source}")))
+    d.registry.create(JobSpec(**job_spec("reader", tmp_path, transform="SELECT * FROM {source} "
+                                         f"UNION ALL SELECT * FROM parquet.`{tmp_path / 'ok'}`")))
     d.registry.create(JobSpec(**{**job_spec("thief", tmp_path), "sink_path": str(tmp_path / "ok")}))
     wait_for(lambda: d.registry.get("bad-sql").error and d.registry.get("thief").error,
              what="both creates failed")
     assert "could not start" in d.registry.get("bad-sql").error
     assert "could not start" in d.registry.get("thief").error
+    wait_for(lambda: d.registry.get("reader").error, what="the file-reading transform refused")
+    assert "transform reads 'parquet." in d.registry.get("reader").error
     epoch = d.sources["src"].last_epoch
     wait_for(lambda: d.sources["src"].last_epoch >= epoch + 3, what="epochs go on")
     d.stop()
