@@ -396,7 +396,7 @@ class SourceBackfillJob:
                 logger.info('history read ahead no longer fits, read again job="%s" epoch=%d',
                             self.name, inp.epoch)
             return states, _Adopted()
-        self._rates.errors_in_a_row, self.last_error = 0, None
+        self._history_ok()
         staged = [a.staged for a in taken if a.staged is not None]
         return adopted, _Adopted(taken, staged, counts, ranges)
 
@@ -585,7 +585,7 @@ class SourceBackfillJob:
         if "states" not in done:  # the epoch was in already (a replay): nothing was observed
             return result, plan, {}, finish_epoch(plan, {}), time.monotonic() - t0
         if plan.history:
-            self._rates.errors_in_a_row, self.last_error = 0, None
+            self._history_ok()
         return result, plan, done["counts"], done["states"], time.monotonic() - t0
 
     def _live_rows(self, batch: DataFrame, emit_above: Mapping[str, int | None]) -> DataFrame:
@@ -657,7 +657,7 @@ class SourceBackfillJob:
         except Exception as exc:  # noqa: BLE001 - any reader failure: live goes on, history backs off
             self._history_error(exc)
             return None, {}, 0.0, None
-        self._rates.errors_in_a_row, self.last_error = 0, None
+        self._history_ok()
         counts = {split_id(row['topic'], row['partition']): int(row["count"]) for row in counted}
         return df, counts, time.monotonic() - t0, None
 
@@ -679,6 +679,10 @@ class SourceBackfillJob:
                 metrics.DATA_LOSS_OFFSETS.labels(self.name, r.split).inc(lost_end - first)
                 logger.warning('history lost, skipped job="%s" split="%s" offsets="%d..%d" log_start=%d',
                                self.name, r.split, first, lost_end - 1, lost_end)
+
+    def _history_ok(self) -> None:
+        """A history read worked: the error streak and its backoff message end."""
+        self._rates.errors_in_a_row, self.last_error = 0, None
 
     def _history_error(self, exc: Exception) -> None:
         if _is_data_loss(exc) and self.source.fail_on_data_loss:

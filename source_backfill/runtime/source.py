@@ -99,7 +99,7 @@ class LiveSource:
                 logger.warning('job stays failed until retried job="%s" error="%s"', record.name,
                                record.error)
                 continue
-            self._add_job(record.spec, paused=record.paused, rate_limit=record.rate_limit)
+            self._build(record)
         self._query = self._start_query()
         self._supervisor = threading.Thread(target=self._supervise, name=f"source-{self.name}", daemon=True)
         self._supervisor.start()
@@ -283,6 +283,10 @@ class LiveSource:
             applied.append(m)
         return applied
 
+    def _build(self, record: Any) -> bool:
+        """Build a registered job with its accepted control state (pause, rate limit)."""
+        return self._add_job(record.spec, paused=record.paused, rate_limit=record.rate_limit)
+
     def _add_job(self, spec: Any, *, paused: bool, rate_limit: float | None) -> bool:
         """Build the job (recovering it from its table); a job that cannot be built is marked failed."""
         try:
@@ -321,7 +325,7 @@ class LiveSource:
         job.close()
         del self.jobs[job.name]
         record = self.registry.get(job.name)
-        if self._add_job(record.spec, paused=record.paused, rate_limit=record.rate_limit):
+        if self._build(record):
             self._job_failures[job.name] = count
 
     def _retry(self, name: str, epoch: int) -> None:
@@ -336,7 +340,7 @@ class LiveSource:
             return
         if record.dropped:
             return
-        if self._add_job(record.spec, paused=record.paused, rate_limit=record.rate_limit):
+        if self._build(record):
             logger.info('job retried job="%s" epoch=%d', name, epoch)
 
     def _publish(self, job: SourceBackfillJob) -> None:
