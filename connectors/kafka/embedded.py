@@ -207,7 +207,7 @@ class EmbeddedBroker:
 
     def _format(self, classpath: str, props: Path) -> None:
         cmd = [_java(), "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", classpath, "kafka.tools.StorageTool",
-               "format", "-t", _cluster_id(), "-c", str(props), "--ignore-formatted"]
+               "format", f"--cluster-id={_cluster_id()}", "-c", str(props), "--ignore-formatted"]
         done = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=120)  # noqa: S603
         if done.returncode != 0:
             out = done.stdout[-1500:] + done.stderr[-1500:]
@@ -289,7 +289,13 @@ class EmbeddedBroker:
 
 
 def _cluster_id() -> str:
-    """A random Kafka cluster id (22 characters of URL-safe base64 of a UUID)."""
+    """A random Kafka cluster id (22 characters of URL-safe base64 of a UUID).
+
+    About one id in 32 starts with ``-``; Kafka's argument parser would read such an id as an option
+    (``--cluster-id: expected one argument``), so it is passed as ``--cluster-id=ID`` and a leading
+    ``-`` is replaced as well.
+    """
     import base64
 
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    raw = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    return "A" + raw[1:] if raw.startswith("-") else raw

@@ -100,9 +100,26 @@ class _Producer:
         i = 0
         while not self._stop.wait(10 / self._rate):
             for _ in range(10):
-                self._producer.produce(self._topic, value=f"live{i}".encode(), partition=i % self.partitions)
+                self._produce(f"live{i}".encode(), i % self.partitions)
                 i += 1
             self._producer.poll(0)
+
+    def _produce(self, value: bytes, partition: int) -> None:
+        """Produce one record; a partition just added is unknown until the producer's metadata refreshes."""
+        from confluent_kafka import KafkaError, KafkaException
+
+        while True:
+            try:
+                self._producer.produce(self._topic, value=value, partition=partition)
+                return
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError._UNKNOWN_PARTITION:  # noqa: SLF001
+                    raise
+                if self._stop.is_set():
+                    return
+            except BufferError:
+                pass
+            self._producer.poll(0.1)
 
     def stop(self) -> None:
         self._stop.set()
