@@ -12,12 +12,14 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import IO, Any
 
 logger = logging.getLogger(__name__)
 
 ENV_API = "SOURCE_BACKFILL_API_URL"
 ENV_TOKEN = "SOURCE_BACKFILL_API_TOKEN"  # noqa: S105 - the name of an environment variable, not a secret
+ENV_TOKEN_FILE = "SOURCE_BACKFILL_API_TOKEN_FILE"  # noqa: S105 - the name of an environment variable
 DEFAULT_API = "http://127.0.0.1:8080"
 BAR_WIDTH = 20
 
@@ -293,8 +295,19 @@ def _rate(value: str) -> float | None:
         raise argparse.ArgumentTypeError(msg) from exc
 
 
+def _token(args: argparse.Namespace) -> str | None:
+    """``--token``, else the contents of ``--token-file`` (the secret stays out of ``ps`` and history)."""
+    if args.token or not args.token_file:
+        return args.token
+    try:
+        return Path(args.token_file).read_text(encoding="utf-8").strip() or None
+    except OSError as exc:
+        msg = f"token file {args.token_file} cannot be read: {exc.strerror}"
+        raise CliError(msg, EXIT_USAGE) from None
+
+
 def _client(args: argparse.Namespace) -> ApiClient:
-    client = ApiClient(args.api, args.token, args.timeout)
+    client = ApiClient(args.api, _token(args), args.timeout)
     args._clients.append(client)  # closed by main  # noqa: SLF001
     return client
 
@@ -309,6 +322,9 @@ def _api_flags(parser: argparse.ArgumentParser, *, top: bool) -> None:
                         help=f"control API base URL (default {DEFAULT_API}) [env: {ENV_API}]")
     parser.add_argument("--token", default=default(os.environ.get(ENV_TOKEN) or None),
                         help=f"bearer token for mutating calls [env: {ENV_TOKEN}]")
+    parser.add_argument("--token-file", metavar="PATH",
+                        default=default(os.environ.get(ENV_TOKEN_FILE) or None),
+                        help=f"read the bearer token from a file [env: {ENV_TOKEN_FILE}]")
     parser.add_argument("--timeout", type=float, metavar="S", default=default(10.0),
                         help="HTTP timeout in seconds (default 10)")
 

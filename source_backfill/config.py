@@ -149,14 +149,46 @@ class SparkConfig(_Frozen):
 
 
 class ApiConfig(_Frozen):
-    """The HTTP control API's bind address and token."""
+    """The HTTP control API's bind address, token and request limits."""
 
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
     #: When set, mutating calls need ``Authorization: Bearer <token>``.
     token: SecretStr | None = None
+    #: A file holding the token (a mounted Kubernetes Secret); read once at start, surrounding whitespace
+    #: stripped. Exclusive with ``token``.
+    token_file: Path | None = None
+    #: Guard the read-only job endpoints and ``/metrics`` with the token too (probes stay open).
+    guard_reads: bool = False
+    #: Requests with a larger body are refused with 413 before it is read.
+    max_body_bytes: int = Field(default=1 << 20, ge=1024)
     #: Serve a non-loopback address without a token (anyone who reaches the port may drop jobs).
     allow_unauthenticated: bool = False
+
+    @model_validator(mode="after")
+    def _token_from_file(self) -> ApiConfig:
+        if self.token_file is None:
+            return self
+        if self.token is not None:
+            msg = "set api.token or api.token_file, not both"
+            raise ValueError(msg)
+        try:
+            text = self.token_file.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            msg = f"api.token_file {self.token_file} cannot be read: {type(exc).__name__}"
+            raise ValueError(msg) from None
+        if not text:
+            msg = f"api.token_file {self.token_file} is empty"
+            raise ValueError(msg)
+        object.__setattr__(self, "token", SecretStr(text))  # frozen model: set once, while validating
+        return self
+
+    @model_validator(mode="after")
+    def _guarded_reads_need_a_token(self) -> ApiConfig:
+        if self.guard_reads and self.token is None:
+            msg = "api.guard_reads needs api.token or api.token_file"
+            raise ValueError(msg)
+        return self
 
     @model_validator(mode="after")
     def _no_open_api_on_the_network(self) -> ApiConfig:

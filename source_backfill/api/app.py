@@ -11,6 +11,7 @@ codes is decided in one table, :data:`ERROR_STATUS`.
 # locals of create_app (the bearer scheme).
 import hmac
 import logging
+import uuid
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any
 
@@ -21,6 +22,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import SecretStr
 from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from source_backfill import metrics  # noqa: F401 - importing registers every metric with prometheus_client
 from source_backfill.api.models import ErrorBody, ErrorDetail, JobView, ThrottleBody
@@ -55,7 +57,8 @@ ERROR_STATUS: list[tuple[type[SourceBackfillError], int, str, str | None]] = [
     (SourceBackfillError, status.HTTP_500_INTERNAL_SERVER_ERROR, "internal_error", None),
 ]
 
-_HTTP_TYPES = {401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed"}
+_HTTP_TYPES = {401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed",
+               413: "body_too_large"}
 _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody} for code in (401, 404, 409, 422)
 }
@@ -77,13 +80,22 @@ def create_app(
     registry: JobRegistry,
     token: SecretStr | None = None,
     health: Callable[[], dict[str, Any]] | None = None,
+    *,
+    guard_reads: bool = False,
+    max_body_bytes: int = 1 << 20,
 ) -> FastAPI:
-    """The control API over ``registry``; mutating calls need ``Bearer <token>`` when ``token`` is set."""
+    """The control API over ``registry``.
+
+    Mutating calls need ``Bearer <token>`` when ``token`` is set; with ``guard_reads`` the job reads and
+    ``/metrics`` need it too (the probes ``/health``, ``/ready`` and ``/live`` never do). Bodies over
+    ``max_body_bytes`` are refused with 413 before they are read.
+    """
     app = FastAPI(
         title="source-backfill",
         version="0.1.0",
         summary="Attach jobs to a live shared Kafka source; backfill history and hand over exactly once.",
     )
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     expected = token.get_secret_value().encode() if token is not None else None
     bearer = HTTPBearer(auto_error=False, description="Needed on mutating calls when the daemon has a token.")
 
@@ -101,6 +113,7 @@ def create_app(
             )
 
     mutating: dict[str, Any] = {"dependencies": [Depends(authorize)], "responses": _ERROR_RESPONSES}
+    reading: dict[str, Any] = {"dependencies": [Depends(authorize)]} if guard_reads else {}
 
     def view(record: JobRecord) -> JobView:
         return JobView.of(record, registry.progress(record.name), registry.pending(record.name))
@@ -110,6 +123,8 @@ def create_app(
     async def _our_error(_request: Request, exc: SourceBackfillError) -> JSONResponse:
         for kind, code, type_, field in ERROR_STATUS:
             if isinstance(exc, kind):
+                if code == status.HTTP_500_INTERNAL_SERVER_ERROR:
+                    return _internal_error(exc)
                 if code >= 500:
                     logger.error('request failed error_type="%s" error="%s"', type(exc).__name__, exc)
                 return error_response(code, type_, str(exc), field)
@@ -134,8 +149,7 @@ def create_app(
 
     @app.exception_handler(Exception)
     async def _bug(_request: Request, exc: Exception) -> JSONResponse:
-        logger.exception('unhandled API error error_type="%s"', type(exc).__name__)
-        return error_response(500, "internal_error", f"{type(exc).__name__}: {exc}")
+        return _internal_error(exc)
 
     # -- routes -----------------------------------------------------------------------------------------
     @app.get("/health", tags=["daemon"])
@@ -161,12 +175,12 @@ def create_app(
         """Liveness (Kubernetes): 200 while the process serves; a broker outage is not a reason to restart."""
         return {"live": True}
 
-    @app.get("/metrics", tags=["daemon"], response_class=Response)
+    @app.get("/metrics", tags=["daemon"], response_class=Response, **reading)
     def get_metrics() -> Response:
         """Prometheus metrics (text exposition format)."""
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
-    @app.get("/jobs", tags=["jobs"])
+    @app.get("/jobs", tags=["jobs"], **reading)
     def list_jobs() -> list[JobView]:
         """Every live job (not dropped), in creation order."""
         return [view(r) for r in registry.list()]
@@ -178,7 +192,7 @@ def create_app(
         response.headers["Location"] = f"/jobs/{record.name}"
         return view(record)
 
-    @app.get("/jobs/{name}", tags=["jobs"], responses={404: {"model": ErrorBody}})
+    @app.get("/jobs/{name}", tags=["jobs"], responses={404: {"model": ErrorBody}}, **reading)
     def show_job(name: JobName) -> JobView:
         """The job's state, rows and ETA, and per split: stage, backfilled offset, target, rows, lag."""
         return view(registry.get(name))
@@ -209,6 +223,65 @@ def create_app(
         return view(registry.drop(name))
 
     return app
+
+
+def _internal_error(exc: BaseException) -> JSONResponse:
+    """A 500 that names an id to find in the daemon's log, never the exception's text (it may hold paths)."""
+    error_id = uuid.uuid4().hex[:12]
+    logger.error('request failed error_id="%s" error_type="%s"', error_id, type(exc).__name__, exc_info=exc)
+    message = f"internal error {error_id}; the daemon's log has the details"
+    return error_response(500, "internal_error", message)
+
+
+class _BodyTooLarge(HTTPException):
+    """Raised while a streamed body is read; FastAPI passes HTTPExceptions through to the 413 handler."""
+
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(413, f"request body over {max_bytes} bytes")
+
+
+class BodyLimit:
+    """ASGI middleware refusing request bodies over ``max_bytes`` with 413, declared or streamed."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Refuse a declared or streamed body over the limit; pass everything else through."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
+            await self._refuse(scope, receive, send)
+            return
+        received = 0
+        started = False
+
+        async def limited() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    raise _BodyTooLarge(self.max_bytes)
+            return message
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, limited, tracked)
+        except _BodyTooLarge:
+            if not started:
+                await self._refuse(scope, receive, send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = error_response(413, "body_too_large", f"request body over {self.max_bytes} bytes")
+        await response(scope, receive, send)
 
 
 def _message(error: dict[str, Any]) -> str:

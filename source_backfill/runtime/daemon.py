@@ -87,7 +87,10 @@ class Daemon:
 
             self._metrics_server = start_http_server(cfg.metrics.port, addr=cfg.api.host)
             logger.info('metrics served url="http://%s:%d/metrics"', cfg.api.host, cfg.metrics.port)
-        app = create_app(self.registry, cfg.api.token, health=self.health)
+        app = create_app(
+            self.registry, cfg.api.token, health=self.health, guard_reads=cfg.api.guard_reads,
+            max_body_bytes=cfg.api.max_body_bytes,
+        )
         self._api = ApiServer(app, cfg.api.host, cfg.api.port)
         self._api.start()
         threading.Thread(target=self._watch_lag, name="epoch-lag", daemon=True).start()

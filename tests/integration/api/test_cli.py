@@ -110,6 +110,17 @@ def test_api_errors_are_one_line_with_exit_1(run, live_api, monkeypatch) -> None
     assert run("--token", TOKEN, "jobs", "pause", "a")[0] == 0
 
 
+def test_the_token_can_come_from_a_file(run, live_api, monkeypatch, tmp_path) -> None:
+    monkeypatch.delenv(cli.ENV_TOKEN)
+    secret = tmp_path / "token"
+    secret.write_text(TOKEN + "\n")
+    assert run("jobs", "create", "f", "--source", "events", "--sink", "/t/f", "--token-file", str(secret))[0] == 0
+    monkeypatch.setenv(cli.ENV_TOKEN_FILE, str(secret))
+    assert run("jobs", "pause", "f")[0] == 0
+    code, _, err = run("jobs", "resume", "f", "--token-file", str(tmp_path / "missing"))
+    assert code == 2 and "missing cannot be read" in err and TOKEN not in err
+
+
 def test_unreachable_api(run) -> None:
     code, _, err = run("--api", "http://127.0.0.1:9", "jobs", "list")
     assert code == 1 and err.startswith("error: cannot reach the API at http://127.0.0.1:9")

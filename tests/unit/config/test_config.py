@@ -122,3 +122,32 @@ def test_the_api_refuses_the_network_without_a_token(tmp_path, monkeypatch):
     monkeypatch.setenv("SOURCE_BACKFILL_API__HOST", "127.0.0.2")
     monkeypatch.delenv("SOURCE_BACKFILL_API__ALLOW_UNAUTHENTICATED")
     assert load_settings().api.host == "127.0.0.2"  # loopback needs no token
+
+
+def test_the_token_can_come_from_a_file_never_the_command_line(tmp_path, monkeypatch):
+    secret = tmp_path / "token"
+    secret.write_text("  from-a-file\n")
+    monkeypatch.setenv("SOURCE_BACKFILL_API__TOKEN_FILE", str(secret))
+    monkeypatch.setenv("SOURCE_BACKFILL_API__HOST", "0.0.0.0")  # noqa: S104 - a token makes it allowed
+    api = load_settings().api
+    assert api.token is not None
+    assert api.token.get_secret_value() == "from-a-file"
+    secret.write_text("\n")
+    with pytest.raises(ConfigError, match="is empty"):
+        load_settings()
+    secret.unlink()
+    with pytest.raises(ConfigError, match="cannot be read") as info:
+        load_settings()
+    assert str(secret) in str(info.value)
+    secret.write_text("x")
+    monkeypatch.setenv("SOURCE_BACKFILL_API__TOKEN", "also")
+    with pytest.raises(ConfigError, match="not both"):
+        load_settings()
+
+
+def test_guarded_reads_need_a_token(monkeypatch):
+    monkeypatch.setenv("SOURCE_BACKFILL_API__GUARD_READS", "true")
+    with pytest.raises(ConfigError, match="guard_reads needs"):
+        load_settings()
+    monkeypatch.setenv("SOURCE_BACKFILL_API__TOKEN", "t")
+    assert load_settings().api.guard_reads
