@@ -166,9 +166,14 @@ def _cmd_run(args: argparse.Namespace, _out: IO[str]) -> int:
         settings = load_settings(args.config)
     except ConfigError as exc:
         raise CliError(str(exc), EXIT_USAGE) from exc
+    from source_backfill.errors import SourceBackfillError, one_line
     from source_backfill.runtime.daemon import run_daemon
 
-    return int(run_daemon(settings))
+    try:
+        return int(run_daemon(settings))
+    except SourceBackfillError as exc:  # e.g. a damaged mutation log: one line, what it left stopped
+        msg = f"the daemon did not start: {one_line(exc, limit=2000)}"
+        raise CliError(msg, EXIT_API) from exc
 
 
 def _cmd_jobs_list(args: argparse.Namespace, out: IO[str]) -> int:
@@ -334,7 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="source-backfill",
         description="Attach jobs to a live shared Kafka source; backfill history, hand over exactly once.",
-        epilog="exit codes: 0 ok, 1 API error, 2 usage or configuration error",
+        epilog="exit codes: 0 ok, 1 API error or the daemon could not start, 2 usage or configuration error",
     )
     _api_flags(parser, top=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

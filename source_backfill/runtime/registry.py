@@ -27,6 +27,7 @@ import json
 import logging
 import math
 import os
+import re
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -45,6 +46,7 @@ from source_backfill.errors import (
     SinkPathError,
     SourceNotFoundError,
     StateWriteError,
+    one_line,
 )
 
 logger = logging.getLogger(__name__)
@@ -429,8 +431,8 @@ class JobRegistry:
                     logger.warning('torn last line ignored path="%s" line=%d bytes=%d', self.path, number,
                                    len(line))
                     break
-                msg = f"{self.path}:{number}: malformed mutation log line ({exc})"
-                raise MutationLogError(msg) from exc
+                msg = f"{self.path}:{number}: malformed mutation log line ({exc}){_job_hint(line)}"
+                raise MutationLogError(msg + _REPAIR) from exc
             self._replay_entry(entry, number)
             good_end += len(line) + (0 if is_last else 1)
         if good_end < len(raw) or (raw and not raw.endswith(b"\n")):
@@ -470,8 +472,20 @@ class JobRegistry:
                 msg = f"unknown line type {kind!r}"
                 raise ValueError(msg)
         except (KeyError, TypeError, ValueError, ValidationError) as exc:
-            msg = f"{where}: malformed mutation log line ({exc})"
-            raise MutationLogError(msg) from exc
+            job = f' of job "{entry["job"]}"' if isinstance(entry.get("job"), str) else ""
+            msg = f"{where}: malformed mutation log line{job} ({one_line(exc)})"
+            raise MutationLogError(msg + _REPAIR) from exc
+
+
+_REPAIR = ("; the daemon did not start. Remove or fix that line (the jobs' tables are not affected: a job "
+           "re-created on the same sink path resumes from its table), or move the file aside to start "
+           "with no registered jobs")
+
+
+def _job_hint(line: bytes) -> str:
+    """`` of job "x"`` when a damaged line still shows which job it was about, else empty."""
+    found = re.search(rb'"job"\s*:\s*"([^"\\]{1,128})"', line)
+    return f' of job "{found.group(1).decode("utf-8", "replace")}"' if found else ""
 
 
 def _mutation_line(m: Mutation, at: datetime) -> dict[str, Any]:

@@ -114,7 +114,8 @@ def test_the_token_can_come_from_a_file(run, live_api, monkeypatch, tmp_path) ->
     monkeypatch.delenv(cli.ENV_TOKEN)
     secret = tmp_path / "token"
     secret.write_text(TOKEN + "\n")
-    assert run("jobs", "create", "f", "--source", "events", "--sink", "/t/f", "--token-file", str(secret))[0] == 0
+    create = ("jobs", "create", "f", "--source", "events", "--sink", "/t/f")
+    assert run(*create, "--token-file", str(secret))[0] == 0
     monkeypatch.setenv(cli.ENV_TOKEN_FILE, str(secret))
     assert run("jobs", "pause", "f")[0] == 0
     code, _, err = run("jobs", "resume", "f", "--token-file", str(tmp_path / "missing"))
@@ -208,6 +209,21 @@ def test_run_loads_the_config_and_calls_the_daemon(run, tmp_path, monkeypatch) -
     assert [j.name for j in seen["settings"].jobs] == ["j"]
     code, _, err = run("run", "--config", str(tmp_path / "missing.toml"))
     assert code == 2 and "config file not found" in err
+
+
+def test_run_with_a_damaged_mutation_log_says_where_in_one_line(run, tmp_path) -> None:
+    state = tmp_path / "daemon-state"
+    state.mkdir()
+    good = ('{"v":1,"type":"mutation","id":1,"kind":"pause","job":"orders-1","source":"events",'
+            '"at":"2024-01-01T00:00:00+00:00"}')
+    (state / "mutations.jsonl").write_text('{"v":1,"type":"mutation","id":1,"kind":"cre\n' + good + "\n")
+    config = tmp_path / "daemon.toml"
+    config.write_text(f'[daemon]\nstate_root = "{state}"\n\n[[sources]]\nname = "events"\ntopics = ["t"]\n')
+    code, _, err = run("run", "--config", str(config))
+    assert code == 1
+    assert err.startswith("error: the daemon did not start: ") and err.count("\n") == 1, err
+    assert f"{state / 'mutations.jsonl'}:1: malformed mutation log line" in err
+    assert "Remove or fix that line" in err
 
 
 def test_console_script(live_api) -> None:

@@ -230,6 +230,11 @@ def test_malformed_line_in_the_middle_is_an_error(registry_factory, tmp_path: Pa
     with pytest.raises(MutationLogError, match=rf"{LOG_NAME}:2: malformed") as info:
         JobRegistry(tmp_path, SOURCES)
     assert isinstance(info.value, StateFormatError)
+    message = str(info.value)
+    assert "\n" not in message and "Remove or fix that line" in message
+    if b'"job":"' in line:  # the job the damaged line was about is named
+        job = line.split(b'"job":"')[1].split(b'"')[0].decode()
+        assert f'of job "{job}"' in message
 
 
 def test_log_lines_are_versioned_json(registry_factory, tmp_path: Path) -> None:
