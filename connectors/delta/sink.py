@@ -31,6 +31,7 @@ from source_backfill.errors import (
     DeltaSinkError,
     ForeignTableError,
     StateFormatError,
+    one_line,
 )
 
 if TYPE_CHECKING:
@@ -152,7 +153,12 @@ class DeltaEpochSink:
 
         if not DeltaTable.is_deltatable(self.path):
             return None
-        return DeltaTable(self.path)
+        try:
+            return DeltaTable(self.path)
+        except Exception as exc:  # deltalake's errors name neither the table nor what to do
+            msg = (f"Delta table {self.path}: its transaction log cannot be read ({one_line(exc)}); "
+                   "restore _delta_log from a backup, or drop the job and re-create it on a new sink path")
+            raise StateFormatError(msg) from exc
 
     def committed_epoch(self) -> int | None:
         """The last epoch this job committed (the table's ``transaction_version(job_id)``)."""

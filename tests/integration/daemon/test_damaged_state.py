@@ -1,0 +1,78 @@
+"""A job whose table state is damaged fails alone, with an error naming its table; the others go on."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from connectors.delta.sink import KEY_STATE
+from tests.integration.daemon.conftest import exactly_once, finished, job_of, job_spec, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def _latest_commit(table: Path) -> Path:
+    return max((table / "_delta_log").glob("*.json"), key=lambda p: int(p.stem))
+
+
+def _garble_state(table: Path) -> None:
+    """Replace the job's state in its newest commit with text that is not JSON (the log stays valid)."""
+    commit = _latest_commit(table)
+    lines = commit.read_text().splitlines()
+    for i, line in enumerate(lines):
+        action = json.loads(line)
+        if KEY_STATE in action.get("commitInfo", {}):
+            action["commitInfo"][KEY_STATE] = '{"splits": [torn'
+            lines[i] = json.dumps(action)
+            break
+    else:
+        pytest.fail(f"no job state in {commit}")
+    commit.write_text("\n".join(lines) + "\n")
+
+
+def _truncate_log(table: Path) -> Path:
+    """Cut the newest commit file of the Delta log in half (a disk or copy gone wrong)."""
+    commit = _latest_commit(table)
+    data = commit.read_bytes()
+    commit.write_bytes(data[: len(data) // 2])
+    return commit
+
+
+def test_damaged_table_state_fails_only_that_job_naming_its_table(
+    daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path
+):
+    import httpx
+
+    topic = new_topic(2)
+    p = producer_for(topic)
+    p.send(600, 2)
+    p.stream(2, per_second=40)
+    state = tmp_path / "state"
+    jobs = [job_spec(name, tmp_path) for name in ("good", "garbled", "torn")]
+    d = daemon_factory([topic], jobs, state_root=state)
+    wait_for(lambda: all(finished(d, j["name"]) for j in jobs), what="all three finished")
+    d.stop()
+    _garble_state(tmp_path / "garbled")
+    _truncate_log(tmp_path / "torn")
+
+    d = daemon_factory([topic], jobs, state_root=state)
+    wait_for(lambda: d.registry.get("garbled").error and d.registry.get("torn").error,
+             what="both damaged jobs failed")
+    garbled = d.registry.get("garbled").error
+    assert str(tmp_path / "garbled") in garbled and "source_backfill.state" in garbled, garbled
+    torn_error = d.registry.get("torn").error
+    assert str(tmp_path / "torn") in torn_error and "transaction log cannot be read" in torn_error, torn_error
+    for name in ("garbled", "torn"):
+        assert job_of(d, name) is None
+        view = httpx.get(f"{d.api_url}/jobs/{name}").json()
+        assert view["status"] == "failed", view
+    # the healthy job and the live stream go on; the daemon is healthy (failed jobs are listed)
+    epoch = wait_for(lambda: d.sources["src"].last_epoch, what="an epoch after the restart")
+    wait_for(lambda: d.sources["src"].last_epoch >= epoch + 3, what="epochs go on")
+    assert job_of(d, "good") is not None and finished(d, "good")
+    health = httpx.get(f"{d.api_url}/health").json()
+    assert health["ok"] and sorted(health["sources"]["src"]["failed_jobs"]) == ["garbled", "torn"]
+    p.stop()
+    exactly_once(tmp_path / "good", kafka_bootstrap, [topic])
