@@ -70,6 +70,11 @@ EPOCH_LAG = Gauge(
 )
 EPOCH = Gauge(PREFIX + "epoch", "Last completed epoch (micro-batch id) of the source.", ["source"])
 COMMITS = Counter(PREFIX + "commits", "Delta commits per job (skipped replays not counted).", ["job"])
+COMMIT_CONFLICTS = Counter(
+    PREFIX + "commit_conflicts",
+    "Epoch commits retried because another writer committed to the job's table first.",
+    ["job"],
+)
 
 # -- table backfill (RW: snapshot_backfill_consume_row_count, arrangement_backfill_*) -------------------
 TABLE_BACKFILL_ROWS = Counter(
@@ -93,8 +98,8 @@ JOB_FAILED = Gauge(
 def forget_job(job: str) -> None:
     """Drop every labelled series of ``job`` (on job drop), so dashboards do not show ghosts."""
     per_job = (HISTORY_ROWS, LIVE_ROWS, SPLIT_STAGE, SPLIT_LAG, DATA_LOSS_OFFSETS, SPLIT_CHANGES,
-               SOURCE_ERRORS, COMMITS, TABLE_BACKFILL_ROWS, JOB_ROWS, JOB_SPLITS, JOB_ETA, JOB_BACKFILLING,
-               JOB_FAILED)
+               SOURCE_ERRORS, COMMITS, COMMIT_CONFLICTS, TABLE_BACKFILL_ROWS, JOB_ROWS, JOB_SPLITS, JOB_ETA,
+               JOB_BACKFILLING, JOB_FAILED)
     for metric in per_job:
         for labels in list(metric._metrics):  # noqa: SLF001 - prometheus_client has no public iterator
             if labels[0] == job:

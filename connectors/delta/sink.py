@@ -19,6 +19,7 @@ import json
 import logging
 import shutil
 import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -53,6 +54,8 @@ CHANGE_TYPE = "_change_type"
 #: How far back the log is searched for the job's last commit (maintenance commits such as OPTIMIZE
 #: carry no state); searched in growing steps, newest first.
 _HISTORY_STEPS = (16, 256, 4096)
+#: How often an epoch's log append is retried after conflicting with another writer's commit.
+COMMIT_RETRIES = 5
 
 Writer = Literal["delta-rs", "delta-spark"]
 
@@ -116,6 +119,7 @@ class DeltaEpochSink:
         partition_by: Sequence[str] = (),
         writer: Writer = "delta-rs",
         checkpoint_interval: int = 100,
+        on_conflict: Callable[[], None] | None = None,
     ) -> None:
         if mode == "merge" and not key_columns:
             msg = "merge mode needs key_columns"
@@ -130,6 +134,8 @@ class DeltaEpochSink:
         self.partition_by = tuple(partition_by)
         self.checkpoint_interval = checkpoint_interval
         self.writer = writer
+        #: Called once per commit retried after a conflict with another writer (a metric's hook).
+        self.on_conflict = on_conflict
         self._spark_schema = None if _is_arrow(schema) else schema
         self.arrow_schema = _to_arrow(schema)
         if mode == "merge":
@@ -522,17 +528,41 @@ class DeltaEpochSink:
         return adds, rows
 
     def _commit(self, table: DeltaTable, epoch: int, adds: list[Any], meta: dict[str, str]) -> int:
+        """Append ``adds`` with the epoch's transaction; a conflict with another writer is retried.
+
+        Another writer's commit (a property or metadata change, a compaction) can make ours conflict.
+        The files are written already, so only the log append is retried, on a refreshed snapshot, up to
+        :data:`COMMIT_RETRIES` times, and only while the epoch is still uncommitted and the table is
+        still this job's with its columns: a commit of the same epoch by another instance of the job
+        ends the loop (the caller's exactly-once check then finds it), and is never doubled.
+        """
         from deltalake.transaction import CommitProperties, Transaction
 
-        table.create_write_transaction(
-            adds,
-            mode="append",
-            schema=self.arrow_schema,
-            partition_by=list(self.partition_by) or None,
-            commit_properties=CommitProperties(
-                custom_metadata=meta, app_transactions=[Transaction(self.job_id, epoch)]
-            ),
-        )
+        for attempt in range(COMMIT_RETRIES + 1):
+            try:
+                table.create_write_transaction(
+                    adds,
+                    mode="append",
+                    schema=self.arrow_schema,
+                    partition_by=list(self.partition_by) or None,
+                    commit_properties=CommitProperties(
+                        custom_metadata=meta, app_transactions=[Transaction(self.job_id, epoch)]
+                    ),
+                )
+                break
+            except Exception as exc:
+                if not _is_commit_conflict(exc) or attempt == COMMIT_RETRIES:
+                    raise
+                time.sleep(0.05 * 2**attempt)
+                table.update_incremental()
+                done = table.transaction_version(self.job_id)
+                if done is not None and done >= epoch:
+                    raise  # committed by another instance of this job: the caller sorts it out
+                self._check_table(table)  # still ours, with our columns: else a DeltaSinkError
+                if self.on_conflict is not None:
+                    self.on_conflict()
+                logger.warning('commit conflicted with another writer, retrying job="%s" epoch=%d '
+                               'attempt=%d error="%s"', self.job_id, epoch, attempt + 1, one_line(exc))
         table.update_incremental()
         return int(table.version())
 

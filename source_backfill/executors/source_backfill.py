@@ -204,7 +204,8 @@ class SourceBackfillJob:
         self._closed = False
         #: Per split, the offset below which lost history (under the log start) is already counted.
         self._lost_to: dict[str, int] = {}
-        self.sink = DeltaEpochSink(spec.sink_path, spec.name, self.output_schema(), writer=spec.writer)
+        self.sink = DeltaEpochSink(spec.sink_path, spec.name, self.output_schema(), writer=spec.writer,
+                                   on_conflict=metrics.COMMIT_CONFLICTS.labels(spec.name).inc)
         self.reads_ahead = spec.read_ahead and spec.transform is None and self.sink.writes_before_commit()
         recovered = self.sink.recover()
         if recovered is not None:

@@ -369,3 +369,85 @@ def test_staged_files_of_another_schema_are_refused_and_leave_nothing(sink_facto
     assert good.rows == 1
     assert s.commit_epoch(1, None, {"e": 1}, staged=[good]).committed
     assert table_ids(tmp_path / "t") == [7]
+
+
+def _conflicting(monkeypatch, times, change):
+    """Run ``change()`` (another writer's commit) just before each of the first ``times`` log appends."""
+    from deltalake import DeltaTable as _Table
+
+    real = _Table.create_write_transaction
+    left = {"n": times}
+
+    def create_write_transaction(self, *a, **kw):
+        if left["n"] > 0:
+            left["n"] -= 1
+            change()
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(_Table, "create_write_transaction", create_write_transaction)
+    return left
+
+
+def _set_property(path):
+    n = {"i": 0}
+
+    def change():
+        n["i"] += 1
+        props = {"delta.logRetentionDuration": f"interval {n['i']} days"}
+        DeltaTable(str(path)).alter.set_table_properties(props)
+
+    return change
+
+
+def test_a_commit_conflicting_with_another_writer_is_retried_and_lands_once(
+    sink_factory, rows, tmp_path, monkeypatch
+):
+    path = tmp_path / "t"
+    conflicts = []
+    s = sink_factory(on_conflict=lambda: conflicts.append(1))
+    s.commit_epoch(1, rows([1, 2]), {"e": 1})
+    _conflicting(monkeypatch, 2, _set_property(path))
+    result = s.commit_epoch(2, rows([3, 4]), {"e": 2})
+    assert result.committed and len(conflicts) == 2
+    assert table_ids(path) == [1, 2, 3, 4]
+    assert s.recover().state == {"e": 2} and s.committed_epoch() == 2
+    assert attempt_files(path) == referenced_files(path)
+
+
+def test_a_commit_that_keeps_conflicting_fails_clearly_and_leaves_nothing(
+    sink_factory, rows, tmp_path, monkeypatch
+):
+    from connectors.delta.sink import COMMIT_RETRIES
+    from source_backfill.errors import ConcurrentCommitError
+
+    path = tmp_path / "t"
+    s = sink_factory()
+    s.commit_epoch(1, rows([1]), {"e": 1})
+    left = _conflicting(monkeypatch, COMMIT_RETRIES + 1, _set_property(path))
+    with pytest.raises(ConcurrentCommitError, match='commit of job "job" epoch 2 conflicted'):
+        s.commit_epoch(2, rows([2]), {"e": 2})
+    assert left["n"] == 0
+    assert table_ids(path) == [1] and s.committed_epoch() == 1
+    assert attempt_files(path) == referenced_files(path)  # the failed attempt's files are gone
+    assert s.commit_epoch(2, rows([2]), {"e": 2}).committed  # the replay of the epoch then lands
+    assert table_ids(path) == [1, 2]
+
+
+def test_the_same_epoch_committed_by_another_instance_during_a_retry_is_never_doubled(
+    sink_factory, rows, tmp_path, monkeypatch
+):
+    path = tmp_path / "t"
+    s = sink_factory()
+    s.commit_epoch(1, rows([1]), {"e": 1})
+    other = sink_factory()
+
+    def other_instance_commits_epoch_2():
+        monkeypatch.undo()  # its own commit must not be intercepted
+        assert other.commit_epoch(2, rows([20]), {"by": "other"}).committed
+
+    _conflicting(monkeypatch, 1, other_instance_commits_epoch_2)
+    result = s.commit_epoch(2, rows([2]), {"by": "us"})
+    assert not result.committed
+    assert table_ids(path) == [1, 20]
+    assert s.recover().state == {"by": "other"}
+    assert attempt_files(path) == referenced_files(path)

@@ -1,4 +1,5 @@
-"""A job whose table state is damaged fails alone, with an error naming its table; the others go on."""
+"""Faults in a job's table: damaged state fails that job alone, with an error naming its table, while the
+others go on; another writer committing to the table concurrently is retried around, never doubled."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from connectors.delta.sink import KEY_STATE
-from tests.integration.daemon.conftest import exactly_once, finished, job_of, job_spec, wait_for
+from tests.integration.daemon.conftest import exactly_once, finished, job_of, job_spec, metric_total, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -76,3 +77,46 @@ def test_damaged_table_state_fails_only_that_job_naming_its_table(
     assert health["ok"] and sorted(health["sources"]["src"]["failed_jobs"]) == ["garbled", "torn"]
     p.stop()
     exactly_once(tmp_path / "good", kafka_bootstrap, [topic])
+
+
+def test_another_writer_committing_to_the_table_is_retried_around_and_never_doubles_a_row(
+    daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path
+):
+    import threading
+
+    from deltalake import DeltaTable
+
+    from source_backfill import metrics
+
+    topic = new_topic(2)
+    p = producer_for(topic)
+    p.send(6000, 2)
+    p.stream(2, per_second=60)
+    d = daemon_factory([topic], [job_spec("j", tmp_path, max_rows_per_epoch=500)])
+    table = tmp_path / "j"
+    wait_for(lambda: (table / "_delta_log").exists() and job_of(d, "j").rows[0] > 0, what="first commits")
+    stop = threading.Event()
+    changes = {"n": 0}
+
+    def other_writer() -> None:  # a user's maintenance job: table property changes, each one a commit
+        while not stop.wait(0.05):
+            try:
+                props = {"delta.logRetentionDuration": f"interval {30 + changes['n'] % 7} days"}
+                DeltaTable(str(table)).alter.set_table_properties(props)
+                changes["n"] += 1
+            except Exception:  # noqa: BLE001, S110 - it may lose races to the job's commits: that is the point
+                pass
+
+    writer = threading.Thread(target=other_writer, daemon=True)
+    writer.start()
+    try:
+        wait_for(lambda: metric_total(metrics.COMMIT_CONFLICTS, job="j") > 0, timeout=240,
+                 what="a commit of the job conflicting with the other writer")
+        wait_for(lambda: finished(d, "j"), timeout=240, what="finished under the other writer")
+    finally:
+        stop.set()
+        writer.join(10)
+    assert changes["n"] > 0
+    assert d.registry.get("j").error is None
+    p.stop()
+    exactly_once(table, kafka_bootstrap, [topic])
