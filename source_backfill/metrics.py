@@ -76,13 +76,6 @@ COMMIT_CONFLICTS = Counter(
     ["job"],
 )
 
-# -- table backfill (RW: snapshot_backfill_consume_row_count, arrangement_backfill_*) -------------------
-TABLE_BACKFILL_ROWS = Counter(
-    PREFIX + "table_backfill_rows",
-    "Rows of table-backfill jobs by stage (consuming_snapshot, consuming_log_store, consume_upstream).",
-    ["job", "stage"],
-)
-
 # -- job progress (RW: CreateMviewProgressReporter) -----------------------------------------------------
 JOB_ROWS = Gauge(PREFIX + "job_rows", "Rows written by a job, by kind (history, live).", ["job", "kind"])
 JOB_SPLITS = Gauge(PREFIX + "job_splits", "Splits of a job, by stage.", ["job", "stage"])
@@ -98,7 +91,7 @@ JOB_FAILED = Gauge(
 def forget_job(job: str) -> None:
     """Drop every labelled series of ``job`` (on job drop), so dashboards do not show ghosts."""
     per_job = (HISTORY_ROWS, LIVE_ROWS, SPLIT_STAGE, SPLIT_LAG, DATA_LOSS_OFFSETS, SPLIT_CHANGES,
-               SOURCE_ERRORS, COMMITS, COMMIT_CONFLICTS, TABLE_BACKFILL_ROWS, JOB_ROWS, JOB_SPLITS, JOB_ETA,
+               SOURCE_ERRORS, COMMITS, COMMIT_CONFLICTS, JOB_ROWS, JOB_SPLITS, JOB_ETA,
                JOB_BACKFILLING, JOB_FAILED)
     for metric in per_job:
         for labels in list(metric._metrics):  # noqa: SLF001 - prometheus_client has no public iterator

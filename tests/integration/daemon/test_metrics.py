@@ -1,0 +1,128 @@
+"""Honest metrics: every metric the README lists is exported, and moves where its event happens.
+
+Scraped from the daemon's real ``/metrics`` endpoint (what Prometheus sees). The scenario here covers the
+job-progress and epoch metrics; metrics of faults move in the tests of those faults, named in
+:data:`ASSERTED_ELSEWHERE`, and a check below keeps that table, the README and ``metrics.py`` in step.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.integration.daemon.conftest import exactly_once, finished, job_of, job_spec, wait_for
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[3]
+
+#: Metrics whose event is a fault, and the test that asserts they move when it happens.
+ASSERTED_ELSEWHERE = {
+    "source_errors_total": "daemon/test_broker_faults.py (live_query), daemon/test_log_positions.py",
+    "data_loss_offsets_total": "daemon/test_log_positions.py",
+    "job_failed": "daemon/test_isolation.py",
+    "commit_conflicts_total": "daemon/test_table_faults.py",
+}
+
+
+def _readme_metrics() -> set[str]:
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Metrics", 1)[1].split("\n## ", 1)[0]
+    body = section.split("\n", 1)[1]  # past the heading, which names the module
+    return {m for m in re.findall(r"`([a-z_]+)`", body) if not m.startswith(("error_type", "live_query"))
+            and m not in ("data_loss",)}
+
+
+def _module_metrics() -> set[str]:
+    from prometheus_client import Counter
+
+    from source_backfill import metrics
+
+    names = set()
+    for value in vars(metrics).values():
+        describe = getattr(value, "describe", None)
+        if describe is None or not hasattr(value, "_name"):
+            continue
+        name = value._name.removeprefix(metrics.PREFIX)  # noqa: SLF001
+        names.add(f"{name}_total" if isinstance(value, Counter) else name)
+    return names
+
+
+def test_the_readme_lists_exactly_the_metrics_the_module_defines():
+    assert _readme_metrics() == _module_metrics()
+
+
+def _scrape(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    samples: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(httpx.get(f"{url}/metrics").text):
+        for s in family.samples:
+            samples.setdefault(s.name.removeprefix("source_backfill_"), []).append((s.labels, s.value))
+    return samples
+
+
+def _value(samples, name: str, **labels: str) -> float:
+    return sum(v for lab, v in samples.get(name, []) if all(lab.get(k) == x for k, x in labels.items()))
+
+
+def test_progress_and_epoch_metrics_move_where_their_events_happen(
+    daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path
+):
+    from connectors.kafka.admin import KafkaAdmin
+
+    topic = new_topic(2)
+    p = producer_for(topic)
+    p.send(3000, 2)
+    p.stream(2, per_second=40)
+    d = daemon_factory([topic], [job_spec("m", tmp_path, max_rows_per_epoch=300, rate_limit=600)])
+    wait_for(lambda: job_of(d, "m") is not None and job_of(d, "m").rows[0] > 0, what="backfill started")
+
+    during = _scrape(d.api_url)
+    assert _value(during, "job_backfilling", job="m") == 1
+    assert _value(during, "split_lag_offsets", job="m") > 0
+    assert any(v == 0 for lab, v in during["split_stage"] if lab["job"] == "m")  # a split backfilling
+    assert _value(during, "job_splits", job="m", stage="backfilling") >= 1
+    assert _value(during, "job_eta_seconds", job="m") > 0
+    assert _value(during, "history_rows_total", job="m") > 0
+
+    KafkaAdmin(kafka_bootstrap).add_partitions(topic, 3)
+    p.send(50, 3, start=5000, weights=[0, 0, 1])  # into the new partition only; the stream goes on
+    wait_for(lambda: finished(d, "m") and len(job_of(d, "m").states or {}) == 3, timeout=240,
+             what="finished on three splits")
+    wait_for(lambda: _value(_scrape(d.api_url), "live_rows_total", job="m") > 0, what="live rows counted")
+
+    after = _scrape(d.api_url)
+    history = _value(after, "history_rows_total", job="m")
+    assert history >= 3000
+    assert _value(after, "job_rows", job="m", kind="history") == history
+    assert _value(after, "job_rows", job="m", kind="live") > 0
+    assert _value(after, "split_changes_total", job="m", change="added") >= 1
+    assert _value(after, "job_backfilling", job="m") == 0
+    assert _value(after, "split_lag_offsets", job="m") == 0
+    assert all(v == 2 for lab, v in after["split_stage"] if lab["job"] == "m")
+    assert _value(after, "job_splits", job="m", stage="finished") == 3
+    assert _value(after, "commits_total", job="m") > _value(during, "commits_total", job="m") > 0
+    assert _value(after, "history_reads_ahead_total", job="m", outcome="adopted") > 0
+    assert _value(after, "epoch", source="src") > _value(during, "epoch", source="src")
+    assert _value(after, "epoch_duration_seconds_count", source="src") > 0
+    assert 0 <= _value(after, "epoch_lag_seconds", source="src") < 30
+    p.stop()
+    exactly_once(tmp_path / "m", kafka_bootstrap, [topic])
+
+
+def test_every_readme_metric_is_asserted_somewhere():
+    here = {"history_rows_total", "live_rows_total", "split_stage", "split_lag_offsets",
+            "split_changes_total", "history_reads_ahead_total", "epoch_duration_seconds",
+            "epoch_lag_seconds", "epoch", "commits_total", "job_rows", "job_splits", "job_eta_seconds",
+            "job_backfilling"}
+    assert here | set(ASSERTED_ELSEWHERE) == _readme_metrics()
+    tests = ROOT / "tests" / "integration"
+    names = {"source_errors_total": "SOURCE_ERRORS", "data_loss_offsets_total": "DATA_LOSS_OFFSETS",
+             "job_failed": "JOB_FAILED", "commit_conflicts_total": "COMMIT_CONFLICTS"}
+    for metric, where in ASSERTED_ELSEWHERE.items():
+        path = tests / where.split(" ", 1)[0]
+        assert f"metrics.{names[metric]}" in path.read_text(), (metric, path)
