@@ -43,9 +43,11 @@ CYCLES ?= 200
 chaos: $(STAMP) jars
 	$(PY) -m tests.chaos --cycles $(CYCLES)
 
-## Benchmarks print ratios against a baseline measured in the same run.
+## Benchmarks print ratios against a baseline measured in the same run and merge their figures into
+## bench/results/latest.json; BENCH_ARGS="--quick" is a smoke run, BENCH_ARGS="load" one module.
+BENCH_ARGS ?=
 bench: $(STAMP) jars
-	$(PY) -m bench
+	$(PY) -m bench $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache var

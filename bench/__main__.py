@@ -1,19 +1,41 @@
 """Run every benchmark module (bench/bench_*.py) in turn: ``make bench`` / ``python -m bench [name ...]``.
 
-Each module's ``main()`` prints its own report (ratios against a baseline measured in the same run);
-one failing benchmark is reported and the others still run.
+Each module's ``main()`` prints its own report (ratios against a baseline measured in the same run) and
+returns its figures; they are merged into ``bench/results/latest.json`` (keys with a dot kept as they
+are, others prefixed with the module's name), so running one benchmark updates only its own keys. One
+failing benchmark is reported and the others still run. ``--quick`` asks each module for a smoke run.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
+import os
 import sys
 import time
 import traceback
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).parent / "results" / "latest.json"
+
+
+def record(module: str, figures: dict[str, Any], path: Path = RESULTS) -> None:
+    """Merge one module's figures into ``latest.json`` with the time they were measured."""
+    short = module.removeprefix("bench_")
+    data: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+    for key, value in figures.items():
+        data[key if "." in key else f"{short}.{key}"] = value
+    data.setdefault("_measured_at", {})[short] = datetime.now(UTC).isoformat(timespec="seconds")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(dict(sorted(data.items())), indent=2) + "\n")
 
 
 def main(argv: list[str]) -> int:
+    if "--quick" in argv:
+        argv = [a for a in argv if a != "--quick"]
+        os.environ["BENCH_QUICK"] = "1"
     names = sorted(p.stem for p in Path(__file__).parent.glob("bench_*.py"))
     if argv:
         names = [n for n in names if any(a in n for a in argv)]
@@ -22,7 +44,9 @@ def main(argv: list[str]) -> int:
         print(f"\n=== {name} ===", flush=True)
         t = time.monotonic()
         try:
-            importlib.import_module(f"bench.{name}").main()
+            figures = importlib.import_module(f"bench.{name}").main()
+            if isinstance(figures, dict) and os.environ.get("BENCH_QUICK") != "1":
+                record(name, figures)
         except Exception:  # noqa: BLE001 - report and go on with the other benchmarks
             traceback.print_exc()
             failed.append(name)

@@ -18,10 +18,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -29,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
+from source_backfill.testing.process import DaemonProcess, free_port
 
 HISTORY = 200_000
 PARTITIONS = 4
@@ -63,12 +59,6 @@ class Summary:
                 f"missing={self.missing} "
                 f"duplicated={self.duplicated} unexpected={self.unexpected} seed={self.seed} "
                 f"seconds={self.seconds:.0f}")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class _Producer:
@@ -127,25 +117,23 @@ class _Producer:
         self._producer.flush(30)
 
 
-class _Daemon:
-    """``source-backfill run --config`` as a process group of its own."""
+class _Daemon(DaemonProcess):
+    """The daemon process with the suite's two jobs: ``deep`` backfilling, ``tail`` starting at latest."""
 
     def __init__(self, workdir: Path, bootstrap: str, topic: str) -> None:
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = workdir / "daemon.log"
+        port = free_port()
         self.tables = workdir / "tables"
-        self.config = workdir / "config.toml"
-        self.config.write_text(f"""
+        config = workdir / "config.toml"
+        config.write_text(f"""
 [daemon]
 state_root = "{workdir / 'state'}"
 shutdown_timeout_s = 10
 [spark]
 master = "local[2]"
 [api]
-port = {self.port}
+port = {port}
 [metrics]
-port = {_free_port()}
+port = {free_port()}
 [[sources]]
 name = "src"
 bootstrap_servers = "{bootstrap}"
@@ -162,64 +150,11 @@ source = "src"
 sink_path = "{self.tables / 'tail'}"
 start = {{kind = "latest"}}
 """)
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        exe = Path(sys.executable).with_name("source-backfill")
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(  # noqa: S603 - our own console script
-                [str(exe), "run", "--config", str(self.config)],
-                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-            )
-
-    def get(self, path: str) -> httpx.Response | None:
-        try:
-            return httpx.get(self.url + path, timeout=5)
-        except httpx.HTTPError:
-            return None
-
-    def post(self, method: str, path: str, body: dict | None = None) -> None:
-        try:
-            httpx.request(method, self.url + path, json=body, timeout=5)
-        except httpx.HTTPError:
-            pass  # the kill may land first: that is the point
-
-    def wait_ready(self, timeout_s: float = 180.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                msg = f"daemon exited with {self.proc.returncode}; log tail:\n{self.tail()}"
-                raise AssertionError(msg)
-            r = self.get("/ready")
-            if r is not None and r.status_code == 200:
-                return
-            time.sleep(0.2)
-        msg = f"daemon not ready within {timeout_s}s; log tail:\n{self.tail()}"
-        raise AssertionError(msg)
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(30)
-        self.proc = None
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(30)
-        self.proc = None
+        super().__init__(config, port, workdir / "daemon.log")
 
     def status(self, job: str) -> str | None:
         r = self.get(f"/jobs/{job}")
         return r.json().get("status") if r is not None and r.status_code == 200 else None
-
-    def tail(self, chars: int = 4000) -> str:
-        return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
 
 
 def _action(rng: random.Random, daemon: _Daemon, producer: _Producer, grow: Callable[[], None],
@@ -227,19 +162,19 @@ def _action(rng: random.Random, daemon: _Daemon, producer: _Producer, grow: Call
     """One disturbance before the kill (or none), drawn from ``rng``."""
     roll = rng.random()
     if roll < 0.15:
-        daemon.post("POST", "/jobs/deep/pause")
+        daemon.request("POST", "/jobs/deep/pause")
         return "pause"
     if roll < 0.35:
-        daemon.post("POST", "/jobs/deep/resume")
+        daemon.request("POST", "/jobs/deep/resume")
         return "resume"
     if roll < 0.45:
-        daemon.post("PATCH", "/jobs/deep", {"rate_limit": rng.choice([0, 1_000, DEEP_RATE])})
+        daemon.request("PATCH", "/jobs/deep", {"rate_limit": rng.choice([0, 1_000, DEEP_RATE])})
         return "throttle"
     if roll < 0.55:
         name = f"extra-{uuid.uuid4().hex[:6]}"
-        daemon.post("POST", "/jobs", {"name": name, "source": "src",
-                                      "sink_path": str(daemon.tables / name)})
-        daemon.post("DELETE", f"/jobs/{name}")
+        daemon.request("POST", "/jobs", {"name": name, "source": "src",
+                                         "sink_path": str(daemon.tables / name)})
+        daemon.request("DELETE", f"/jobs/{name}")
         return "create+drop"
     if roll < 0.65 and not grown:
         grow()
@@ -289,8 +224,8 @@ def run_chaos(bootstrap: str, workdir: Path, cycles: int, seed: int | None = Non
             out(f"chaos: cycle {cycle}/{cycles} killed {delay:.1f}s after ready ({event})")
         daemon.start()
         daemon.wait_ready()
-        daemon.post("POST", "/jobs/deep/resume")
-        daemon.post("PATCH", "/jobs/deep", {"rate_limit": None})
+        daemon.request("POST", "/jobs/deep/resume")
+        daemon.request("PATCH", "/jobs/deep", {"rate_limit": None})
         deadline = time.monotonic() + 600
         while not all(daemon.status(j) == "finished" for j in ("deep", "tail")):
             if time.monotonic() > deadline:

@@ -1,0 +1,224 @@
+"""Load and memory of the daemon as users run it: a real ``source-backfill run`` process (issue 16).
+
+* memory: peak RSS of the daemon and its Spark JVM (the process tree, from ``/proc``) while one job
+  backfills 1M history records, then 5M, each in a fresh daemon; ``memory.rss_ratio_5m_vs_1m`` (goal:
+  within 10 %, i.e. memory does not grow with the history's size).
+* load: one source with 100 partitions and 10 jobs — 5 Finished (``start = latest``), 5 backfilling
+  under a rate limit that keeps them backfilling for the whole window — under a steady live stream, for
+  ``BENCH_LOAD_MINUTES`` (default 10). Scraped from ``/metrics`` over the window: epochs run, the share
+  within the trigger interval, errors and failed jobs (goal: none), rows/s.
+
+``BENCH_QUICK=1`` (or ``python -m bench --quick``) shrinks both to a smoke run of a few minutes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+QUICK = os.environ.get("BENCH_QUICK") == "1"
+MEMORY_RECORDS = (100_000, 500_000) if QUICK else (1_000_000, 5_000_000)
+LOAD_MINUTES = float(os.environ.get("BENCH_LOAD_MINUTES", "1" if QUICK else "10"))
+LOAD_PARTITIONS = 100
+LOAD_JOBS = 10
+LOAD_BACKFILLING = 5
+LOAD_HISTORY = 100_000 if QUICK else 500_000
+LIVE_PER_S = 1000.0
+INTERVAL_S = 1.0
+
+
+def _fill(bootstrap: str, topic: str, n: int, partitions: int) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.num.messages": 20000,
+                         "queue.buffering.max.messages": 1_000_000})
+    pad = b"x" * 120
+    for i in range(n):
+        while True:
+            try:
+                producer.produce(topic, value=b"%d:" % i + pad, partition=i % partitions)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if i % 20000 == 0:
+            producer.poll(0)
+    producer.flush(300)
+
+
+def _live(bootstrap: str, topic: str, partitions: int, stop: threading.Event) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    i = 0
+    while not stop.wait(50 / LIVE_PER_S):
+        for _ in range(50):
+            producer.produce(topic, value=b"live%d" % i, partition=i % partitions)
+            i += 1
+        producer.poll(0)
+    producer.flush(30)
+
+
+def _config(work: Path, bootstrap: str, topic: str, port: int, jobs: list[dict[str, Any]]) -> Path:
+    lines = [
+        "[daemon]", f'state_root = "{work / "state"}"', "[spark]", 'master = "local[2]"',
+        "[api]", f"port = {port}", "[metrics]", "port = false",
+        "[[sources]]", 'name = "src"', f'bootstrap_servers = "{bootstrap}"', f'topics = ["{topic}"]',
+        f"trigger_interval_s = {INTERVAL_S}",
+    ]
+    for job in jobs:
+        lines += ["[[jobs]]", f'name = "{job["name"]}"', 'source = "src"',
+                  f'sink_path = "{work / "tables" / job["name"]}"']
+        lines += [f"{k} = {v}" for k, v in job.items() if k != "name"]
+    config = work / "config.toml"
+    config.write_text("\n".join(lines) + "\n")
+    return config
+
+
+def _status(daemon: Any, job: str) -> str | None:
+    r = daemon.get(f"/jobs/{job}")
+    return r.json().get("status") if r is not None and r.status_code == 200 else None
+
+
+def _memory(bootstrap: str, records: int) -> dict[str, float]:
+    from connectors.kafka.admin import KafkaAdmin
+    from source_backfill.testing.process import DaemonProcess, free_port
+
+    work = Path(tempfile.mkdtemp(prefix=f"bench-mem-{records}-"))
+    topic = f"mem-{records}"
+    KafkaAdmin(bootstrap).create_topic(topic, 4)
+    _fill(bootstrap, topic, records, 4)
+    port = free_port()
+    daemon = DaemonProcess(_config(work, bootstrap, topic, port, [{"name": "m"}]), port, work / "daemon.log")
+    daemon.start()
+    try:
+        daemon.wait_ready()
+        peak, t = 0, time.monotonic()
+        while _status(daemon, "m") != "finished":
+            peak = max(peak, daemon.tree_rss_bytes())
+            if time.monotonic() - t > 1800:
+                msg = f"memory bench: {records} records not backfilled in 30 min"
+                raise RuntimeError(msg)
+            time.sleep(0.25)
+        seconds = time.monotonic() - t
+    finally:
+        daemon.stop()
+    shutil.rmtree(work, ignore_errors=True)
+    print(f"  {records:>9,} records: peak RSS {peak / 2**20:,.0f} MiB, backfilled in {seconds:.1f}s "
+          f"({records / seconds:,.0f} rows/s)", flush=True)
+    return {"peak_rss_mib": peak / 2**20, "seconds": seconds}
+
+
+def _scrape(daemon: Any) -> dict[str, list[tuple[dict[str, str], float]]]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    r = daemon.get("/metrics")
+    samples: dict[str, list[tuple[dict[str, str], float]]] = {}
+    if r is None:
+        return samples
+    for family in text_string_to_metric_families(r.text):
+        for s in family.samples:
+            samples.setdefault(s.name.removeprefix("source_backfill_"), []).append((s.labels, s.value))
+    return samples
+
+
+def _sum(samples: dict, name: str, **labels: str) -> float:
+    return sum(v for lab, v in samples.get(name, []) if all(lab.get(k) == x for k, x in labels.items()))
+
+
+def _load(bootstrap: str) -> dict[str, float]:
+    from connectors.kafka.admin import KafkaAdmin
+    from source_backfill.testing.process import DaemonProcess, free_port
+
+    work = Path(tempfile.mkdtemp(prefix="bench-load-"))
+    topic = "load"
+    KafkaAdmin(bootstrap).create_topic(topic, LOAD_PARTITIONS)
+    _fill(bootstrap, topic, LOAD_HISTORY, LOAD_PARTITIONS)
+    window_s = LOAD_MINUTES * 60
+    rate = LOAD_HISTORY / window_s * 0.8  # keeps each backfilling job busy past the window
+    jobs: list[dict[str, Any]] = [{"name": f"bf{i}", "rate_limit": round(rate)}
+                                  for i in range(LOAD_BACKFILLING)]
+    jobs += [{"name": f"live{i}", "start": '{kind = "latest"}'}
+             for i in range(LOAD_JOBS - LOAD_BACKFILLING)]
+    port = free_port()
+    daemon = DaemonProcess(_config(work, bootstrap, topic, port, jobs), port, work / "daemon.log")
+    stop = threading.Event()
+    live = threading.Thread(target=_live, args=(bootstrap, topic, LOAD_PARTITIONS, stop), daemon=True)
+    live.start()
+    daemon.start()
+    try:
+        ready_s = daemon.wait_ready(300)
+        deadline = time.monotonic() + 300
+        while not all(_status(daemon, j["name"]) == "finished" for j in jobs[LOAD_BACKFILLING:]):
+            if time.monotonic() > deadline:
+                msg = f"load bench: the latest-start jobs did not finish; log tail:\n{daemon.tail()}"
+                raise RuntimeError(msg)
+            time.sleep(1)
+        before, t0 = _scrape(daemon), time.monotonic()
+        time.sleep(window_s)
+        after, t1 = _scrape(daemon), time.monotonic()
+        backfilling = sum(_status(daemon, j["name"]) == "backfilling" for j in jobs[:LOAD_BACKFILLING])
+        log_tail = daemon.tail()
+    finally:
+        stop.set()
+        daemon.stop()
+        live.join(30)
+    shutil.rmtree(work, ignore_errors=True)
+
+    def delta(name: str, **labels: str) -> float:
+        return _sum(after, name, **labels) - _sum(before, name, **labels)
+
+    epochs = delta("epoch_duration_seconds_count", source="src")
+    within = delta("epoch_duration_seconds_bucket", source="src", le=str(float(INTERVAL_S)))
+    seconds = t1 - t0
+    result = {
+        "load.partitions": LOAD_PARTITIONS,
+        "load.jobs": LOAD_JOBS,
+        "load.minutes": round(seconds / 60, 2),
+        "load.ready_s": round(ready_s, 1),
+        "load.live_rows_per_s_offered": LIVE_PER_S,
+        "load.live_rows_per_s": round(delta("live_rows_total") / seconds, 1),
+        "load.history_rows_per_s": round(delta("history_rows_total") / seconds, 1),
+        "load.epochs": epochs,
+        "load.epochs_per_s": round(epochs / seconds, 3),
+        "load.epoch_mean_s": round(delta("epoch_duration_seconds_sum", source="src") / max(epochs, 1), 3),
+        "load.epochs_within_interval": round(within / max(epochs, 1), 3),
+        "load.errors": delta("source_errors_total"),
+        "load.failed_jobs": _sum(after, "job_failed"),
+        "load.still_backfilling_at_end": backfilling,
+    }
+    if result["load.errors"] or result["load.failed_jobs"]:
+        print(f"  load: errors or failed jobs; daemon log tail:\n{log_tail}", flush=True)
+    return result
+
+
+def main() -> dict[str, float]:
+    from connectors.kafka.embedded import EmbeddedBroker
+
+    result: dict[str, float] = {}
+    with EmbeddedBroker() as broker:
+        print("memory: peak RSS of daemon + Spark while backfilling", flush=True)
+        small, large = (_memory(broker.bootstrap, n) for n in MEMORY_RECORDS)
+        result.update({
+            "memory.records_small": MEMORY_RECORDS[0],
+            "memory.records_large": MEMORY_RECORDS[1],
+            "memory.peak_rss_mib_small": round(small["peak_rss_mib"], 1),
+            "memory.peak_rss_mib_large": round(large["peak_rss_mib"], 1),
+            "memory.rss_ratio_5m_vs_1m": round(large["peak_rss_mib"] / small["peak_rss_mib"], 3),
+        })
+        print(f"  rss ratio large/small: {result['memory.rss_ratio_5m_vs_1m']} (goal <= 1.10)", flush=True)
+        print(f"load: {LOAD_PARTITIONS} partitions, {LOAD_JOBS} jobs ({LOAD_BACKFILLING} backfilling), "
+              f"{LIVE_PER_S:g} live rows/s, {LOAD_MINUTES:g} min", flush=True)
+        result.update(_load(broker.bootstrap))
+    for key, value in result.items():
+        if key.startswith("load."):
+            print(f"  {key} = {value}", flush=True)
+    return result
+
+
+if __name__ == "__main__":
+    main()

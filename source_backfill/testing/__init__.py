@@ -1,0 +1,1 @@
+"""Helpers for testing pipelines (and this service) against a real daemon process."""

@@ -1,0 +1,130 @@
+"""The daemon as a real process: ``source-backfill run --config`` in a process group of its own.
+
+Used by the crash suite (SIGKILL at random moments) and the load benchmark (peak RSS of the daemon and
+its Spark JVM). The config is TOML text; the API port is chosen free and put in it by the caller.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now (the caller binds it soon after)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class DaemonProcess:
+    """Start, probe, kill and stop one daemon process; its console output goes to ``log``."""
+
+    def __init__(self, config: Path, port: int, log: Path) -> None:
+        self.config = config
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """The daemon's pid while it runs."""
+        return None if self.proc is None or self.proc.poll() is not None else self.proc.pid
+
+    def start(self) -> None:
+        """Start ``source-backfill run --config`` (the console script next to this interpreter)."""
+        exe = Path(sys.executable).with_name("source-backfill")
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(  # noqa: S603 - our own console script
+                [str(exe), "run", "--config", str(self.config)],
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+
+    def get(self, path: str) -> httpx.Response | None:
+        """GET ``path`` on the API, None when it does not answer."""
+        try:
+            return httpx.get(self.url + path, timeout=5)
+        except httpx.HTTPError:
+            return None
+
+    def request(self, method: str, path: str, body: dict | None = None) -> httpx.Response | None:
+        """Any call on the API, None when it does not answer (a kill may land first)."""
+        try:
+            return httpx.request(method, self.url + path, json=body, timeout=5)
+        except httpx.HTTPError:
+            return None
+
+    def wait_ready(self, timeout_s: float = 180.0) -> float:
+        """Block until ``/ready`` is 200; return the seconds it took. A daemon that exits raises."""
+        started = time.monotonic()
+        deadline = started + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc is None or self.proc.poll() is not None:
+                code = None if self.proc is None else self.proc.returncode
+                msg = f"daemon exited with {code}; log tail:\n{self.tail()}"
+                raise AssertionError(msg)
+            r = self.get("/ready")
+            if r is not None and r.status_code == 200:
+                return time.monotonic() - started
+            time.sleep(0.2)
+        msg = f"daemon not ready within {timeout_s}s; log tail:\n{self.tail()}"
+        raise AssertionError(msg)
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group (the daemon and its Spark JVM) and reap it."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(30)
+        self.proc = None
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        """SIGTERM (the daemon finishes its epoch), SIGKILL after ``timeout_s``."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(30)
+        self.proc = None
+
+    def tail(self, lines: int = 40) -> str:
+        """The last lines of the daemon's console log."""
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def tree_rss_bytes(self) -> int:
+        """Resident memory of the daemon and every process below it (Spark's JVM), from ``/proc``."""
+        root = self.pid
+        if root is None:
+            return 0
+        children: dict[int, list[int]] = {}
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(entry.name))
+        total, todo = 0, [root]
+        while todo:
+            pid = todo.pop()
+            todo.extend(children.get(pid, []))
+            try:
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1]) * 1024
+            except OSError:
+                continue
+        return total
