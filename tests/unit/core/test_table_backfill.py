@@ -1,0 +1,258 @@
+"""Table backfill rules against a row-by-row reference: a changing table copied, then followed, exactly once.
+
+The simulated upstream is a keyed table changed by a writer (inserts, updates, deletes — of rows already
+copied, of rows not yet copied, and of rows right at a vnode's position); each epoch's live batch holds
+the versions the writer committed since the last one (sometimes none). The job's output is a changelog
+replayed strictly: an insert of a key the sink has, or an update or delete of a key it lacks, is a
+duplicate or a loss and fails the test; after the writer stops, the sink must equal the table's latest
+version row for row. Jobs crash at random: an epoch's output and state are thrown away, the state comes
+back through a JSON round-trip, and the epoch runs again (the live batch is redelivered).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import zlib
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from source_backfill.core.table_backfill import (
+    Phase,
+    Strategy,
+    TableBackfillState,
+    VnodeProgress,
+    VnodeSet,
+    VnodeStage,
+    forwards_version,
+    plan_chunks,
+    replay_end,
+)
+from source_backfill.errors import StateFormatError
+
+VNODES = 4
+Change = tuple[str, int, int | None]
+
+
+def _vnode(pk: tuple) -> int:
+    return zlib.crc32(str(pk[0]).encode()) % VNODES
+
+
+class Upstream:
+    """A keyed table and its change feed: ``versions[v]`` is the list of changes committed at ``v``."""
+
+    def __init__(self, rng: random.Random, rows: int) -> None:
+        self.rng = rng
+        self.tables: list[dict[int, int]] = [{k: 0 for k in range(0, rows * 3, 3)}]  # version 0
+        self.versions: list[list[Change]] = [[]]
+        self.next_key = rows * 3 + 1
+
+    @property
+    def latest(self) -> int:
+        return len(self.tables) - 1
+
+    def commit(self) -> None:
+        table = dict(self.tables[-1])
+        changes: list[Change] = []
+        for _ in range(self.rng.randint(1, 4)):
+            roll = self.rng.random()
+            if roll < 0.35 or not table:
+                key = self.rng.choice([self.next_key, self.rng.randrange(self.next_key)])
+                self.next_key += 1
+                if key in table:
+                    continue
+                table[key] = self.rng.randrange(1000)
+                changes.append(("insert", key, table[key]))
+            elif roll < 0.7:
+                key = self.rng.choice(sorted(table))
+                table[key] = self.rng.randrange(1000)
+                changes.append(("update_postimage", key, table[key]))
+            else:
+                key = self.rng.choice(sorted(table))
+                del table[key]
+                changes.append(("delete", key, None))
+        self.tables.append(table)
+        self.versions.append(changes)
+
+    def chunk(self, version: int, vnode: int, after: tuple | None, rows: int) -> list[tuple[int, int]]:
+        """``rows`` rows of ``vnode`` with pk above ``after`` at ``version``, in pk order."""
+        table = self.tables[version]
+        keys = sorted(k for k in table if _vnode((k,)) == vnode and (after is None or (k,) > after))
+        return [(k, table[k]) for k in keys[:rows]]
+
+    def changes(self, first: int, last: int) -> list[tuple[int, str, int, int | None]]:
+        return [(v, *c) for v in range(first, last + 1) for c in self.versions[v]]
+
+
+class StrictSink:
+    """A changelog replayed strictly: every change must fit what the sink holds."""
+
+    def __init__(self) -> None:
+        self.rows: dict[int, int] = {}
+
+    def apply(self, kind: str, key: int, value: int | None) -> None:
+        if kind == "insert":
+            assert key not in self.rows, f"key {key} inserted twice (a duplicate)"
+            assert value is not None
+            self.rows[key] = value
+        elif kind == "update_postimage":
+            assert key in self.rows, f"update of key {key} the sink lacks (a loss)"
+            assert value is not None
+            self.rows[key] = value
+        else:
+            assert key in self.rows, f"delete of key {key} the sink lacks (a loss)"
+            del self.rows[key]
+
+
+def _epoch(state: TableBackfillState, up: Upstream, a: int, b: int, budget: int | None,
+           max_versions: int, chunk_rows: int) -> tuple[TableBackfillState, list[Change]]:
+    """One epoch of a job over the live batch of versions ``(a, b]``: its new state and its output."""
+    out: list[Change] = []
+    live = up.changes(a + 1, b)
+    if state.phase is Phase.CONSUMING_SNAPSHOT:
+        if state.strategy is Strategy.CHAIN:
+            if budget != 0:  # the one-pass read finished during this epoch
+                assert state.pinned is not None
+                for vn in range(VNODES):
+                    out += [("insert", k, v) for k, v in up.chunk(state.pinned, vn, None, 10**9)]
+                state = state.snapshot_done()
+            return state, out
+        version = state.pinned if state.strategy is Strategy.SNAPSHOT else a
+        assert version is not None
+        asks = plan_chunks(state.vnodes, budget, chunk_rows=chunk_rows)
+        chunks = {}
+        for vn, asked in asks.items():
+            rows = up.chunk(version, vn, state.vnodes.of(vn).pos, asked)
+            out += [("insert", k, v) for k, v in rows]
+            chunks[vn] = ([(k,) for k, _ in rows], asked)
+        vnodes = state.vnodes.with_chunks(chunks)
+        if state.strategy is Strategy.ARRANGEMENT:
+            out += [(kind, k, v) for _, kind, k, v in live if vnodes.of(_vnode((k,))).forwards((k,))]
+        state = TableBackfillState(state.strategy, state.phase, state.pinned, state.cursor, vnodes)
+        if vnodes.done:
+            state = state.snapshot_done()
+        return state, out
+    if state.strategy is Strategy.ARRANGEMENT:  # every vnode complete: upstream flows through
+        return state, [(kind, k, v) for _, kind, k, v in live]
+    assert state.cursor is not None
+    if state.phase is Phase.CONSUMING_LOG_STORE:
+        end = replay_end(state.cursor, b, b - a, max_versions)
+        out += [(kind, k, v) for _, kind, k, v in up.changes(state.cursor + 1, end)]
+        return state.replayed(end, b), out
+    out += [(kind, k, v) for ver, kind, k, v in live if forwards_version(state.cursor, ver)]
+    return state.replayed(b, b), out
+
+
+def _run(strategy: Strategy, seed: int, rows: int, epochs: int, crash_rate: float) -> tuple[Upstream,
+                                                                                            StrictSink]:
+    rng = random.Random(seed)
+    up = Upstream(rng, rows)
+    for _ in range(rng.randint(0, 3)):
+        up.commit()
+    state = TableBackfillState.attach(strategy, up.latest)
+    sink = StrictSink()
+    delivered = up.latest
+    lags: list[int] = []
+    for epoch in range(epochs + 400):
+        writing = epoch < epochs
+        if writing:
+            for _ in range(rng.choice([0, 0, 1, 1, 2, 3])):
+                up.commit()
+        a, b = delivered, up.latest
+        budget = rng.choice([None, 0, 1, 2, 5, 40]) if writing else rng.choice([None, 3, 40])
+        max_versions = rng.randint(1, 3)
+        chunk_rows = rng.randint(1, 8)
+        while True:
+            new_state, out = _epoch(state, up, a, b, budget, max_versions, chunk_rows)
+            if rng.random() < crash_rate:  # output and state of the epoch lost; it runs again
+                state = TableBackfillState.from_json(json.loads(json.dumps(state.to_json())))
+                continue
+            break
+        for change in out:
+            sink.apply(*change)
+        if state.phase is Phase.CONSUMING_LOG_STORE and new_state.phase is Phase.CONSUMING_LOG_STORE:
+            assert new_state.cursor is not None
+            lags.append(b - new_state.cursor)
+        state = TableBackfillState.from_json(json.loads(json.dumps(new_state.to_json())))
+        delivered = b
+        if not writing and state.phase is Phase.CONSUME_UPSTREAM:
+            break
+    assert state.phase is Phase.CONSUME_UPSTREAM, f"{strategy} never reached the live stream: {state}"
+    assert all(x > y for x, y in zip(lags, lags[1:], strict=False)) or not lags, lags
+    return up, sink
+
+
+@pytest.mark.parametrize("strategy", list(Strategy))
+@settings(max_examples=120, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), rows=st.integers(0, 60), epochs=st.integers(0, 40),
+       crash_rate=st.sampled_from([0.0, 0.2]))
+def test_the_sink_equals_the_latest_table_and_no_change_is_lost_or_doubled(strategy, seed, rows, epochs,
+                                                                           crash_rate):
+    up, sink = _run(strategy, seed, rows, epochs, crash_rate)
+    assert sink.rows == up.tables[-1]
+
+
+@settings(max_examples=300, deadline=None)
+@given(cursor=st.integers(0, 100), lag=st.integers(0, 50), arrived=st.integers(0, 20),
+       max_versions=st.integers(1, 10))
+def test_the_replay_lag_shrinks_every_epoch_and_never_passes_the_live_stream(cursor, lag, arrived,
+                                                                             max_versions):
+    before = cursor + lag  # delivered before this epoch
+    delivered = before + arrived
+    end = replay_end(cursor, delivered, arrived, max_versions)
+    assert cursor <= end <= delivered
+    pending_before, pending_after = before - cursor, delivered - end
+    assert pending_after == 0 or pending_after < pending_before + 0  # strictly shrinks unless caught up
+    assert end - cursor <= max(max_versions, arrived + 1)  # bounded
+
+
+# -- the rules one by one (each guards a mutation the simulation also catches) ---------------------------
+def test_a_live_change_at_or_below_the_position_is_forwarded_and_above_it_dropped():
+    p = VnodeProgress(VnodeStage.IN_PROGRESS, (10,))
+    assert p.forwards((10,)) and p.forwards((3,))  # at the position: forwarded (<=, not <)
+    assert not p.forwards((11,))
+    assert not VnodeProgress().forwards((0,))  # not started: nothing yet
+    assert VnodeProgress(VnodeStage.COMPLETED, (10,)).forwards((99,))  # completed: everything
+
+
+def test_a_short_chunk_completes_the_vnode_and_a_full_one_advances_it():
+    p = VnodeProgress()
+    p = p.after_chunk([(1,), (4,)], 2)
+    assert p == VnodeProgress(VnodeStage.IN_PROGRESS, (4,))
+    assert p.after_chunk([(7,)], 2) == VnodeProgress(VnodeStage.COMPLETED, (7,))
+    assert p.after_chunk([], 1) == VnodeProgress(VnodeStage.COMPLETED, (4,))
+    with pytest.raises(ValueError, match="not above"):
+        p.after_chunk([(4,)], 1)
+    with pytest.raises(ValueError, match="at least one row"):
+        p.after_chunk([], 0)
+
+
+def test_every_unfinished_vnode_gets_a_row_and_rate_zero_reads_nothing():
+    vnodes = VnodeSet({0: VnodeProgress(VnodeStage.COMPLETED, (1,))}, count=4)
+    assert plan_chunks(vnodes, 0) == {}
+    assert plan_chunks(vnodes, None, chunk_rows=8) == {1: 8, 2: 8, 3: 8}
+    assert plan_chunks(vnodes, 2) == {1: 1, 2: 1}
+    assert plan_chunks(vnodes, 7, chunk_rows=100) == {1: 3, 2: 2, 3: 2}
+    assert plan_chunks(vnodes, 1000, chunk_rows=5) == {1: 5, 2: 5, 3: 5}
+
+
+def test_a_replayed_version_is_never_forwarded_live_again():
+    assert not forwards_version(7, 7) and not forwards_version(7, 3)
+    assert forwards_version(7, 8)
+
+
+def test_state_round_trips_through_json_and_refuses_damage():
+    state = TableBackfillState.attach(Strategy.SNAPSHOT, 12).snapshot_done(
+        VnodeSet({1: VnodeProgress(VnodeStage.COMPLETED, (5, "a"))}, count=4))
+    assert TableBackfillState.from_json(json.loads(json.dumps(state.to_json()))) == state
+    bad = state.to_json() | {"phase": "sideways"}
+    with pytest.raises(StateFormatError, match="malformed"):
+        TableBackfillState.from_json(bad)
+    with pytest.raises(StateFormatError, match="out of range"):
+        TableBackfillState.from_json(state.to_json() | {"vnodes": {"9": ["completed", [1]]}})
+    with pytest.raises(StateFormatError):
+        TableBackfillState.from_json(state.to_json() | {"pinned": "12"})
+    with pytest.raises(ValueError, match="pins a version"):
+        TableBackfillState(Strategy.CHAIN)
