@@ -222,6 +222,44 @@ def split_ranges(ranges: Sequence[KafkaRange], max_size: int = MAX_OFFSETS_PER_P
     return out
 
 
+@dataclass(frozen=True)
+class KafkaRangeGroup(InputPartition):
+    """Several ranges read one after another by one Spark task (see :func:`group_ranges`)."""
+
+    ranges: tuple[KafkaRange, ...]
+
+
+def group_ranges(ranges: Sequence[KafkaRange], max_tasks: int) -> list[KafkaRange | KafkaRangeGroup]:
+    """At most ``max_tasks`` partitions: ranges packed by size, largest first, into the lightest group.
+
+    A topic of 100 partitions would otherwise cost 100 Spark tasks per micro-batch — a Python worker hop
+    and a consumer each — however few records arrived (the load benchmark's epochs ran 20–30 s on 2
+    cores). Ranges of one split keep their order inside a group; a lone range stays a plain range.
+    """
+    if max_tasks < 1:
+        msg = f"maxTasks must be >= 1, got {max_tasks}"
+        raise KafkaConnectorError(msg)
+    if len(ranges) <= max_tasks:
+        return list(ranges)
+    groups: list[list[KafkaRange]] = [[] for _ in range(max_tasks)]
+    sizes = [0] * max_tasks
+    for rng in sorted(ranges, key=lambda r: (r.start - r.end, r.split_id, r.start)):
+        i = sizes.index(min(sizes))
+        groups[i].append(rng)
+        sizes[i] += rng.end - rng.start
+    out: list[KafkaRange | KafkaRangeGroup] = []
+    for group in groups:
+        group.sort(key=lambda r: (r.split_id, r.start))
+        out.append(group[0] if len(group) == 1 else KafkaRangeGroup(tuple(group)))
+    return out
+
+
+def _max_tasks(options: Mapping[str, str]) -> int:
+    """``maxTasks``: Spark tasks per read at most (default: twice the driver's cores)."""
+    value = options.get("maxTasks")
+    return int(value) if value is not None else 2 * (os.cpu_count() or 1)
+
+
 # -- reading one range ---------------------------------------------------------------------------------
 def _arrow_schema(include_headers: bool) -> Any:
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -472,7 +510,10 @@ class _ReaderOptions:
 
         return KafkaAdmin(self.bootstrap, self.kafka)
 
-    def read(self, partition: KafkaRange) -> Iterator[Any]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        if isinstance(partition, KafkaRangeGroup):
+            return (batch for rng in partition.ranges for batch in self.read(rng))
+        assert isinstance(partition, KafkaRange)  # noqa: S101
         return read_range(
             partition,
             self.bootstrap,
@@ -575,13 +616,12 @@ class KafkaBatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         """One partition per (piece of a) non-empty range; one empty partition when there is nothing."""
-        parts = split_ranges(self._ranges())
+        parts = group_ranges(split_ranges(self._ranges()), _max_tasks(self._opts.options))
         logger.info('kafka batch planned partitions="%d"', len(parts))
         return parts or [KafkaRange("", 0, 0, 0)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        """Arrow record batches of one range."""
-        assert isinstance(partition, KafkaRange)
+        """Arrow record batches of one range, or of a group's ranges one after another."""
         return self._opts.read(partition)
 
 
@@ -712,12 +752,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
             s = begin.get(sid, earliest.get(sid, 0))
             topic, part = sid.rsplit(":", 1)
             ranges.append(KafkaRange(topic, int(part), s, e))
-        parts = split_ranges(ranges)
+        parts = group_ranges(split_ranges(ranges), _max_tasks(self._opts.options))
         return parts or [KafkaRange("", 0, 0, 0)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        """Arrow record batches of one split range."""
-        assert isinstance(partition, KafkaRange)
+        """Arrow record batches of one split range, or of a group's ranges one after another."""
         return self._opts.read(partition)
 
     def commit(self, end: dict) -> None:

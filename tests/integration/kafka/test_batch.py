@@ -57,6 +57,20 @@ def test_ranges_return_exactly_the_produced_records(spark, kafka_bootstrap, topi
     assert [r.offset for r in sub.orderBy("offset").collect()] == [5, 6, 7, 8]
 
 
+def test_many_partitions_are_read_by_at_most_max_tasks_tasks_exactly(spark, kafka_bootstrap, topic_factory,
+                                                                     produce):
+    topic = topic_factory(partitions=6)
+    expected = set()
+    for part in range(6):
+        for p, off in produce(topic, [f"p{part}-{i}".encode() for i in range(5 + part)], partition=part):
+            expected.add((p, off))
+    ranges = [{"topic": topic, "partition": p, "start": 0, "end": 5 + p} for p in range(6)]
+    df = _read_ranges(spark, kafka_bootstrap, ranges, maxTasks="2")
+    assert df.rdd.getNumPartitions() == 2
+    rows = df.collect()
+    assert len(rows) == len(expected) and {(r.partition, r.offset) for r in rows} == expected
+
+
 def test_subscribe_with_spark_style_offsets(spark, kafka_bootstrap, topic_factory, produce):
     topic = topic_factory(partitions=2)
     produce(topic, [b"a", b"b", b"c"], partition=0)

@@ -109,14 +109,17 @@ def test_bounded_micro_batches_idle_epochs_offset_log_and_replay(
             assert _replay(spark, kafka_bootstrap, start, end) == sorted(rows)
 
 
-def test_new_partitions_and_topics_are_picked_up(spark, kafka_bootstrap, topic_factory, produce, tmp_path):
+@pytest.mark.parametrize("max_tasks", [None, "1"], ids=["task-per-range", "ranges-grouped"])
+def test_new_partitions_and_topics_are_picked_up(spark, kafka_bootstrap, topic_factory, produce, tmp_path,
+                                                 max_tasks):
     prefix = f"pat{int(time.time() * 1000)}"
     first = topic_factory(partitions=1, prefix=prefix)
     produce(first, [b"a0", b"a1"], partition=0)
     sink = Batches()
     checkpoint = tmp_path / "ckpt"
     query = _start(
-        spark, kafka_bootstrap, checkpoint, sink, subscribePattern=f"{prefix}-.*", startingOffsets="earliest"
+        spark, kafka_bootstrap, checkpoint, sink, subscribePattern=f"{prefix}-.*", startingOffsets="earliest",
+        **({"maxTasks": max_tasks} if max_tasks else {}),
     )
     try:
         sink.wait(lambda b: sum(len(r) for _, r in b) >= 2)

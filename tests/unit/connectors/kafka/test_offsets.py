@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from connectors.kafka.source import (
@@ -178,3 +178,27 @@ def test_batch_offsets_reads_the_offset_log(tmp_path):
     assert batch_offsets(str(tmp_path), 1) == ({"t:0": 5, "t:1": 0}, {"t:0": 9, "t:1": 2})
     with pytest.raises(KafkaConnectorError, match="does not exist"):
         batch_offsets(str(tmp_path), 7)
+
+
+@settings(max_examples=200, deadline=None)
+@given(sizes=st.lists(st.integers(1, 1000), max_size=120), max_tasks=st.integers(1, 8))
+def test_group_ranges_makes_at_most_max_tasks_partitions_covering_each_range_once(sizes, max_tasks):
+    from connectors.kafka.source import KafkaRangeGroup, group_ranges
+
+    ranges = [KafkaRange("t", i, 10, 10 + n) for i, n in enumerate(sizes)]
+    parts = group_ranges(ranges, max_tasks)
+    assert len(parts) == min(len(ranges), max_tasks)
+    flat = [r for p in parts for r in (p.ranges if isinstance(p, KafkaRangeGroup) else (p,))]
+    assert sorted(flat, key=lambda r: r.partition) == ranges  # every range once, none changed
+    if len(ranges) > max_tasks:  # balanced: no group exceeds the lightest by more than one range's size
+        loads = [sum(r.end - r.start for r in (p.ranges if isinstance(p, KafkaRangeGroup) else (p,)))
+                 for p in parts]
+        assert max(loads) - min(loads) <= max(sizes)
+
+
+def test_group_ranges_refuses_zero_tasks():
+    from connectors.kafka.source import group_ranges
+    from source_backfill.errors import KafkaConnectorError
+
+    with pytest.raises(KafkaConnectorError, match="maxTasks"):
+        group_ranges([KafkaRange("t", 0, 0, 1)], 0)
