@@ -92,6 +92,9 @@ class SourceConfig(_Frozen):
     kafka: dict[str, str] = Field(default_factory=dict)
     trigger_interval_s: float = Field(default=1.0, gt=0)
     max_offsets_per_trigger: int | None = Field(default=None, gt=0)
+    #: Spark tasks one Kafka read makes at most (small partitions are packed together); None: twice
+    #: Spark's default parallelism (the cores of ``local[*]``, of the executors on a cluster).
+    max_read_tasks: int | None = Field(default=None, gt=0)
     #: Where the live stream starts the first time the source runs (jobs backfill what lies before).
     starting_offsets: Literal["earliest", "latest"] = "latest"
     fail_on_data_loss: bool = True

@@ -625,6 +625,7 @@ class SourceBackfillJob:
         own session; the live batch of ``foreachBatch`` has a session of its own).
         """
         from connectors.kafka.source import KAFKA_FORMAT
+        from source_backfill.runtime.spark import max_read_tasks
 
         if not ranges:
             return None, {}, 0.0, None
@@ -638,6 +639,7 @@ class SourceBackfillJob:
             .option("kafka.bootstrap.servers", self.bootstrap_servers)
             .option("ranges", json.dumps(spec))
             .option("failOnDataLoss", str(self.source.fail_on_data_loss).lower())
+            .option("maxTasks", str(max_read_tasks(self.spark, self.source.max_read_tasks)))
         )
         for key, value in self.source.kafka.items():
             reader = reader.option(f"kafka.{key}", value)

@@ -123,6 +123,7 @@ class LiveSource:
 
     def _start_query(self) -> StreamingQuery:
         from connectors.kafka.source import KAFKA_FORMAT
+        from source_backfill.runtime.spark import max_read_tasks
 
         self.checkpoint.mkdir(parents=True, exist_ok=True)
         reader = (
@@ -134,8 +135,9 @@ class LiveSource:
         else:
             reader = reader.option("subscribe", ",".join(self.config.topics))
         reader = (
-            reader            .option("startingOffsets", self.config.starting_offsets)
+            reader.option("startingOffsets", self.config.starting_offsets)
             .option("failOnDataLoss", str(self.config.fail_on_data_loss).lower())
+            .option("maxTasks", str(max_read_tasks(self.spark, self.config.max_read_tasks)))
         )
         if self.config.max_offsets_per_trigger is not None:
             reader = reader.option("maxOffsetsPerTrigger", str(self.config.max_offsets_per_trigger))
