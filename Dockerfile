@@ -30,6 +30,13 @@ RUN apt-get update && apt-get install -y --no-install-recommends maven \
  && SOURCE_BACKFILL_JVM_POM=/opt/source-backfill/deploy/jvm/pom.xml python -m source_backfill.runtime.jvm fetch \
  && apt-get purge -y maven && apt-get autoremove -y && rm -rf /var/lib/apt/lists/* /root/.m2
 
+# Runs as an unprivileged user with a passwd entry (uid 10001): Hadoop's login inside Spark fails for a uid
+# without a name, and Kubernetes' runAsNonRoot (deploy/k8s/deployment.yaml) needs a numeric non-root USER.
+# The state folder belongs to it, so a new named volume does too (Docker copies the owner).
+RUN useradd --system --uid 10001 --user-group --home-dir /var/lib/source-backfill --no-create-home source-backfill \
+ && mkdir -p /var/lib/source-backfill && chown 10001:10001 /var/lib/source-backfill
+USER 10001:10001
+
 VOLUME ["/var/lib/source-backfill"]
 EXPOSE 8080 9108
 STOPSIGNAL SIGTERM
