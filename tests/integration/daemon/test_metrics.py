@@ -110,6 +110,13 @@ def test_progress_and_epoch_metrics_move_where_their_events_happen(
     assert _value(after, "epoch", source="src") > _value(during, "epoch", source="src")
     assert _value(after, "epoch_duration_seconds_count", source="src") > 0
     assert 0 <= _value(after, "epoch_lag_seconds", source="src") < 30
+    # every metric the deploy stack's alerts and dashboard query is exported by this live daemon
+    import httpx
+
+    from tests.integration.deploy.test_deploy_files import _exported_families, _queried
+
+    exported = _exported_families(httpx.get(f"{d.api_url}/metrics").text)
+    assert _queried() - exported == set(), "queried by deploy/ but not exported by the daemon"
     p.stop()
     exactly_once(tmp_path / "m", kafka_bootstrap, [topic])
 
