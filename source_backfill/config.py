@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import contextvars
 import re
-from pathlib import Path
+import tomllib
+from pathlib import Path, PurePath
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
@@ -17,6 +18,7 @@ from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
     TomlConfigSettingsSource,
 )
 
@@ -32,6 +34,38 @@ EMBEDDED = "embedded"
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _unicode_text(cls, value: object) -> object:
+        r"""Refuse text that is not Unicode, and paths holding a NUL byte.
+
+        Lone surrogates (a JSON ``\ud800`` escape; environment bytes that are not UTF-8) cannot be written
+        as UTF-8 again: accepted, they failed later, in the mutation log or a response.
+        """
+        if _lone_surrogate(value):
+            msg = "text is not valid Unicode (a lone surrogate such as \\ud800)"
+            raise ValueError(msg)
+        if isinstance(value, PurePath) and "\x00" in str(value):
+            msg = "a path cannot hold a NUL byte"
+            raise ValueError(msg)
+        return value
+
+
+def _lone_surrogate(value: object) -> bool:
+    if isinstance(value, SecretStr):
+        value = value.get_secret_value()
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+        return False
+    if isinstance(value, dict):
+        return any(_lone_surrogate(k) or _lone_surrogate(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(_lone_surrogate(v) for v in value)
+    return False
 
 
 # -- job start positions ------------------------------------------------------------------------------
@@ -184,6 +218,14 @@ class ApiConfig(_Frozen):
         return self
 
     @model_validator(mode="after")
+    def _token_not_empty(self) -> ApiConfig:
+        # An empty token would be compared with the empty credentials of a request that sends none.
+        if self.token is not None and not self.token.get_secret_value().strip():
+            msg = "api.token is empty: set a token, or leave it unset"
+            raise ValueError(msg)
+        return self
+
+    @model_validator(mode="after")
     def _guarded_reads_need_a_token(self) -> ApiConfig:
         if self.guard_reads and self.token is None:
             msg = "api.guard_reads needs api.token or api.token_file"
@@ -307,6 +349,15 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
     except ValidationError as exc:
         msg = f"invalid configuration{f' in {toml}' if toml else ''}:\n{describe_errors(exc)}"
         raise ConfigError(msg) from None  # pydantic's own text echoes inputs, secrets included
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:  # their text has a position, no content
+        msg = f"config file {toml} is not valid TOML (UTF-8): {exc}"
+        raise ConfigError(msg) from None
+    except OSError as exc:
+        msg = f"config file {toml} cannot be read: {exc.strerror or type(exc).__name__}"
+        raise ConfigError(msg) from None
+    except SettingsError as exc:  # a SOURCE_BACKFILL_* value that is not JSON; names the field, not the value
+        msg = f"invalid configuration: {exc}"
+        raise ConfigError(msg) from None
     finally:
         _toml_file.reset(token)
 
@@ -323,7 +374,7 @@ def describe_errors(exc: Any) -> str:
         secret = any(str(p).lower() in _SECRET_FIELDS or "password" in str(p).lower()
                      for p in error.get("loc", ()))
         value = error.get("input")
-        if secret:
+        if secret or error.get("type") == "extra_forbidden":  # an unknown key may be a misspelled "token"
             given = "<hidden>"
         elif isinstance(value, dict | list):  # a whole section could hold a secret (kafka options)
             given = f"a {type(value).__name__}"
