@@ -28,6 +28,12 @@ from source_backfill.errors import ConfigError
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
 Name = Annotated[str, Field(pattern=NAME_PATTERN)]
 
+#: A transform starts with SELECT or WITH (any case) and reads ``{source}``. Checked by JobSpec's validator
+#: (which says which half is missing) and published in the API schema, so clients and fuzzers see the rule.
+#: Spelled out in ASCII (no ``\s``, ``\b``): Python's and JavaScript's regexes differ on what those match.
+_TRANSFORM_START = r"^[ \t\n\r\f\v]*(?:[Ss][Ee][Ll][Ee][Cc][Tt]|[Ww][Ii][Tt][Hh])(?![A-Za-z0-9_])"
+TRANSFORM_PATTERN = _TRANSFORM_START + r"[\s\S]*\{source\}"
+
 #: The bootstrap value that makes the daemon start its own in-memory broker (laptop and demo default).
 EMBEDDED = "embedded"
 
@@ -69,37 +75,50 @@ def _lone_surrogate(value: object) -> bool:
 
 
 # -- job start positions ------------------------------------------------------------------------------
-class EarliestStart(_Frozen):
+def _kind_required(schema: dict[str, Any]) -> None:
+    schema["required"] = ["kind", *(r for r in schema.get("required", []) if r != "kind")]
+
+
+class _Start(_Frozen):
+    #: ``kind`` picks the start position, so a request must name it (the default only serves Python callers);
+    #: the schema says so, or a client could send ``{"timestamp_ms": 0}``, valid by the schema, and get 422.
+    model_config = ConfigDict(json_schema_extra=_kind_required)
+
+
+class EarliestStart(_Start):
     """Backfill from the earliest offset still in the log (the default)."""
 
     kind: Literal["earliest"] = "earliest"
 
 
-class OffsetsStart(_Frozen):
+class OffsetsStart(_Start):
     """Backfill from an explicit offset per split (``"topic:partition" -> offset``); others from earliest."""
 
     kind: Literal["offsets"] = "offsets"
-    offsets: dict[str, Annotated[int, Field(ge=0)]]
+    #: The schema states the rule _split_ids checks, so API clients (and the schema fuzzer) see it.
+    offsets: dict[str, Annotated[int, Field(ge=0)]] = Field(
+        json_schema_extra={"propertyNames": {"pattern": r"^[\s\S]+:[0-9]+$"}}
+    )
 
     @field_validator("offsets")
     @classmethod
     def _split_ids(cls, value: dict[str, int]) -> dict[str, int]:
         for split in value:
             topic, _, partition = split.rpartition(":")
-            if not topic or not partition.isdigit():
+            if not topic or not (partition.isascii() and partition.isdigit()):  # "²".isdigit() is True
                 msg = f'split id "{split}" is not "topic:partition"'
                 raise ValueError(msg)
         return value
 
 
-class TimestampStart(_Frozen):
+class TimestampStart(_Start):
     """Backfill from the first record at or after ``timestamp_ms`` (Kafka record timestamps)."""
 
     kind: Literal["timestamp"] = "timestamp"
     timestamp_ms: Annotated[int, Field(ge=0)]
 
 
-class LatestStart(_Frozen):
+class LatestStart(_Start):
     """No history: only records after the job's attach position (RisingWave's ``scan.startup.mode = latest``).
 
     Every split is Finished at attach; the live stream brings what follows.
@@ -149,13 +168,14 @@ class JobSpec(_Frozen):
     sink_path: str = Field(min_length=1)
     start: StartSpec = Field(default_factory=EarliestStart)
     #: History rows per second; ``None`` = unlimited, ``0`` = read no history (loses nothing; resumes later).
-    rate_limit: float | None = Field(default=None, ge=0)
+    #: strict: ``true`` is not 1 row/s, nor ``"5"`` a number (the schema says number, and so do we).
+    rate_limit: float | None = Field(default=None, ge=0, allow_inf_nan=False, strict=True)
     max_rows_per_epoch: int | None = Field(default=None, gt=0)
     #: Read history ahead of the epochs, in a background Spark job (FAIR pool ``history``), and commit it
     #: at the next epoch boundary. Jobs with a transform always read history inside their epochs.
     read_ahead: bool = True
     #: Spark SQL over the Kafka columns, reading ``{source}``; ``None`` = identity.
-    transform: str | None = None
+    transform: Annotated[str, Field(json_schema_extra={"pattern": TRANSFORM_PATTERN})] | None = None
     mode: Literal["append"] = "append"
     #: Who commits the job's table: delta-rs (the default: 5-25x faster per epoch here, `make bench`) or
     #: delta-spark (``txnAppId``/``txnVersion``; no history read ahead, history read in the epochs).
@@ -166,7 +186,7 @@ class JobSpec(_Frozen):
     def _transform_reads_source(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        if not re.match(r"^\s*(select|with)\b", value, re.IGNORECASE):
+        if not re.match(_TRANSFORM_START, value):
             msg = "transform must be a Spark SQL SELECT (or WITH ... SELECT) query"
             raise ValueError(msg)
         if "{source}" not in value:
