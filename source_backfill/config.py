@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import contextvars
 import re
-from pathlib import Path
+import tomllib
+from pathlib import Path, PurePath
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
@@ -17,6 +18,7 @@ from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
     TomlConfigSettingsSource,
 )
 
@@ -26,6 +28,12 @@ from source_backfill.errors import ConfigError
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
 Name = Annotated[str, Field(pattern=NAME_PATTERN)]
 
+#: A transform starts with SELECT or WITH (any case) and reads ``{source}``. Checked by JobSpec's validator
+#: (which says which half is missing) and published in the API schema, so clients and fuzzers see the rule.
+#: Spelled out in ASCII (no ``\s``, ``\b``): Python's and JavaScript's regexes differ on what those match.
+_TRANSFORM_START = r"^[ \t\n\r\f\v]*(?:[Ss][Ee][Ll][Ee][Cc][Tt]|[Ww][Ii][Tt][Hh])(?![A-Za-z0-9_])"
+TRANSFORM_PATTERN = _TRANSFORM_START + r"[\s\S]*\{source\}"
+
 #: The bootstrap value that makes the daemon start its own in-memory broker (laptop and demo default).
 EMBEDDED = "embedded"
 
@@ -33,39 +41,84 @@ EMBEDDED = "embedded"
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    @field_validator("*", mode="after")
+    @classmethod
+    def _unicode_text(cls, value: object) -> object:
+        r"""Refuse text that is not Unicode, and paths holding a NUL byte.
+
+        Lone surrogates (a JSON ``\ud800`` escape; environment bytes that are not UTF-8) cannot be written
+        as UTF-8 again: accepted, they failed later, in the mutation log or a response.
+        """
+        if _lone_surrogate(value):
+            msg = "text is not valid Unicode (a lone surrogate such as \\ud800)"
+            raise ValueError(msg)
+        if isinstance(value, PurePath) and "\x00" in str(value):
+            msg = "a path cannot hold a NUL byte"
+            raise ValueError(msg)
+        return value
+
+
+def _lone_surrogate(value: object) -> bool:
+    if isinstance(value, SecretStr):
+        value = value.get_secret_value()
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+        return False
+    if isinstance(value, dict):
+        return any(_lone_surrogate(k) or _lone_surrogate(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(_lone_surrogate(v) for v in value)
+    return False
+
 
 # -- job start positions ------------------------------------------------------------------------------
-class EarliestStart(_Frozen):
+def _kind_required(schema: dict[str, Any]) -> None:
+    schema["required"] = ["kind", *(r for r in schema.get("required", []) if r != "kind")]
+
+
+class _Start(_Frozen):
+    #: ``kind`` picks the start position, so a request must name it (the default only serves Python callers);
+    #: the schema says so, or a client could send ``{"timestamp_ms": 0}``, valid by the schema, and get 422.
+    model_config = ConfigDict(json_schema_extra=_kind_required)
+
+
+class EarliestStart(_Start):
     """Backfill from the earliest offset still in the log (the default)."""
 
     kind: Literal["earliest"] = "earliest"
 
 
-class OffsetsStart(_Frozen):
+class OffsetsStart(_Start):
     """Backfill from an explicit offset per split (``"topic:partition" -> offset``); others from earliest."""
 
     kind: Literal["offsets"] = "offsets"
-    offsets: dict[str, Annotated[int, Field(ge=0)]]
+    #: The schema states the rule _split_ids checks, so API clients (and the schema fuzzer) see it.
+    offsets: dict[str, Annotated[int, Field(ge=0)]] = Field(
+        json_schema_extra={"propertyNames": {"pattern": r"^[\s\S]+:[0-9]+$"}}
+    )
 
     @field_validator("offsets")
     @classmethod
     def _split_ids(cls, value: dict[str, int]) -> dict[str, int]:
         for split in value:
             topic, _, partition = split.rpartition(":")
-            if not topic or not partition.isdigit():
+            if not topic or not (partition.isascii() and partition.isdigit()):  # "²".isdigit() is True
                 msg = f'split id "{split}" is not "topic:partition"'
                 raise ValueError(msg)
         return value
 
 
-class TimestampStart(_Frozen):
+class TimestampStart(_Start):
     """Backfill from the first record at or after ``timestamp_ms`` (Kafka record timestamps)."""
 
     kind: Literal["timestamp"] = "timestamp"
     timestamp_ms: Annotated[int, Field(ge=0)]
 
 
-class LatestStart(_Frozen):
+class LatestStart(_Start):
     """No history: only records after the job's attach position (RisingWave's ``scan.startup.mode = latest``).
 
     Every split is Finished at attach; the live stream brings what follows.
@@ -118,13 +171,14 @@ class JobSpec(_Frozen):
     sink_path: str = Field(min_length=1)
     start: StartSpec = Field(default_factory=EarliestStart)
     #: History rows per second; ``None`` = unlimited, ``0`` = read no history (loses nothing; resumes later).
-    rate_limit: float | None = Field(default=None, ge=0)
+    #: strict: ``true`` is not 1 row/s, nor ``"5"`` a number (the schema says number, and so do we).
+    rate_limit: float | None = Field(default=None, ge=0, allow_inf_nan=False, strict=True)
     max_rows_per_epoch: int | None = Field(default=None, gt=0)
     #: Read history ahead of the epochs, in a background Spark job (FAIR pool ``history``), and commit it
     #: at the next epoch boundary. Jobs with a transform always read history inside their epochs.
     read_ahead: bool = True
     #: Spark SQL over the Kafka columns, reading ``{source}``; ``None`` = identity.
-    transform: str | None = None
+    transform: Annotated[str, Field(json_schema_extra={"pattern": TRANSFORM_PATTERN})] | None = None
     mode: Literal["append"] = "append"
     #: Who commits the job's table: delta-rs (the default: 5-25x faster per epoch here, `make bench`) or
     #: delta-spark (``txnAppId``/``txnVersion``; no history read ahead, history read in the epochs).
@@ -135,7 +189,7 @@ class JobSpec(_Frozen):
     def _transform_reads_source(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        if not re.match(r"^\s*(select|with)\b", value, re.IGNORECASE):
+        if not re.match(_TRANSFORM_START, value):
             msg = "transform must be a Spark SQL SELECT (or WITH ... SELECT) query"
             raise ValueError(msg)
         if "{source}" not in value:
@@ -184,6 +238,14 @@ class ApiConfig(_Frozen):
             msg = f"api.token_file {self.token_file} is empty"
             raise ValueError(msg)
         object.__setattr__(self, "token", SecretStr(text))  # frozen model: set once, while validating
+        return self
+
+    @model_validator(mode="after")
+    def _token_not_empty(self) -> ApiConfig:
+        # An empty token would be compared with the empty credentials of a request that sends none.
+        if self.token is not None and not self.token.get_secret_value().strip():
+            msg = "api.token is empty: set a token, or leave it unset"
+            raise ValueError(msg)
         return self
 
     @model_validator(mode="after")
@@ -310,6 +372,15 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
     except ValidationError as exc:
         msg = f"invalid configuration{f' in {toml}' if toml else ''}:\n{describe_errors(exc)}"
         raise ConfigError(msg) from None  # pydantic's own text echoes inputs, secrets included
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:  # their text has a position, no content
+        msg = f"config file {toml} is not valid TOML (UTF-8): {exc}"
+        raise ConfigError(msg) from None
+    except OSError as exc:
+        msg = f"config file {toml} cannot be read: {exc.strerror or type(exc).__name__}"
+        raise ConfigError(msg) from None
+    except SettingsError as exc:  # a SOURCE_BACKFILL_* value that is not JSON; names the field, not the value
+        msg = f"invalid configuration: {exc}"
+        raise ConfigError(msg) from None
     finally:
         _toml_file.reset(token)
 
@@ -326,7 +397,7 @@ def describe_errors(exc: Any) -> str:
         secret = any(str(p).lower() in _SECRET_FIELDS or "password" in str(p).lower()
                      for p in error.get("loc", ()))
         value = error.get("input")
-        if secret:
+        if secret or error.get("type") == "extra_forbidden":  # an unknown key may be a misspelled "token"
             given = "<hidden>"
         elif isinstance(value, dict | list):  # a whole section could hold a secret (kafka options)
             given = f"a {type(value).__name__}"

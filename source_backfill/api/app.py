@@ -59,9 +59,14 @@ ERROR_STATUS: list[tuple[type[SourceBackfillError], int, str, str | None]] = [
 
 _HTTP_TYPES = {401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed",
                413: "body_too_large"}
+#: The errors each kind of operation answers besides its success (and 401 when a token is set), declared so
+#: the OpenAPI schema is whole: clients and the schema fuzzer check every response against it.
+#: 503: the mutation log is unwritable.
 _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorBody} for code in (401, 404, 409, 422)
+    code: {"model": ErrorBody} for code in (404, 409, 422, 503)
 }
+#: Operations that read a body also answer 400 (not UTF-8, so not JSON at all) and 413 (over the limit).
+_BODY_ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorBody} for code in (400, 413)}
 
 JobName = Annotated[str, Path(pattern=NAME_PATTERN, description="The job's name.")]
 
@@ -105,15 +110,21 @@ def create_app(
         if expected is None:
             return
         given = credentials.credentials.encode() if credentials is not None else b""
-        if not hmac.compare_digest(given, expected):
+        if credentials is None or not hmac.compare_digest(given, expected):  # an empty token opens nothing
             raise HTTPException(
                 status.HTTP_401_UNAUTHORIZED,
                 "missing or wrong bearer token" if credentials is not None else "missing bearer token",
                 headers={"WWW-Authenticate": "Bearer"},
             )
 
-    mutating: dict[str, Any] = {"dependencies": [Depends(authorize)], "responses": _ERROR_RESPONSES}
-    reading: dict[str, Any] = {"dependencies": [Depends(authorize)]} if guard_reads else {}
+    # Without a token nothing is guarded, and the schema says so (no security scheme, no 401).
+    guard = [Depends(authorize)] if expected is not None else []
+    unauthorized: dict[int | str, dict[str, Any]] = {401: {"model": ErrorBody}} if guard else {}
+    mutating: dict[str, Any] = {"dependencies": guard, "responses": unauthorized | _ERROR_RESPONSES}
+    with_body: dict[str, Any] = mutating | {"responses": mutating["responses"] | _BODY_ERRORS}
+    read_guard = guard if guard_reads else []
+    read_errors = unauthorized if guard_reads else {}
+    reading: dict[str, Any] = {"dependencies": read_guard, "responses": read_errors}
 
     def view(record: JobRecord) -> JobView:
         return JobView.of(record, registry.progress(record.name), registry.pending(record.name))
@@ -152,7 +163,9 @@ def create_app(
         return _internal_error(exc)
 
     # -- routes -----------------------------------------------------------------------------------------
-    @app.get("/health", tags=["daemon"])
+    unhealthy: dict[int | str, dict[str, Any]] = {503: {"description": "The daemon reports itself not ok."}}
+
+    @app.get("/health", tags=["daemon"], responses=unhealthy)
     def get_health() -> JSONResponse:
         """Liveness and per-source epochs; 503 while the daemon reports itself not ok."""
         body: dict[str, Any] = {"ok": True}
@@ -162,7 +175,7 @@ def create_app(
         code = status.HTTP_200_OK if body.get("ok", True) else status.HTTP_503_SERVICE_UNAVAILABLE
         return JSONResponse(body, status_code=code)
 
-    @app.get("/ready", tags=["daemon"])
+    @app.get("/ready", tags=["daemon"], responses={503: {"description": "Not ready yet, or unhealthy."}})
     def get_ready() -> JSONResponse:
         """Readiness (Kubernetes): 200 once every source has run an epoch and is healthy, else 503."""
         body = health() if health is not None else {"ready": True}
@@ -185,14 +198,15 @@ def create_app(
         """Every live job (not dropped), in creation order."""
         return [view(r) for r in registry.list()]
 
-    @app.post("/jobs", tags=["jobs"], status_code=status.HTTP_201_CREATED, **mutating)
+    @app.post("/jobs", tags=["jobs"], status_code=status.HTTP_201_CREATED, **with_body)
     def create_job(spec: JobSpec, response: Response) -> JobView:
         """Register a job; it attaches to its source at the next epoch boundary."""
         record = registry.create(spec)
         response.headers["Location"] = f"/jobs/{record.name}"
         return view(record)
 
-    @app.get("/jobs/{name}", tags=["jobs"], responses={404: {"model": ErrorBody}}, **reading)
+    @app.get("/jobs/{name}", tags=["jobs"], dependencies=read_guard,
+             responses=read_errors | {code: {"model": ErrorBody} for code in (404, 422)})
     def show_job(name: JobName) -> JobView:
         """The job's state, rows and ETA, and per split: stage, backfilled offset, target, rows, lag."""
         return view(registry.get(name))
@@ -207,7 +221,7 @@ def create_app(
         """Read history again."""
         return view(registry.resume(name))
 
-    @app.patch("/jobs/{name}", tags=["jobs"], status_code=status.HTTP_202_ACCEPTED, **mutating)
+    @app.patch("/jobs/{name}", tags=["jobs"], status_code=status.HTTP_202_ACCEPTED, **with_body)
     def patch_job(name: JobName, patch: ThrottleBody) -> JobView:
         """Change the job's history rate limit (rows/s; null unlimited; 0 reads none and loses nothing)."""
         return view(registry.throttle(name, patch.rate_limit))

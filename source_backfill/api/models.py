@@ -19,7 +19,7 @@ class ThrottleBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     #: History rows per second; ``null`` = unlimited, ``0`` = read no history (loses nothing).
-    rate_limit: float | None = Field(ge=0, allow_inf_nan=False)
+    rate_limit: float | None = Field(ge=0, allow_inf_nan=False, strict=True)  # true is not 1 row/s
 
 
 class SplitView(BaseModel):

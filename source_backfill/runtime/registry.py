@@ -325,7 +325,11 @@ class JobRegistry:
         """A sink path must stay inside ``data_root`` (no ``..``, no symlink out of it), when one is set."""
         if self.data_root is None:
             return
-        resolved = Path(sink_path).resolve()
+        try:
+            resolved = Path(sink_path).resolve()
+        except (OSError, ValueError) as exc:  # a NUL byte is a ValueError, not a path outside the root
+            msg = f"sink_path {sink_path!r} is not a usable path ({exc})"
+            raise SinkPathError(msg) from None
         if not resolved.is_relative_to(self.data_root):
             msg = (f"sink_path {sink_path!r} resolves to {resolved}, outside daemon.data_root "
                    f"{self.data_root}")
