@@ -35,7 +35,7 @@ integration: $(STAMP) jars
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check source_backfill connectors tests bench deploy
+	$(VENV)/bin/ruff check source_backfill connectors tests bench examples deploy
 	$(VENV)/bin/mypy source_backfill/core
 
 ## The crash suite as a soak: CYCLES kill/restart cycles of the daemon process, then exactly once.

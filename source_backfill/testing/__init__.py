@@ -1,1 +1,180 @@
-"""Helpers for testing pipelines (and this service) against a real daemon process."""
+"""A pytest plugin to test pipelines against a real broker and a real daemon (``-p source_backfill.testing``).
+
+Fixtures:
+
+* ``kafka_bootstrap`` (session): ``KAFKA_BOOTSTRAP_SERVERS`` when set; else testcontainers' Kafka when a
+  Docker engine answers; else the embedded Apache Kafka broker (one KRaft node on loopback; its jars come
+  from ``make jars`` or ``SOURCE_BACKFILL_JARS``).
+* ``backfill_daemon``: a factory starting ``source-backfill run`` as a real process on a free API port
+  with a temporary state root, configured with the ``sources`` and ``jobs`` you pass (the same keys as the
+  TOML file); stopped after the test. Its :class:`RunningDaemon` creates jobs, waits for them to finish
+  and knows where their tables are.
+* ``assert_exactly_once``: ``assert_exactly_once(daemon, job)`` checks, offset by offset, that the job's
+  Delta table holds its topics' records exactly once (missing, duplicated and unexpected records named),
+  retrying while the job catches up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from source_backfill.testing.process import DaemonProcess, free_port
+
+
+def _docker_answers() -> bool:
+    try:
+        import docker
+
+        docker.from_env(timeout=2).ping()
+    except Exception:  # noqa: BLE001 - no docker package, no engine, no permission: all mean no
+        return False
+    return True
+
+
+@contextmanager
+def kafka_broker() -> Iterator[str]:
+    """A Kafka bootstrap address for the duration: the environment's, a container's, or an embedded one."""
+    env = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    if env:
+        yield env
+        return
+    if _docker_answers():
+        from testcontainers.kafka import KafkaContainer
+
+        with KafkaContainer() as kafka:
+            yield kafka.get_bootstrap_server()
+        return
+    from connectors.kafka.embedded import EmbeddedBroker
+
+    with EmbeddedBroker() as broker:
+        yield broker.bootstrap
+
+
+class RunningDaemon(DaemonProcess):
+    """A daemon started by the ``backfill_daemon`` fixture; ``tables`` holds the jobs' Delta tables."""
+
+    def __init__(self, workdir: Path, bootstrap: str, sources: list[dict[str, Any]],
+                 jobs: list[dict[str, Any]], settings: dict[str, Any]) -> None:
+        port = free_port()
+        self.bootstrap = bootstrap
+        self.tables = workdir / "tables"
+        self.sources = [{"bootstrap_servers": bootstrap, "trigger_interval_s": 0.5, **s} for s in sources]
+        env = {
+            "SOURCE_BACKFILL_DAEMON__STATE_ROOT": str(workdir / "state"),
+            "SOURCE_BACKFILL_API__HOST": "127.0.0.1",
+            "SOURCE_BACKFILL_API__PORT": str(port),
+            "SOURCE_BACKFILL_METRICS__PORT": "off",
+            "SOURCE_BACKFILL_SPARK__MASTER": "local[2]",
+            "SOURCE_BACKFILL_SOURCES": json.dumps(self.sources),
+            "SOURCE_BACKFILL_JOBS": json.dumps([self._with_sink(j) for j in jobs]),
+        }
+        for section, values in settings.items():
+            for key, value in values.items():
+                env[f"SOURCE_BACKFILL_{section.upper()}__{key.upper()}"] = (
+                    value if isinstance(value, str) else json.dumps(value)
+                )
+        config = workdir / "daemon.toml"
+        config.write_text("# settings come from SOURCE_BACKFILL_* variables set by the test kit\n")
+        super().__init__(config, port, workdir / "daemon.log", env)
+
+    def _with_sink(self, job: dict[str, Any]) -> dict[str, Any]:
+        return {"sink_path": str(self.tables / job["name"]), **job}
+
+    def topics(self, job: str) -> list[str]:
+        """The topics of ``job``'s source."""
+        info = self.job(job)
+        source = next(s for s in self.sources if s["name"] == info["source"])
+        return list(source["topics"])
+
+    def job(self, name: str) -> dict[str, Any]:
+        """``GET /jobs/{name}`` (the job's status, rows, per-split progress)."""
+        r = self.get(f"/jobs/{name}")
+        if r is None or r.status_code != 200:
+            msg = f"job {name!r} not readable: {None if r is None else r.text}"
+            raise AssertionError(msg)
+        return dict(r.json())
+
+    def create_job(self, **spec: Any) -> dict[str, Any]:
+        """``POST /jobs``; ``sink_path`` defaults to ``tables/<name>``."""
+        r = self.request("POST", "/jobs", self._with_sink(spec))
+        if r is None or r.status_code != 201:
+            msg = f"job not created: {None if r is None else r.text}"
+            raise AssertionError(msg)
+        return dict(r.json())
+
+    def wait_finished(self, name: str, timeout_s: float = 300.0) -> dict[str, Any]:
+        """Block until ``name`` reports ``finished``; a failed job raises with its error."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            job = self.job(name)
+            if job["status"] == "finished":
+                return job
+            if job["status"] == "failed":
+                msg = f"job {name!r} failed: {job.get('error')}"
+                raise AssertionError(msg)
+            if time.monotonic() > deadline:
+                msg = f"job {name!r} not finished within {timeout_s}s: {job['status']}; log:\n{self.tail()}"
+                raise AssertionError(msg)
+            time.sleep(0.5)
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> Iterator[str]:
+    """A real Kafka for the session (see :func:`kafka_broker`)."""
+    with kafka_broker() as bootstrap:
+        yield bootstrap
+
+
+@pytest.fixture
+def backfill_daemon(kafka_bootstrap: str) -> Iterator[Callable[..., RunningDaemon]]:
+    """``backfill_daemon(sources=[...], jobs=[...], **settings)``: a ready daemon process, stopped after."""
+    started: list[RunningDaemon] = []
+    workdirs: list[tempfile.TemporaryDirectory[str]] = []
+
+    def start(sources: list[dict[str, Any]], jobs: list[dict[str, Any]] | None = None,
+              **settings: dict[str, Any]) -> RunningDaemon:
+        workdir = tempfile.TemporaryDirectory(prefix="backfill-daemon-")
+        workdirs.append(workdir)
+        daemon = RunningDaemon(Path(workdir.name), kafka_bootstrap, sources, jobs or [], settings)
+        started.append(daemon)
+        daemon.start()
+        daemon.wait_ready()
+        return daemon
+
+    yield start
+    for daemon in started:
+        daemon.stop()
+    for workdir in workdirs:
+        workdir.cleanup()
+
+
+@pytest.fixture
+def assert_exactly_once() -> Callable[..., Any]:
+    """``assert_exactly_once(daemon, job, timeout_s=120)``: the job's table holds its topics exactly once."""
+    from source_backfill.verify import check_exactly_once
+
+    def check(daemon: RunningDaemon, job: str, timeout_s: float = 120.0) -> Any:
+        deadline = time.monotonic() + timeout_s
+        table = daemon.tables / job
+        while True:
+            report = None
+            if (table / "_delta_log").exists():
+                report = check_exactly_once(str(table), daemon.bootstrap, daemon.topics(job))
+                if report.ok:
+                    return report
+            if time.monotonic() > deadline:
+                detail = report.summary() if report is not None else "no table yet"
+                msg = f"job {job!r} is not exactly once after {timeout_s}s:\n{detail}"
+                raise AssertionError(msg)
+            time.sleep(1.0)
+
+    return check

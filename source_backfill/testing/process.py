@@ -27,10 +27,11 @@ def free_port() -> int:
 class DaemonProcess:
     """Start, probe, kill and stop one daemon process; its console output goes to ``log``."""
 
-    def __init__(self, config: Path, port: int, log: Path) -> None:
+    def __init__(self, config: Path, port: int, log: Path, env: dict[str, str] | None = None) -> None:
         self.config = config
         self.url = f"http://127.0.0.1:{port}"
         self.log = log
+        self.env = env  # extra environment (``SOURCE_BACKFILL_*`` settings) on top of this process's
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -45,6 +46,7 @@ class DaemonProcess:
             self.proc = subprocess.Popen(  # noqa: S603 - our own console script
                 [str(exe), "run", "--config", str(self.config)],
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                env={**os.environ, **self.env} if self.env else None,
             )
 
     def get(self, path: str) -> httpx.Response | None:
