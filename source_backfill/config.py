@@ -8,6 +8,7 @@ value in the environment replaces the whole list.
 from __future__ import annotations
 
 import contextvars
+import os
 import re
 import tomllib
 from pathlib import Path, PurePath
@@ -137,6 +138,8 @@ class SourceConfig(_Frozen):
     """One shared live Kafka source: one streaming query reading ``topics``, fanned out to its jobs."""
 
     name: Name
+    #: ``host:port,...``, ``embedded``, or ``${VAR}``: the value of environment variable ``VAR`` (a
+    #: container image's config names ``${KAFKA_BOOTSTRAP_SERVERS}`` and the deployment sets it).
     bootstrap_servers: str = EMBEDDED
     topics: list[str] = Field(default_factory=list)
     #: A regex of topics instead of (or besides) ``topics``; topics that appear later are picked up.
@@ -151,6 +154,18 @@ class SourceConfig(_Frozen):
     #: Where the live stream starts the first time the source runs (jobs backfill what lies before).
     starting_offsets: Literal["earliest", "latest"] = "latest"
     fail_on_data_loss: bool = True
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _from_environment(cls, value: str) -> str:
+        found = re.fullmatch(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", value.strip())
+        if found is None:
+            return value
+        resolved = os.environ.get(found.group(1), "").strip()
+        if not resolved:
+            msg = f"bootstrap_servers names ${{{found.group(1)}}} but that environment variable is not set"
+            raise ValueError(msg)
+        return resolved
 
     @model_validator(mode="after")
     def _has_topics(self) -> SourceConfig:

@@ -151,3 +151,13 @@ def test_guarded_reads_need_a_token(monkeypatch):
         load_settings()
     monkeypatch.setenv("SOURCE_BACKFILL_API__TOKEN", "t")
     assert load_settings().api.guard_reads
+
+
+def test_bootstrap_servers_can_name_an_environment_variable(tmp_path, monkeypatch):
+    text = '[[sources]]\nname = "s"\ntopics = ["t"]\nbootstrap_servers = "${KAFKA_BOOTSTRAP_SERVERS}"\n'
+    path = write(tmp_path, text)
+    monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
+    with pytest.raises(ConfigError, match=r"\$\{KAFKA_BOOTSTRAP_SERVERS\} but that environment variable"):
+        load_settings(path)
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "k1:9092,k2:9092")
+    assert load_settings(path).sources[0].bootstrap_servers == "k1:9092,k2:9092"
