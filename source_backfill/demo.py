@@ -167,8 +167,8 @@ def main(argv: list[str] | None = None) -> int:
         daemon.start()
         signal.signal(signal.SIGINT, on_signal)  # Spark's context installed its own (KeyboardInterrupt)
         api = daemon.api_url
-        print(f"daemon up: API {api}  metrics http://127.0.0.1:{args.metrics_port}/metrics  Spark log "
-              f"{root / 'spark.log'}", flush=True)
+        print(f"daemon up: API {api}  status page {api}/ui  metrics http://127.0.0.1:{args.metrics_port}/metrics"
+              f"  Spark log {root / 'spark.log'}", flush=True)
         print("  (Ctrl-C stops everything)", flush=True)
         attached = "late-copy" in {j["name"] for j in httpx.get(f"{api}/jobs", timeout=10).json()}
         announced = False

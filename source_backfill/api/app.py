@@ -13,11 +13,12 @@ import hmac
 import logging
 import uuid
 from collections.abc import Callable, Mapping
+from importlib import resources
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Path, Request, status
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import SecretStr
@@ -67,6 +68,17 @@ _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 #: Operations that read a body also answer 400 (not UTF-8, so not JSON at all) and 413 (over the limit).
 _BODY_ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorBody} for code in (400, 413)}
+
+#: The status page's headers: its own script and API only, no inline script (a job's data that slipped into
+#: the markup would not run), not framed, no referrer.
+_UI_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; connect-src 'self'; "
+                               "style-src 'unsafe-inline'; img-src data:; base-uri 'none'; "
+                               "form-action 'none'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-cache",
+}
 
 JobName = Annotated[str, Path(pattern=NAME_PATTERN, description="The job's name.")]
 
@@ -163,6 +175,19 @@ def create_app(
         return _internal_error(exc)
 
     # -- routes -----------------------------------------------------------------------------------------
+    # The status page: plain HTML and a script that polls GET /jobs (not API operations: not in the schema).
+    page = resources.files(__package__).joinpath("ui.html").read_text("utf-8")
+    page = page.replace("{{token_required}}", "true" if expected is not None else "false")
+    script = resources.files(__package__).joinpath("ui.js").read_text("utf-8")
+
+    @app.get("/ui", include_in_schema=False)
+    def get_ui() -> HTMLResponse:
+        return HTMLResponse(page, headers=_UI_HEADERS)
+
+    @app.get("/ui.js", include_in_schema=False)
+    def get_ui_script() -> Response:
+        return Response(script, media_type="text/javascript", headers=_UI_HEADERS)
+
     unhealthy: dict[int | str, dict[str, Any]] = {503: {"description": "The daemon reports itself not ok."}}
 
     @app.get("/health", tags=["daemon"], responses=unhealthy)

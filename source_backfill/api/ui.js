@@ -1,0 +1,201 @@
+// The status page (GET /ui): polls GET jobs about once a second and shows each job and its splits, with
+// pause / resume / throttle / retry buttons. Job names, errors and transforms are user data: every text is
+// set with textContent, never as HTML. The token lives in sessionStorage only (never in a URL).
+"use strict";
+(() => {
+  const TOKEN_KEY = "source-backfill-token";
+  const POLL_MS = 1000;
+  const RATE_WINDOW_MS = 10000; // rows/s over the polls of the last 10 s (progress moves once an epoch)
+  const SPLIT_COLUMNS = ["split", "stage", "progress", "backfilled", "target", "rows", "lag"];
+  const tokenRequired = document.body.dataset.tokenRequired === "true";
+  const $ = (id) => document.getElementById(id);
+  const views = new Map(); // job name -> its section's parts
+  const samples = new Map(); // job name -> [[ms, rows], ...]
+  let timer = 0;
+  let polling = false;
+  let again = false; // a poll was asked for while one was under way
+
+  const token = () => sessionStorage.getItem(TOKEN_KEY) || "";
+  const num = (n) => (n === null || n === undefined ? "—" : n.toLocaleString());
+
+  function el(tag, props, ...children) {
+    const node = Object.assign(document.createElement(tag), props || {});
+    node.append(...children); // strings become text nodes
+    return node;
+  }
+
+  function duration(s) {
+    if (s === null || s === undefined) return "—";
+    s = Math.round(s);
+    if (s < 60) return `${s}s`;
+    if (s < 3600) return `${Math.floor(s / 60)}m ${String(s % 60).padStart(2, "0")}s`;
+    return `${Math.floor(s / 3600)}h ${String(Math.floor((s % 3600) / 60)).padStart(2, "0")}m`;
+  }
+
+  // A request to the API; throws an Error carrying the HTTP status and the API's error message.
+  async function call(method, path, body) {
+    const headers = {};
+    if (token()) headers.Authorization = `Bearer ${token()}`;
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    const response = await fetch(path, {
+      method, headers, cache: "no-store", body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const data = await response.json().catch(() => null);
+    if (!response.ok) {
+      const message = (data && data.error && data.error.message) || response.statusText;
+      throw Object.assign(new Error(`${response.status} ${message}`), { status: response.status });
+    }
+    return data;
+  }
+
+  async function act(name, label, method, suffix, body) {
+    $("message").textContent = "";
+    try {
+      update(await call(method, `jobs/${encodeURIComponent(name)}${suffix}`, body));
+    } catch (e) {
+      const hint = e.status === 401 ? " (enter the token)" : "";
+      $("message").textContent = `${label} "${name}" failed: ${e.message}${hint}`;
+    }
+  }
+
+  function throttle(name, input) {
+    const text = input.value.trim();
+    const rate = text === "" ? null : Number(text);
+    if (rate !== null && !(Number.isFinite(rate) && rate >= 0)) {
+      $("message").textContent = `Throttle "${name}": rows/s must be a number >= 0, or empty for unlimited`;
+      return;
+    }
+    act(name, "Throttle", "PATCH", "", { rate_limit: rate });
+  }
+
+  const button = (className, label, onclick) => el("button", { type: "button", className, onclick }, label);
+
+  // The section of a job, made once and updated in place (so inputs and buttons survive the polls).
+  function section(name) {
+    const p = {
+      name: el("h2", { className: "name" }, name),
+      status: el("span", { className: "status" }),
+      pause: button("pause", "Pause", () => act(name, "Pause", "POST", "/pause")),
+      resume: button("resume", "Resume", () => act(name, "Resume", "POST", "/resume")),
+      rate: el("input", { className: "rate", size: 22, placeholder: "rows/s (empty: unlimited)" }),
+      throttle: button("throttle", "Throttle", () => throttle(name, p.rate)),
+      retry: button("retry", "Retry", () => act(name, "Retry", "POST", "/retry")),
+      facts: el("p", { className: "facts" }),
+      error: el("p", { className: "error" }),
+      splits: el("tbody"),
+    };
+    p.buttons = [p.pause, p.resume, p.throttle, p.retry];
+    const head = el("tr", {}, ...SPLIT_COLUMNS.map((h) => el("th", {}, h)));
+    p.table = el("table", {}, el("thead", {}, head), p.splits);
+    const controls = el("div", { className: "controls" }, p.pause, p.resume, p.rate, p.throttle, p.retry);
+    p.section = el("section", { className: "job" }, p.name, p.status, controls, p.facts, p.error, p.table);
+    p.section.dataset.job = name;
+    return p;
+  }
+
+  function rowsPerSecond(name, rows) {
+    const now = Date.now();
+    let list = samples.get(name) || [];
+    if (list.length && rows < list[list.length - 1][1]) list = []; // rebuilt (retry): start over
+    list.push([now, rows]);
+    while (list.length > 2 && now - list[0][0] > RATE_WINDOW_MS) list.shift();
+    samples.set(name, list);
+    const [t0, r0] = list[0];
+    return now - t0 >= 500 ? ((rows - r0) * 1000) / (now - t0) : null;
+  }
+
+  function update(job) {
+    let p = views.get(job.name);
+    if (!p) {
+      p = section(job.name);
+      views.set(job.name, p);
+      $("jobs").append(p.section);
+    }
+    const failed = job.status === "failed";
+    p.status.textContent = job.status + (job.paused ? " (paused)" : "") + (job.dropped ? " (dropping)" : "");
+    p.status.classList.toggle("failed", failed);
+    p.section.dataset.status = job.status;
+    p.section.dataset.paused = String(job.paused);
+    p.pause.hidden = job.paused;
+    p.resume.hidden = !job.paused;
+    p.retry.hidden = !failed;
+    const locked = tokenRequired && !token();
+    for (const b of p.buttons) {
+      b.disabled = locked;
+      b.title = locked ? "enter the API token to control jobs" : "";
+    }
+    const stages = {};
+    for (const s of job.splits) stages[s.stage] = (stages[s.stage] || 0) + 1;
+    const rate = rowsPerSecond(job.name, job.rows_history + job.rows_live);
+    const facts = [
+      ["splits", `splits ${job.splits_finished}/${job.splits_total} finished` +
+        (job.splits.length ? ` (${Object.entries(stages).map(([k, v]) => `${k} ${v}`).join(", ")})` : "")],
+      ["rows", `${num(job.rows_history)} history / ${num(job.rows_live)} live`],
+      ["speed", rate === null ? "— rows/s" : `${num(Math.round(rate))} rows/s`],
+      ["eta", `ETA ${duration(job.eta_seconds)}`],
+      ["limit", `limit ${job.rate_limit === null ? "unlimited" : num(job.rate_limit) + " rows/s"}`],
+      ["epoch", `epoch ${num(job.epoch)}`],
+    ];
+    if (job.pending_mutations) facts.push(["pending", `${job.pending_mutations} change(s) pending`]);
+    if (job.transform) facts.push(["transform", `transform: ${job.transform}`]);
+    p.facts.replaceChildren(...facts.flatMap(([k, v], i) => [i ? " · " : "", el("span", { className: k }, v)]));
+    p.error.textContent = job.error || (job.last_error ? `retrying after: ${job.last_error}` : "");
+    p.table.hidden = job.splits.length === 0;
+    p.splits.replaceChildren(...job.splits.map((s) => {
+      const bar = el("progress", { max: 1 });
+      if (s.progress !== null) bar.value = s.progress; // no value: indeterminate (target unknown)
+      const pct = s.progress === null ? "" : ` ${Math.floor(s.progress * 100)}%`;
+      const cells = [num(s.backfilled_offset), num(s.target_offset), num(s.rows), num(s.lag)];
+      return el("tr", { className: "split" }, el("td", {}, s.split), el("td", {}, s.stage),
+        el("td", {}, bar, pct), ...cells.map((c) => el("td", { className: "num" }, c)));
+    }));
+  }
+
+  function render(jobs) {
+    const names = new Set(jobs.map((j) => j.name));
+    for (const [name, p] of views) {
+      if (!names.has(name)) { p.section.remove(); views.delete(name); samples.delete(name); }
+    }
+    jobs.forEach(update);
+    $("empty").hidden = jobs.length > 0;
+  }
+
+  async function poll() {
+    clearTimeout(timer);
+    if (polling) { again = true; return; } // the poll under way schedules the next
+    polling = true;
+    try {
+      render(await call("GET", "jobs"));
+      $("poll").textContent = `updated ${new Date().toLocaleTimeString()}`;
+    } catch (e) {
+      if (e.status === 401) {
+        render([]);
+        $("empty").hidden = true;
+        $("poll").textContent = token()
+          ? "The token was refused: enter the right token."
+          : "Reading jobs needs the API token: enter the token.";
+      } else {
+        $("poll").textContent = `Cannot read jobs: ${e.message}`;
+      }
+    } finally {
+      polling = false;
+      timer = setTimeout(poll, again ? 0 : POLL_MS);
+      again = false;
+    }
+  }
+
+  function useToken(value) {
+    if (value) sessionStorage.setItem(TOKEN_KEY, value);
+    else sessionStorage.removeItem(TOKEN_KEY);
+    $("token").value = "";
+    $("token").placeholder = value ? "(token in use)" : "";
+    $("message").textContent = "";
+    poll();
+  }
+
+  $("use-token").onclick = () => useToken($("token").value);
+  $("forget-token").onclick = () => useToken("");
+  $("token").onkeydown = (e) => { if (e.key === "Enter") useToken($("token").value); };
+  $("token").placeholder = token() ? "(token in use)" : "";
+  poll();
+})();

@@ -1,0 +1,222 @@
+"""The status page (GET /ui) in a real headless Chromium (Debian's chromium + chromedriver, via Selenium).
+
+A person's view of the API: the page polls GET /jobs, shows the jobs and their split bars, and its buttons
+pause, resume and throttle a job in the real registry behind a real server. No Spark or Kafka.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from pydantic import SecretStr
+
+from source_backfill.api.app import create_app
+from source_backfill.api.server import ApiServer
+from source_backfill.config import JobSpec
+from source_backfill.runtime.registry import JobProgress, JobRegistry, SplitProgress
+from tests.integration.api.conftest import SOURCES, TOKEN
+
+webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (the test extra)")
+from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None or CHROMEDRIVER is None,
+    reason="needs Debian's chromium and chromium-driver (`apt-get install chromium chromium-driver`; "
+           ".ci/run installs them when root)",
+)
+
+#: Free text a job carries (its failure and its transform) that tries to run script if shown as HTML.
+HOSTILE = '<img src=x onerror="window.pwned=1"><script>window.pwned=2</script>'
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[webdriver.Chrome]:
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1200,900"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture
+def page(browser, live_api) -> webdriver.Chrome:
+    """The status page of a token-guarded server, with one job half backfilled; no token entered yet."""
+    live_api.registry.create(JobSpec(name="orders-copy", source="events", sink_path="/t/oc"))
+    live_api.registry.publish_progress("orders-copy", _progress())
+    browser.get(f"{live_api.url}/ui")
+    browser.execute_script("sessionStorage.clear()")
+    browser.refresh()
+    return browser
+
+
+def _progress() -> JobProgress:
+    return JobProgress(
+        epoch=9, status="backfilling", rows_history=5300, rows_live=12, eta_seconds=125, splits=[
+            SplitProgress("events:0", "backfilling", 4999, 9999, 5000, 5000),
+            SplitProgress("events:1", "finished", 299, 299, 300, 0),
+        ],
+    )
+
+
+def until(check: Callable[[], object], timeout_s: float = 5.0) -> object:
+    """``check()``'s first truthy value, retried while the page re-renders; fails after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            value = check()
+        except StaleElementReferenceException:
+            value = None
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"not true within {timeout_s}s: {check.__doc__ or check}")
+        time.sleep(0.05)
+
+
+def job(driver, name: str):
+    return until(lambda: driver.find_elements(By.CSS_SELECTOR, f'section[data-job="{name}"]'))[0]
+
+
+def enter_token(driver, token: str = TOKEN) -> None:
+    driver.find_element(By.ID, "token").send_keys(token)
+    driver.find_element(By.ID, "use-token").click()
+
+
+def test_jobs_and_split_bars_render(page) -> None:
+    section = job(page, "orders-copy")
+    assert section.find_element(By.CLASS_NAME, "name").text == "orders-copy"
+    until(lambda: section.find_element(By.CLASS_NAME, "status").text == "backfilling")
+    facts = section.find_element(By.CLASS_NAME, "facts").text
+    assert "1/2 finished" in facts and "backfilling 1" in facts and "finished 1" in facts
+    assert "ETA 2m 05s" in facts and "limit unlimited" in facts
+    rows = section.find_elements(By.CSS_SELECTOR, "tr.split")
+    assert [r.find_element(By.TAG_NAME, "td").text for r in rows] == ["events:0", "events:1"]
+    bars = [r.find_element(By.TAG_NAME, "progress") for r in rows]
+    assert [float(b.get_attribute("value")) for b in bars] == [0.5, 1.0]
+    assert "50%" in rows[0].text and "100%" in rows[1].text
+    # Without the token a mutation would be refused: the buttons say so instead of failing.
+    pause = section.find_element(By.CLASS_NAME, "pause")
+    assert not pause.is_enabled() and "token" in pause.get_attribute("title")
+
+
+def test_pause_resume_and_throttle_with_the_token(page, live_api) -> None:
+    registry = live_api.registry
+    section = job(page, "orders-copy")
+    enter_token(page)
+    assert page.execute_script("return sessionStorage.getItem('source-backfill-token')") == TOKEN
+    assert TOKEN not in page.current_url
+    pause = section.find_element(By.CLASS_NAME, "pause")
+    until(pause.is_enabled)
+
+    pause.click()
+    until(lambda: registry.get("orders-copy").paused)
+    until(lambda: "paused" in section.find_element(By.CLASS_NAME, "status").text)
+    time.sleep(1.5)  # the next poll, from GET /jobs, still shows it paused
+    assert section.get_attribute("data-paused") == "true"
+    assert "(paused)" in section.find_element(By.CLASS_NAME, "status").text
+
+    section.find_element(By.CLASS_NAME, "resume").click()
+    until(lambda: not registry.get("orders-copy").paused)
+    until(lambda: section.get_attribute("data-paused") == "false")
+
+    section.find_element(By.CLASS_NAME, "rate").send_keys("100")
+    section.find_element(By.CLASS_NAME, "throttle").click()
+    until(lambda: registry.get("orders-copy").rate_limit == 100)
+    until(lambda: "limit 100 rows/s" in section.find_element(By.CLASS_NAME, "facts").text)
+    section.find_element(By.CLASS_NAME, "rate").clear()
+    section.find_element(By.CLASS_NAME, "throttle").click()  # empty: unlimited
+    until(lambda: registry.get("orders-copy").rate_limit is None)
+    assert page.find_element(By.ID, "message").text == ""
+
+
+def test_api_errors_are_shown(page, live_api) -> None:
+    section = job(page, "orders-copy")
+    enter_token(page, "not-the-token")
+    pause = section.find_element(By.CLASS_NAME, "pause")
+    until(pause.is_enabled)
+    pause.click()
+    message = until(lambda: page.find_element(By.ID, "message").text)
+    assert "401" in message and "missing or wrong bearer token" in message and "enter the token" in message
+    assert not live_api.registry.get("orders-copy").paused
+
+    page.find_element(By.ID, "forget-token").click()
+    enter_token(page)
+    section.find_element(By.CLASS_NAME, "rate").send_keys("-3")
+    section.find_element(By.CLASS_NAME, "throttle").click()
+    assert ">= 0" in until(lambda: page.find_element(By.ID, "message").text)
+    live_api.registry.drop("orders-copy")  # gone under the page: the API's 404 is shown
+    section.find_element(By.CLASS_NAME, "rate").clear()
+    section.find_element(By.CLASS_NAME, "throttle").click()
+    until(lambda: 'job "orders-copy" not found' in page.find_element(By.ID, "message").text)
+    until(lambda: not page.find_elements(By.CSS_SELECTOR, "section.job"))  # the next poll drops it
+
+
+def test_user_text_is_shown_as_text_and_never_run(browser, live_api) -> None:
+    registry = live_api.registry
+    registry.create(JobSpec(name="hostile", source="events", sink_path="/t/h",
+                            transform=f"SELECT '{HOSTILE}' AS v FROM {{source}}"))
+    registry.set_failed("hostile", HOSTILE)
+    browser.get(f"{live_api.url}/ui")
+    section = job(browser, "hostile")
+    until(lambda: section.find_element(By.CLASS_NAME, "error").text == HOSTILE)
+    assert HOSTILE in section.find_element(By.CLASS_NAME, "transform").text
+    assert section.find_elements(By.TAG_NAME, "img") == []
+    assert section.find_elements(By.TAG_NAME, "script") == []
+    assert browser.execute_script("return window.pwned") is None
+    assert section.find_element(By.CLASS_NAME, "retry").is_displayed()  # a failed job offers Retry
+
+
+def test_guarded_reads_ask_for_the_token(browser, tmp_path: Path) -> None:
+    registry = JobRegistry(tmp_path / "state", SOURCES)
+    registry.create(JobSpec(name="secret-job", source="events", sink_path="/t/s"))
+    server = ApiServer(create_app(registry, SecretStr(TOKEN), guard_reads=True), "127.0.0.1", 0)
+    server.start()
+    try:
+        assert httpx.get(f"{server.url}/ui").status_code == 200  # the page itself holds no data
+        browser.get(f"{server.url}/ui")
+        browser.execute_script("sessionStorage.clear()")
+        browser.refresh()
+        status = until(lambda: browser.find_element(By.ID, "poll").text)
+        assert "enter the token" in status
+        assert not browser.find_elements(By.CSS_SELECTOR, "section.job")
+        enter_token(browser)
+        job(browser, "secret-job")
+        until(lambda: browser.find_element(By.ID, "poll").text.startswith("updated"))
+    finally:
+        server.stop()
+        registry.close()
+
+
+def test_without_a_token_the_buttons_work_and_the_page_is_not_in_the_schema(browser, tmp_path: Path) -> None:
+    registry = JobRegistry(tmp_path / "state", SOURCES)
+    registry.create(JobSpec(name="open-job", source="events", sink_path="/t/o"))
+    server = ApiServer(create_app(registry), "127.0.0.1", 0)
+    server.start()
+    try:
+        response = httpx.get(f"{server.url}/ui")
+        assert response.headers["content-type"].startswith("text/html")
+        assert "script-src 'self'" in response.headers["content-security-policy"]
+        assert "/ui" not in httpx.get(f"{server.url}/openapi.json").json()["paths"]
+        browser.get(f"{server.url}/ui")
+        browser.execute_script("sessionStorage.clear()")
+        section = job(browser, "open-job")
+        until(lambda: section.find_element(By.CLASS_NAME, "pause").is_enabled())
+        section.find_element(By.CLASS_NAME, "pause").click()
+        until(lambda: registry.get("open-job").paused)
+    finally:
+        server.stop()
+        registry.close()
