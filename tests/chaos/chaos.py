@@ -121,7 +121,6 @@ class _Daemon(DaemonProcess):
     """The daemon process with the suite's two jobs: ``deep`` backfilling, ``tail`` starting at latest."""
 
     def __init__(self, workdir: Path, bootstrap: str, topic: str) -> None:
-        port = free_port()
         self.tables = workdir / "tables"
         config = workdir / "config.toml"
         config.write_text(f"""
@@ -130,10 +129,8 @@ state_root = "{workdir / 'state'}"
 shutdown_timeout_s = 10
 [spark]
 master = "local[2]"
-[api]
-port = {port}
 [metrics]
-port = {free_port()}
+port = false
 [[sources]]
 name = "src"
 bootstrap_servers = "{bootstrap}"
@@ -150,7 +147,15 @@ source = "src"
 sink_path = "{self.tables / 'tail'}"
 start = {{kind = "latest"}}
 """)
-        super().__init__(config, port, workdir / "daemon.log")
+        super().__init__(config, 0, workdir / "daemon.log")
+
+    def start(self) -> None:
+        """Start on an API port free now: a port fixed for the whole soak was taken by another process
+        between two cycles once (74 cycles in), and the daemon rightly refused to start."""
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self.env = {"SOURCE_BACKFILL_API__PORT": str(port)}
+        super().start()
 
     def status(self, job: str) -> str | None:
         r = self.get(f"/jobs/{job}")
