@@ -136,6 +136,7 @@ class LiveSource:
         reader = (
             reader            .option("startingOffsets", self.config.starting_offsets)
             .option("failOnDataLoss", str(self.config.fail_on_data_loss).lower())
+            .option("kafkaConsumer.pollTimeoutMs", str(round(self.config.poll_timeout_s * 1000)))
         )
         if self.config.max_offsets_per_trigger is not None:
             reader = reader.option("maxOffsetsPerTrigger", str(self.config.max_offsets_per_trigger))
