@@ -154,6 +154,9 @@ class SourceConfig(_Frozen):
     #: Where the live stream starts the first time the source runs (jobs backfill what lies before).
     starting_offsets: Literal["earliest", "latest"] = "latest"
     fail_on_data_loss: bool = True
+    #: A Kafka read (a live batch's or a history read's) that makes no progress for this long fails: the
+    #: live query is restarted, a history read backs off (``kafkaConsumer.pollTimeoutMs`` of the reader).
+    poll_timeout_s: float = Field(default=60.0, gt=0)
 
     @field_validator("bootstrap_servers")
     @classmethod

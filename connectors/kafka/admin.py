@@ -90,6 +90,8 @@ def _is_retriable(exc: BaseException) -> bool:
             KafkaError.LEADER_NOT_AVAILABLE,
             KafkaError.NOT_LEADER_FOR_PARTITION,
             KafkaError.UNKNOWN_TOPIC_OR_PART,
+            # a client's broker handle decommissioned while it re-bootstraps after a lost connection
+            KafkaError._DESTROY_BROKER,
         )
     )
 
@@ -104,11 +106,54 @@ def _is_unreachable(exc: BaseException) -> bool:
         KafkaError._TIMED_OUT,
         KafkaError._ALL_BROKERS_DOWN,
         KafkaError._RESOLVE,
+        KafkaError._DESTROY_BROKER,
     )
 
 
+def _check_answered(offsets: Mapping[str, int]) -> None:
+    """Raise a retriable transport error when a ListOffsets result holds no offset (-1001) for a split.
+
+    librdkafka (2.16) can answer ListOffsets with offset -1001 and no error for every partition when the
+    connection drops while the request is in flight (its re-bootstrap loses the request's transport error).
+    Taken as an offset, -1001 would read as a log truncated below the committed position (a data-loss
+    failure), or move a split's position to -1001 with ``failOnDataLoss=false``.
+    """
+    from confluent_kafka import OFFSET_INVALID, KafkaError, KafkaException
+
+    unanswered = sorted(sid for sid, offset in offsets.items() if offset == OFFSET_INVALID)
+    if unanswered:
+        reason = f"ListOffsets returned no offset for {', '.join(unanswered)} (request failed in flight)"
+        raise KafkaException(KafkaError(KafkaError._TRANSPORT, reason, retriable=True))
+
+
+def retry_if_splits_exist(exc: Exception, client: Any, tps: Iterable[Any], timeout_s: float) -> None:
+    """Raise a retriable LEADER_NOT_AVAILABLE instead of ``exc`` when it calls splits unknown that exist.
+
+    librdkafka answers ``_NOENT`` ("Failed to query partition leaders: No leaders found", ListOffsets) or
+    ``_UNKNOWN_PARTITION`` (watermarks) both for a split that does not exist and, after a lost connection,
+    while its re-bootstrapped metadata holds no topic yet. A fresh metadata request from ``client`` (an
+    admin client or a consumer) tells them apart: only the second is worth a retry.
+    """
+    from confluent_kafka import KafkaError, KafkaException
+
+    err = exc.args[0] if exc.args else None
+    unknown = (KafkaError._NOENT, KafkaError._UNKNOWN_PARTITION)
+    if not isinstance(err, KafkaError) or err.code() not in unknown:
+        return
+    topics = client.list_topics(timeout=timeout_s).topics
+    known = {(name, p) for name, t in topics.items() if t.error is None for p in t.partitions}
+    if all((tp.topic, tp.partition) in known for tp in tps):
+        leaderless = KafkaError(KafkaError.LEADER_NOT_AVAILABLE, err.str(), retriable=True)
+        raise KafkaException(leaderless) from exc
+
+
 def call_with_retry(fn: Callable[[], T], what: str, deadline_s: float, bootstrap: str) -> T:
-    """Run ``fn``, retrying retriable Kafka errors until ``deadline_s``; unreachable -> BrokerUnavailable."""
+    """Run ``fn``, retrying retriable Kafka errors until ``deadline_s``; unreachable -> BrokerUnavailable.
+
+    A ``TimeoutError`` from ``fn`` (an admin future's ``result(timeout=...)``: the broker did not answer
+    the request in time) counts as Kafka's own request timeout, ``_TIMED_OUT``.
+    """
+    from confluent_kafka import KafkaError, KafkaException
     from tenacity import Retrying
 
     def _log(state: RetryCallState) -> None:
@@ -124,7 +169,11 @@ def call_with_retry(fn: Callable[[], T], what: str, deadline_s: float, bootstrap
             reraise=True,
         ):
             with attempt:
-                return fn()
+                try:
+                    return fn()
+                except TimeoutError as exc:  # a future's result(timeout=...) ran out: no answer in time
+                    reason = f"no answer within the attempt's timeout ({what})"
+                    raise KafkaException(KafkaError(KafkaError._TIMED_OUT, reason, retriable=True)) from exc
     except Exception as exc:
         if _is_unreachable(exc):
             msg = f"Kafka broker at {bootstrap} unreachable for {what} within {deadline_s:.0f}s: {exc}"
@@ -248,7 +297,7 @@ class KafkaAdmin:
         return {sid: TopicPartition(*parse_split_id(sid)) for sid in split_ids}
 
     def _list_offsets(self, split_ids: Iterable[str], spec: Any, what: str) -> dict[str, int]:
-        from confluent_kafka import IsolationLevel
+        from confluent_kafka import IsolationLevel, KafkaException
 
         tps = self._tps(split_ids)
         if not tps:
@@ -261,10 +310,16 @@ class KafkaAdmin:
                 request_timeout=self._attempt_timeout(),
             )
             by_tp = {(tp.topic, tp.partition): f for tp, f in futs.items()}
-            return {
-                sid: int(by_tp[(tp.topic, tp.partition)].result(timeout=self._attempt_timeout()).offset)
-                for sid, tp in tps.items()
-            }
+            try:
+                found = {
+                    sid: int(by_tp[(tp.topic, tp.partition)].result(timeout=self._attempt_timeout()).offset)
+                    for sid, tp in tps.items()
+                }
+            except KafkaException as exc:
+                retry_if_splits_exist(exc, self._admin, tps.values(), self._attempt_timeout())
+                raise
+            _check_answered(found)
+            return found
 
         try:
             return self._retry(query, what)

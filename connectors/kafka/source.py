@@ -290,9 +290,14 @@ def read_range(
         return
     import pyarrow as pa
     import pyarrow.compute as pc
-    from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+    from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-    from connectors.kafka.admin import consume_available, consumer_config
+    from connectors.kafka.admin import (
+        call_with_retry,
+        consume_available,
+        consumer_config,
+        retry_if_splits_exist,
+    )
 
     schema = _arrow_schema(include_headers)
     conf = consumer_config(bootstrap, kafka_options)
@@ -303,7 +308,19 @@ def read_range(
     try:
         tp = TopicPartition(rng.topic, rng.partition)
         if rng.check_loss:
-            low, _high = consumer.get_watermark_offsets(tp, timeout=poll_timeout_s)
+            # retried like the admin's calls: a connection reset makes librdkafka re-bootstrap, and
+            # queries meanwhile fail (_DESTROY_BROKER, _TRANSPORT, _UNKNOWN_PARTITION) where a retry works
+            attempt_s = max(1.0, min(5.0, poll_timeout_s))
+
+            def watermarks() -> tuple[int, int]:
+                try:
+                    return consumer.get_watermark_offsets(tp, timeout=attempt_s)
+                except KafkaException as exc:
+                    retry_if_splits_exist(exc, consumer, [tp], attempt_s)
+                    raise
+
+            what = f"watermarks of {rng.split_id}"
+            low, _high = call_with_retry(watermarks, what, poll_timeout_s, bootstrap)
             if start < low:
                 if fail_on_data_loss:
                     msg = (

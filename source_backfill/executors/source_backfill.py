@@ -520,6 +520,7 @@ class SourceBackfillJob:
         slices = [part for i in range(_READ_AHEAD_TASKS) if (part := pieces[i::_READ_AHEAD_TASKS])]
         bootstrap, kafka = self.bootstrap_servers, dict(self.source.kafka)
         fail_on_data_loss, niceness = self.source.fail_on_data_loss, _READ_AHEAD_NICENESS
+        poll_timeout_s = self.source.poll_timeout_s
         counts: dict[str, int] = {}
 
         def write(folder: Path) -> None:
@@ -527,7 +528,8 @@ class SourceBackfillJob:
             copied = (
                 self.spark.sparkContext.parallelize(slices, len(slices))
                 .map(lambda part: write_ranges_parquet(part, bootstrap, kafka, target,
-                                                      fail_on_data_loss=fail_on_data_loss, niceness=niceness))
+                                                      fail_on_data_loss=fail_on_data_loss, niceness=niceness,
+                                                      poll_timeout_s=poll_timeout_s))
                 .collect()
             )
             for rows in copied:
@@ -640,6 +642,7 @@ class SourceBackfillJob:
             .option("ranges", json.dumps(spec))
             .option("failOnDataLoss", str(self.source.fail_on_data_loss).lower())
             .option("maxTasks", str(max_read_tasks(self.spark, self.source.max_read_tasks)))
+            .option("kafkaConsumer.pollTimeoutMs", str(round(self.source.poll_timeout_s * 1000)))
         )
         for key, value in self.source.kafka.items():
             reader = reader.option(f"kafka.{key}", value)

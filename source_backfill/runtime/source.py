@@ -138,6 +138,7 @@ class LiveSource:
             reader.option("startingOffsets", self.config.starting_offsets)
             .option("failOnDataLoss", str(self.config.fail_on_data_loss).lower())
             .option("maxTasks", str(max_read_tasks(self.spark, self.config.max_read_tasks)))
+            .option("kafkaConsumer.pollTimeoutMs", str(round(self.config.poll_timeout_s * 1000)))
         )
         if self.config.max_offsets_per_trigger is not None:
             reader = reader.option("maxOffsetsPerTrigger", str(self.config.max_offsets_per_trigger))
