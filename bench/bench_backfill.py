@@ -22,36 +22,12 @@ import threading
 import time
 from pathlib import Path
 
+from bench.records import fill, live
+
 RECORDS = int(os.environ.get("BENCH_BACKFILL_RECORDS", "1000000"))
 PARTITIONS = 4
 LIVE_PER_S = 200.0
 WINDOW_S = float(os.environ.get("BENCH_BACKFILL_WINDOW_S", "20"))
-
-
-def _fill(bootstrap: str, topic: str, n: int) -> None:
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.num.messages": 20000,
-                         "queue.buffering.max.messages": 1_000_000})
-    pad = b"x" * 120
-    for i in range(n):
-        producer.produce(topic, value=b"%d:" % i + pad, partition=i % PARTITIONS)
-        if i % 20000 == 0:
-            producer.poll(0)
-    producer.flush(120)
-
-
-def _live(bootstrap: str, topic: str, stop: threading.Event) -> None:
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
-    i = 0
-    while not stop.wait(10 / LIVE_PER_S):
-        for _ in range(10):
-            producer.produce(topic, value=b"live%d" % i, partition=i % PARTITIONS)
-            i += 1
-        producer.poll(0)
-    producer.flush(10)
 
 
 def _latencies(table: str, since_ms: float, until_ms: float) -> list[float]:
@@ -98,7 +74,7 @@ def main() -> dict[str, float]:
         topic = "bench-backfill"
         admin.create_topic(topic, PARTITIONS)
         t = time.monotonic()
-        _fill(bootstrap, topic, RECORDS)
+        fill(bootstrap, topic, RECORDS, PARTITIONS)
         print(f"produced {RECORDS} history records in {time.monotonic() - t:.1f}s", flush=True)
         splits = [f"{topic}:{p}" for p in range(PARTITIONS)]
         ends = admin.end_offsets(splits)
@@ -118,7 +94,8 @@ def main() -> dict[str, float]:
         print(f"baseline batch copy: {batch_s:.1f}s ({RECORDS / batch_s:,.0f} rows/s)", flush=True)
 
         # -- the daemon: a Finished live job, then a backfilling job attached mid-stream ----------------
-        live_thread = threading.Thread(target=_live, args=(bootstrap, topic, stop), daemon=True)
+        live_thread = threading.Thread(target=live, args=(bootstrap, topic, PARTITIONS, LIVE_PER_S, stop),
+                                       daemon=True)
         live_thread.start()
         settings = load_settings(
             daemon={"state_root": str(work / "state")},

@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.records import fill, live
+
 QUICK = os.environ.get("BENCH_QUICK") == "1"
 MEMORY_RECORDS = (100_000, 500_000) if QUICK else (1_000_000, 5_000_000)
 LOAD_MINUTES = float(os.environ.get("BENCH_LOAD_MINUTES", "1" if QUICK else "10"))
@@ -30,37 +32,6 @@ LOAD_BACKFILLING = 5
 LOAD_HISTORY = 100_000 if QUICK else 500_000
 LIVE_PER_S = 1000.0
 INTERVAL_S = 1.0
-
-
-def _fill(bootstrap: str, topic: str, n: int, partitions: int) -> None:
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.num.messages": 20000,
-                         "queue.buffering.max.messages": 1_000_000})
-    pad = b"x" * 120
-    for i in range(n):
-        while True:
-            try:
-                producer.produce(topic, value=b"%d:" % i + pad, partition=i % partitions)
-                break
-            except BufferError:
-                producer.poll(0.05)
-        if i % 20000 == 0:
-            producer.poll(0)
-    producer.flush(300)
-
-
-def _live(bootstrap: str, topic: str, partitions: int, stop: threading.Event) -> None:
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    i = 0
-    while not stop.wait(50 / LIVE_PER_S):
-        for _ in range(50):
-            producer.produce(topic, value=b"live%d" % i, partition=i % partitions)
-            i += 1
-        producer.poll(0)
-    producer.flush(30)
 
 
 def _config(work: Path, bootstrap: str, topic: str, port: int, jobs: list[dict[str, Any]]) -> Path:
@@ -91,7 +62,7 @@ def _memory(bootstrap: str, records: int) -> dict[str, float]:
     work = Path(tempfile.mkdtemp(prefix=f"bench-mem-{records}-"))
     topic = f"mem-{records}"
     KafkaAdmin(bootstrap).create_topic(topic, 4)
-    _fill(bootstrap, topic, records, 4)
+    fill(bootstrap, topic, records, 4)
     port = free_port()
     daemon = DaemonProcess(_config(work, bootstrap, topic, port, [{"name": "m"}]), port, work / "daemon.log")
     daemon.start()
@@ -137,7 +108,7 @@ def _load(bootstrap: str) -> dict[str, float]:
     work = Path(tempfile.mkdtemp(prefix="bench-load-"))
     topic = "load"
     KafkaAdmin(bootstrap).create_topic(topic, LOAD_PARTITIONS)
-    _fill(bootstrap, topic, LOAD_HISTORY, LOAD_PARTITIONS)
+    fill(bootstrap, topic, LOAD_HISTORY, LOAD_PARTITIONS)
     window_s = LOAD_MINUTES * 60
     rate = LOAD_HISTORY / window_s * 0.8  # keeps each backfilling job busy past the window
     jobs: list[dict[str, Any]] = [{"name": f"bf{i}", "rate_limit": round(rate)}
@@ -147,8 +118,9 @@ def _load(bootstrap: str) -> dict[str, float]:
     port = free_port()
     daemon = DaemonProcess(_config(work, bootstrap, topic, port, jobs), port, work / "daemon.log")
     stop = threading.Event()
-    live = threading.Thread(target=_live, args=(bootstrap, topic, LOAD_PARTITIONS, stop), daemon=True)
-    live.start()
+    producer = threading.Thread(target=live, args=(bootstrap, topic, LOAD_PARTITIONS, LIVE_PER_S, stop, 50),
+                                daemon=True)
+    producer.start()
     daemon.start()
     try:
         ready_s = daemon.wait_ready(300)
@@ -166,7 +138,7 @@ def _load(bootstrap: str) -> dict[str, float]:
     finally:
         stop.set()
         daemon.stop()
-        live.join(30)
+        producer.join(30)
     shutil.rmtree(work, ignore_errors=True)
 
     def delta(name: str, **labels: str) -> float:
