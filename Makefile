@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: venv jars run test unit integration lint bench chaos clean
+.PHONY: venv jars run test test-slow unit integration lint bench chaos clean
 
 venv: $(STAMP)
 
@@ -24,9 +24,13 @@ jars: $(STAMP)
 run: $(STAMP) jars
 	$(PY) -m source_backfill.demo
 
-## The whole test suite (unit + integration against a real broker, real Spark, real Delta tables).
+## The whole test suite (unit + integration against a real broker, real Spark, real Delta tables), less the
+## tests marked slow (kept under 20 minutes on 2 cores); `make test-slow` runs those (CI runs both).
 test: $(STAMP) jars
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+test-slow: $(STAMP) jars
+	$(PY) -m pytest -m slow $(PYTEST_ARGS)
 
 unit: $(STAMP) jars
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
