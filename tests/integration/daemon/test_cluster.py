@@ -1,0 +1,48 @@
+"""Cluster mode: the daemon's Spark runs on a standalone master with one worker (two JVMs on loopback);
+a job backfills through the cluster's executors exactly once."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from source_backfill.testing import RunningDaemon
+from tests.fixtures.spark_cluster import spark_standalone
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_job_backfills_exactly_once_through_a_standalone_cluster(tmp_path, kafka_bootstrap, kafka_admin):
+    from confluent_kafka import Producer
+
+    from source_backfill.verify import check_exactly_once
+
+    topic = f"cluster-{uuid.uuid4().hex[:8]}"
+    kafka_admin.create_topic(topic, 2)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(2000):
+        producer.produce(topic, value=f"v{i}".encode(), partition=i % 2)
+    assert producer.flush(30) == 0
+
+    with spark_standalone(tmp_path / "cluster") as cluster:
+        conf = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
+                "spark.executor.memory": "1g", "spark.cores.max": "2"}
+        (tmp_path / "daemon").mkdir()
+        daemon = RunningDaemon(tmp_path / "daemon", kafka_bootstrap,
+                               [{"name": "src", "topics": [topic]}], [],
+                               {"spark": {"master": cluster.master, "conf": conf}})
+        daemon.start()
+        try:
+            daemon.wait_ready(240)
+            apps = cluster.status()["activeapps"]
+            assert [a["name"] for a in apps] == ["source-backfill"], apps  # the daemon is the cluster's app
+            assert apps[0]["cores"] >= 1  # with executors on the worker
+            daemon.create_job(name="c", source="src")
+            job = daemon.wait_finished("c", timeout_s=240)
+            assert job["rows_history"] >= 2000
+            report = check_exactly_once(str(daemon.tables / "c"), kafka_bootstrap, [topic])
+            assert report.ok, report.summary()
+            assert f'master="{cluster.master}"' in daemon.log.read_text()
+        finally:
+            daemon.stop()
