@@ -25,7 +25,8 @@ run: $(STAMP) jars
 	$(PY) -m source_backfill.demo
 
 ## The whole test suite (unit + integration against a real broker, real Spark, real Delta tables), less the
-## tests marked slow (kept under 20 minutes on 2 cores); `make test-slow` runs those (CI runs both).
+## tests marked slow (the image's wheel install, the broker outages), to stay under 20 minutes on 2 cores;
+## `make test-slow` runs those (CI runs both).
 test: $(STAMP) jars
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 

@@ -19,7 +19,7 @@ from tests.integration.daemon.conftest import (
     wait_for,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # ~3.5 min: make test-slow (CI runs it)
 
 
 def _source_errors() -> float:
