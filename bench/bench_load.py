@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.records import fill, live
+from source_backfill.testing.metrics import scrape, total
 
 QUICK = os.environ.get("BENCH_QUICK") == "1"
 MEMORY_RECORDS = (100_000, 500_000) if QUICK else (1_000_000, 5_000_000)
@@ -84,23 +85,6 @@ def _memory(bootstrap: str, records: int) -> dict[str, float]:
     return {"peak_rss_mib": peak / 2**20, "seconds": seconds}
 
 
-def _scrape(daemon: Any) -> dict[str, list[tuple[dict[str, str], float]]]:
-    from prometheus_client.parser import text_string_to_metric_families
-
-    r = daemon.get("/metrics")
-    samples: dict[str, list[tuple[dict[str, str], float]]] = {}
-    if r is None:
-        return samples
-    for family in text_string_to_metric_families(r.text):
-        for s in family.samples:
-            samples.setdefault(s.name.removeprefix("source_backfill_"), []).append((s.labels, s.value))
-    return samples
-
-
-def _sum(samples: dict, name: str, **labels: str) -> float:
-    return sum(v for lab, v in samples.get(name, []) if all(lab.get(k) == x for k, x in labels.items()))
-
-
 def _load(bootstrap: str) -> dict[str, float]:
     from connectors.kafka.admin import KafkaAdmin
     from source_backfill.testing.process import DaemonProcess, free_port
@@ -130,9 +114,9 @@ def _load(bootstrap: str) -> dict[str, float]:
                 msg = f"load bench: the latest-start jobs did not finish; log tail:\n{daemon.tail()}"
                 raise RuntimeError(msg)
             time.sleep(1)
-        before, t0 = _scrape(daemon), time.monotonic()
+        before, t0 = scrape(daemon.url), time.monotonic()
         time.sleep(window_s)
-        after, t1 = _scrape(daemon), time.monotonic()
+        after, t1 = scrape(daemon.url), time.monotonic()
         backfilling = sum(_status(daemon, j["name"]) == "backfilling" for j in jobs[:LOAD_BACKFILLING])
         log_tail = daemon.tail()
     finally:
@@ -142,7 +126,7 @@ def _load(bootstrap: str) -> dict[str, float]:
     shutil.rmtree(work, ignore_errors=True)
 
     def delta(name: str, **labels: str) -> float:
-        return _sum(after, name, **labels) - _sum(before, name, **labels)
+        return total(after, name, **labels) - total(before, name, **labels)
 
     epochs = delta("epoch_duration_seconds_count", source="src")
     within = delta("epoch_duration_seconds_bucket", source="src", le=str(float(INTERVAL_S)))
@@ -160,7 +144,7 @@ def _load(bootstrap: str) -> dict[str, float]:
         "load.epoch_mean_s": round(delta("epoch_duration_seconds_sum", source="src") / max(epochs, 1), 3),
         "load.epochs_within_interval": round(within / max(epochs, 1), 3),
         "load.errors": delta("source_errors_total"),
-        "load.failed_jobs": _sum(after, "job_failed"),
+        "load.failed_jobs": total(after, "job_failed"),
         "load.still_backfilling_at_end": backfilling,
     }
     if result["load.errors"] or result["load.failed_jobs"]:

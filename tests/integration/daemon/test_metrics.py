@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from source_backfill.testing.metrics import scrape, total
 from tests.integration.daemon.conftest import exactly_once, finished, job_of, job_spec, wait_for
 
 pytestmark = pytest.mark.integration
@@ -54,21 +55,6 @@ def test_the_readme_lists_exactly_the_metrics_the_module_defines():
     assert _readme_metrics() == _module_metrics()
 
 
-def _scrape(url: str) -> dict[str, list[tuple[dict[str, str], float]]]:
-    import httpx
-    from prometheus_client.parser import text_string_to_metric_families
-
-    samples: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for family in text_string_to_metric_families(httpx.get(f"{url}/metrics").text):
-        for s in family.samples:
-            samples.setdefault(s.name.removeprefix("source_backfill_"), []).append((s.labels, s.value))
-    return samples
-
-
-def _value(samples, name: str, **labels: str) -> float:
-    return sum(v for lab, v in samples.get(name, []) if all(lab.get(k) == x for k, x in labels.items()))
-
-
 def test_progress_and_epoch_metrics_move_where_their_events_happen(
     daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path
 ):
@@ -81,35 +67,35 @@ def test_progress_and_epoch_metrics_move_where_their_events_happen(
     d = daemon_factory([topic], [job_spec("m", tmp_path, max_rows_per_epoch=300, rate_limit=600)])
     wait_for(lambda: job_of(d, "m") is not None and job_of(d, "m").rows[0] > 0, what="backfill started")
 
-    during = _scrape(d.api_url)
-    assert _value(during, "job_backfilling", job="m") == 1
-    assert _value(during, "split_lag_offsets", job="m") > 0
+    during = scrape(d.api_url)
+    assert total(during, "job_backfilling", job="m") == 1
+    assert total(during, "split_lag_offsets", job="m") > 0
     assert any(v == 0 for lab, v in during["split_stage"] if lab["job"] == "m")  # a split backfilling
-    assert _value(during, "job_splits", job="m", stage="backfilling") >= 1
-    assert _value(during, "job_eta_seconds", job="m") > 0
-    assert _value(during, "history_rows_total", job="m") > 0
+    assert total(during, "job_splits", job="m", stage="backfilling") >= 1
+    assert total(during, "job_eta_seconds", job="m") > 0
+    assert total(during, "history_rows_total", job="m") > 0
 
     KafkaAdmin(kafka_bootstrap).add_partitions(topic, 3)
     p.send(50, 3, start=5000, weights=[0, 0, 1])  # into the new partition only; the stream goes on
     wait_for(lambda: finished(d, "m") and len(job_of(d, "m").states or {}) == 3, timeout=240,
              what="finished on three splits")
-    wait_for(lambda: _value(_scrape(d.api_url), "live_rows_total", job="m") > 0, what="live rows counted")
+    wait_for(lambda: total(scrape(d.api_url), "live_rows_total", job="m") > 0, what="live rows counted")
 
-    after = _scrape(d.api_url)
-    history = _value(after, "history_rows_total", job="m")
+    after = scrape(d.api_url)
+    history = total(after, "history_rows_total", job="m")
     assert history >= 3000
-    assert _value(after, "job_rows", job="m", kind="history") == history
-    assert _value(after, "job_rows", job="m", kind="live") > 0
-    assert _value(after, "split_changes_total", job="m", change="added") >= 1
-    assert _value(after, "job_backfilling", job="m") == 0
-    assert _value(after, "split_lag_offsets", job="m") == 0
+    assert total(after, "job_rows", job="m", kind="history") == history
+    assert total(after, "job_rows", job="m", kind="live") > 0
+    assert total(after, "split_changes_total", job="m", change="added") >= 1
+    assert total(after, "job_backfilling", job="m") == 0
+    assert total(after, "split_lag_offsets", job="m") == 0
     assert all(v == 2 for lab, v in after["split_stage"] if lab["job"] == "m")
-    assert _value(after, "job_splits", job="m", stage="finished") == 3
-    assert _value(after, "commits_total", job="m") > _value(during, "commits_total", job="m") > 0
-    assert _value(after, "history_reads_ahead_total", job="m", outcome="adopted") > 0
-    assert _value(after, "epoch", source="src") > _value(during, "epoch", source="src")
-    assert _value(after, "epoch_duration_seconds_count", source="src") > 0
-    assert 0 <= _value(after, "epoch_lag_seconds", source="src") < 30
+    assert total(after, "job_splits", job="m", stage="finished") == 3
+    assert total(after, "commits_total", job="m") > total(during, "commits_total", job="m") > 0
+    assert total(after, "history_reads_ahead_total", job="m", outcome="adopted") > 0
+    assert total(after, "epoch", source="src") > total(during, "epoch", source="src")
+    assert total(after, "epoch_duration_seconds_count", source="src") > 0
+    assert 0 <= total(after, "epoch_lag_seconds", source="src") < 30
     # every metric the deploy stack's alerts and dashboard query is exported by this live daemon
     import httpx
 

@@ -10,7 +10,6 @@ Then ``/health`` answers 200 and the job's Delta table is under the volume.
 from __future__ import annotations
 
 import os
-import shlex
 import subprocess
 import sys
 import time
@@ -20,21 +19,13 @@ import httpx
 import pytest
 
 from source_backfill.testing.process import DaemonProcess, free_port
+from tests.integration.deploy.test_deploy_files import _dockerfile_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[3]
 VOLUME = "/var/lib/source-backfill"
 JARS = "/opt/source-backfill/jvm"
-
-
-def _image_env() -> dict[str, str]:
-    text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
-    env: dict[str, str] = {}
-    for line in text.splitlines():
-        if line.startswith("ENV "):
-            env.update(item.split("=", 1) for item in shlex.split(line[4:]))  # type: ignore[misc]
-    return env
 
 
 def _run(*argv: str, cwd: Path) -> None:
@@ -61,7 +52,8 @@ def test_the_wheel_installed_as_the_image_does_runs_the_image_config(tmp_path, k
     config.write_text((ROOT / "deploy" / "image" / "config.toml").read_text().replace(VOLUME, str(volume)))
     kafka_admin.create_topic("events", 2)
     port = free_port()
-    env = {k: v.replace(VOLUME, str(volume)).replace(JARS, str(jars_root())) for k, v in _image_env().items()}
+    image_env = _dockerfile_env()
+    env = {k: v.replace(VOLUME, str(volume)).replace(JARS, str(jars_root())) for k, v in image_env.items()}
     env |= {
         "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
         "SOURCE_BACKFILL_API__TOKEN": "image-t0ken",
