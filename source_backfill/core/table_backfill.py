@@ -193,10 +193,19 @@ class TableBackfillState:
 
     @classmethod
     def attach(cls, strategy: Strategy, delivered: int) -> TableBackfillState:
-        """A new job attached when the live stream had delivered version ``delivered``."""
+        """A new job attached when the live stream had delivered version ``delivered``.
+
+        Every strategy starts its ``cursor`` there: the live changes a job takes next are those of the
+        versions after it. Arrangement pins nothing; it moves its cursor with every epoch
+        (:meth:`followed`).
+        """
         if strategy is Strategy.ARRANGEMENT:
-            return cls(strategy)
+            return cls(strategy, cursor=delivered)
         return cls(strategy, pinned=delivered, cursor=delivered)
+
+    def followed(self, delivered: int) -> TableBackfillState:
+        """Arrangement: the epoch read its chunks and forwarded the live changes up to ``delivered``."""
+        return replace(self, cursor=delivered)
 
     def snapshot_done(self, vnodes: VnodeSet | None = None) -> TableBackfillState:
         """The snapshot is copied (for arrangement: every vnode complete, so upstream flows through)."""

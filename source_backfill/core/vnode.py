@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import zlib
+from collections.abc import Sequence
+from typing import Any
 
 VNODE_COUNT = 256
 
@@ -10,3 +13,12 @@ VNODE_COUNT = 256
 def vnode(pk: bytes, count: int = VNODE_COUNT) -> int:
     """The vnode of ``pk``: ``crc32(pk) % count``."""
     return zlib.crc32(pk) % count
+
+
+def key_vnode(key: Sequence[Any], count: int = VNODE_COUNT) -> int:
+    """The vnode of a primary key given as its column values (the table-backfill modules' bucket).
+
+    The key is encoded as compact JSON (``str`` for what JSON lacks: dates, decimals), so one key has one
+    vnode wherever it is computed: in a snapshot chunk and in a live change.
+    """
+    return vnode(json.dumps(list(key), separators=(",", ":"), default=str).encode(), count)

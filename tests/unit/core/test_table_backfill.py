@@ -110,7 +110,8 @@ def _epoch(state: TableBackfillState, up: Upstream, a: int, b: int, budget: int 
            max_versions: int, chunk_rows: int) -> tuple[TableBackfillState, list[Change]]:
     """One epoch of a job over the live batch of versions ``(a, b]``: its new state and its output."""
     out: list[Change] = []
-    live = up.changes(a + 1, b)
+    assert state.cursor is not None
+    live = up.changes(state.cursor + 1, b)  # each job takes the versions after its own cursor
     if state.phase is Phase.CONSUMING_SNAPSHOT:
         if state.strategy is Strategy.CHAIN:
             if budget != 0:  # the one-pass read finished during this epoch
@@ -119,7 +120,7 @@ def _epoch(state: TableBackfillState, up: Upstream, a: int, b: int, budget: int 
                     out += [("insert", k, v) for k, v in up.chunk(state.pinned, vn, None, 10**9)]
                 state = state.snapshot_done()
             return state, out
-        version = state.pinned if state.strategy is Strategy.SNAPSHOT else a
+        version = state.pinned if state.strategy is Strategy.SNAPSHOT else state.cursor
         assert version is not None
         asks = plan_chunks(state.vnodes, budget, chunk_rows=chunk_rows)
         chunks = {}
@@ -131,12 +132,13 @@ def _epoch(state: TableBackfillState, up: Upstream, a: int, b: int, budget: int 
         if state.strategy is Strategy.ARRANGEMENT:
             out += [(kind, k, v) for _, kind, k, v in live if vnodes.of(_vnode((k,))).forwards((k,))]
         state = TableBackfillState(state.strategy, state.phase, state.pinned, state.cursor, vnodes)
+        if state.strategy is Strategy.ARRANGEMENT:
+            state = state.followed(b)
         if vnodes.done:
             state = state.snapshot_done()
         return state, out
     if state.strategy is Strategy.ARRANGEMENT:  # every vnode complete: upstream flows through
-        return state, [(kind, k, v) for _, kind, k, v in live]
-    assert state.cursor is not None
+        return state.followed(b), [(kind, k, v) for _, kind, k, v in live]
     if state.phase is Phase.CONSUMING_LOG_STORE:
         end = replay_end(state.cursor, b, b - a, max_versions)
         out += [(kind, k, v) for _, kind, k, v in up.changes(state.cursor + 1, end)]
