@@ -32,7 +32,9 @@ LOAD_JOBS = 10
 LOAD_BACKFILLING = 5
 LOAD_HISTORY = 100_000 if QUICK else 500_000
 LIVE_PER_S = 1000.0
-INTERVAL_S = 1.0
+# The trigger the load runs at: 1 s epochs do not hold with 10 jobs on 2 cores (17 s on average, see the
+# README), so the stated figure is at a 30 s trigger; BENCH_LOAD_INTERVAL_S=1 measures the shortfall.
+INTERVAL_S = float(os.environ.get("BENCH_LOAD_INTERVAL_S", "30"))
 
 
 def _config(work: Path, bootstrap: str, topic: str, port: int, jobs: list[dict[str, Any]]) -> Path:
@@ -136,6 +138,7 @@ def _load(bootstrap: str) -> dict[str, float]:
         "load.jobs": LOAD_JOBS,
         "load.minutes": round(seconds / 60, 2),
         "load.ready_s": round(ready_s, 1),
+        "load.trigger_interval_s": INTERVAL_S,
         "load.live_rows_per_s_offered": LIVE_PER_S,
         "load.live_rows_per_s": round(delta("live_rows_total") / seconds, 1),
         "load.history_rows_per_s": round(delta("history_rows_total") / seconds, 1),
@@ -168,7 +171,7 @@ def main() -> dict[str, float]:
         })
         print(f"  rss ratio large/small: {result['memory.rss_ratio_5m_vs_1m']} (goal <= 1.10)", flush=True)
         print(f"load: {LOAD_PARTITIONS} partitions, {LOAD_JOBS} jobs ({LOAD_BACKFILLING} backfilling), "
-              f"{LIVE_PER_S:g} live rows/s, {LOAD_MINUTES:g} min", flush=True)
+              f"{LIVE_PER_S:g} live rows/s, {INTERVAL_S:g} s trigger, {LOAD_MINUTES:g} min", flush=True)
         result.update(_load(broker.bootstrap))
     for key, value in result.items():
         if key.startswith("load."):

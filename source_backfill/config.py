@@ -135,9 +135,24 @@ StartSpec = Annotated[
 
 # -- sources and jobs ----------------------------------------------------------------------------------
 class SourceConfig(_Frozen):
-    """One shared live Kafka source: one streaming query reading ``topics``, fanned out to its jobs."""
+    """One shared live source, fanned out to its jobs.
+
+    ``kind = "kafka"`` (the default): one streaming query reading ``topics``. ``kind = "delta"``: a Delta
+    table with change data feed (``table_path``, keyed by ``primary_key``), followed version by version;
+    its jobs copy the table with a table-backfill ``strategy``, then follow its changes.
+    """
 
     name: Name
+    kind: Literal["kafka", "delta"] = "kafka"
+    #: The Delta table a ``delta`` source follows (its change data feed must be on).
+    table_path: str | None = None
+    #: The primary-key columns of a ``delta`` source (integer or string columns; they order the copy).
+    primary_key: list[str] = Field(default_factory=list)
+    #: A ``delta`` source's snapshot jobs replay at most this many table versions per epoch (more when
+    #: more arrived, so their lag shrinks every epoch).
+    replay_versions_per_epoch: int = Field(default=16, gt=0)
+    #: Rows a table-backfill job reads per vnode per epoch (of 256 vnodes), before its rate limit.
+    chunk_rows: int = Field(default=1024, gt=0)
     #: ``host:port,...``, ``embedded``, or ``${VAR}``: the value of environment variable ``VAR`` (a
     #: container image's config names ``${KAFKA_BOOTSTRAP_SERVERS}`` and the deployment sets it).
     bootstrap_servers: str = EMBEDDED
@@ -172,6 +187,17 @@ class SourceConfig(_Frozen):
 
     @model_validator(mode="after")
     def _has_topics(self) -> SourceConfig:
+        if self.kind == "delta":
+            if not self.table_path or not self.primary_key:
+                msg = f'delta source "{self.name}" needs table_path and primary_key'
+                raise ValueError(msg)
+            if self.topics or self.topic_pattern:
+                msg = f'delta source "{self.name}" reads a table: topics and topic_pattern are for kafka'
+                raise ValueError(msg)
+            return self
+        if self.table_path or self.primary_key:
+            msg = f'kafka source "{self.name}": table_path and primary_key are for kind = "delta"'
+            raise ValueError(msg)
         if not self.topics and not self.topic_pattern:
             msg = f'source "{self.name}" needs topics or topic_pattern'
             raise ValueError(msg)
@@ -197,7 +223,14 @@ class JobSpec(_Frozen):
     read_ahead: bool = True
     #: Spark SQL over the Kafka columns, reading ``{source}``; ``None`` = identity.
     transform: Annotated[str, Field(json_schema_extra={"pattern": TRANSFORM_PATTERN})] | None = None
-    mode: Literal["append"] = "append"
+    #: What lands in the table. Kafka sources: ``append`` (the default). Delta sources: ``merge`` (the
+    #: default; the source's rows applied by key) or ``changelog`` (every change appended with
+    #: ``_change_type``, ``_epoch`` and ``_seq``, which order them). None: the source kind's default.
+    mode: Literal["append", "merge", "changelog"] | None = None
+    #: How a job on a ``delta`` source copies the table (DESIGN 7): ``snapshot`` (pin the version, copy it
+    #: per vnode, replay the changes after it), ``arrangement`` (copy the moving table per vnode, forward
+    #: changes of the rows already copied) or ``chain`` (the pinned snapshot in one pass, then the changes).
+    strategy: Literal["snapshot", "arrangement", "chain"] | None = None
     #: Who commits the job's table: delta-rs (the default: 5-25x faster per epoch here, `make bench`) or
     #: delta-spark (``txnAppId``/``txnVersion``; no history read ahead, history read in the epochs).
     writer: Literal["delta-rs", "delta-spark"] = "delta-rs"
@@ -214,6 +247,26 @@ class JobSpec(_Frozen):
             msg = "transform must read the Kafka rows as {source}, e.g. SELECT key, value FROM {source}"
             raise ValueError(msg)
         return value
+
+
+def check_job_fits_source(job: JobSpec, source: SourceConfig) -> None:
+    """A job's mode and strategy must suit its source's kind; ValueError saying what to change."""
+    if source.kind == "delta":
+        if job.strategy is None:
+            msg = (f'job "{job.name}" reads delta source "{source.name}": set strategy = "snapshot", '
+                   '"arrangement" or "chain"')
+            raise ValueError(msg)
+        if job.mode == "append":
+            msg = f'job "{job.name}" reads delta source "{source.name}": mode is "merge" or "changelog"'
+            raise ValueError(msg)
+        if job.transform is not None:
+            msg = f'job "{job.name}": a transform applies to Kafka rows, not to a delta source'
+            raise ValueError(msg)
+        return
+    if job.strategy is not None or job.mode not in (None, "append"):
+        msg = (f'job "{job.name}" reads kafka source "{source.name}": strategy and mode "{job.mode}" are for '
+               "delta sources")
+        raise ValueError(msg)
 
 
 class SparkConfig(_Frozen):
@@ -349,6 +402,7 @@ class Settings(BaseSettings):
             if job.source not in names:
                 msg = f'job "{job.name}" reads unknown source "{job.source}" (configured: {names})'
                 raise ValueError(msg)
+            check_job_fits_source(job, self.source(job.source))
         return self
 
     def source(self, name: str) -> SourceConfig:

@@ -83,6 +83,18 @@ JOB_ETA = Gauge(PREFIX + "job_eta_seconds", "Estimated seconds until the job's b
 JOB_BACKFILLING = Gauge(
     PREFIX + "job_backfilling", "1 while the job is backfilling, 0 once finished.", ["job"]
 )
+# -- table backfill (RW: snapshot_backfill_consume_row_count, arrangement_backfill_snapshot_read_row_count) --
+TABLE_BACKFILL_ROWS = Counter(
+    PREFIX + "table_backfill_rows",
+    "Rows a table-backfill job emitted, by stage: consuming_snapshot (copied from the table), "
+    "consuming_log_store (replayed from its change feed), consume_upstream (live changes forwarded).",
+    ["job", "stage"],
+)
+TABLE_BACKFILL_LAG = Gauge(
+    PREFIX + "table_backfill_lag_versions",
+    "Table versions the live stream delivered that a table-backfill job has not emitted yet.",
+    ["job"],
+)
 JOB_FAILED = Gauge(
     PREFIX + "job_failed", "1 while the job is failed (see its error in the API; retry or drop it).", ["job"]
 )
@@ -92,7 +104,7 @@ def forget_job(job: str) -> None:
     """Drop every labelled series of ``job`` (on job drop), so dashboards do not show ghosts."""
     per_job = (HISTORY_ROWS, LIVE_ROWS, SPLIT_STAGE, SPLIT_LAG, DATA_LOSS_OFFSETS, SPLIT_CHANGES,
                SOURCE_ERRORS, COMMITS, COMMIT_CONFLICTS, JOB_ROWS, JOB_SPLITS, JOB_ETA,
-               JOB_BACKFILLING, JOB_FAILED)
+               JOB_BACKFILLING, JOB_FAILED, TABLE_BACKFILL_ROWS, TABLE_BACKFILL_LAG)
     for metric in per_job:
         for labels in list(metric._metrics):  # noqa: SLF001 - prometheus_client has no public iterator
             if labels[0] == job:

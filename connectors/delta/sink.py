@@ -238,13 +238,16 @@ class DeltaEpochSink:
     def commit_epoch(
         self,
         epoch: int,
-        df: DataFrame | None,
+        df: DataFrame | pa.Table | None,
         state: Mapping[str, Any] | Callable[[], Mapping[str, Any]],
         plan: Mapping[str, Any] | None = None,
         *,
         staged: Sequence[StagedFiles] = (),
     ) -> CommitResult:
         """Commit epoch ``epoch``'s rows and the job's new ``state`` (+ ``plan``) atomically, exactly once.
+
+        ``df``: a Spark DataFrame, or an Arrow table of rows already on the driver (written by pyarrow;
+        the table-backfill modules), or None for a state-only commit.
 
         ``state`` may be a callable, called once after the rows are written and before the commit (for a
         state that depends on what the write observed); only where :meth:`writes_before_commit` is true.
@@ -294,7 +297,7 @@ class DeltaEpochSink:
                 meta[KEY_PLAN] = json.dumps(dict(plan), sort_keys=True)
             if self.mode == "merge":
                 result = self._guarded(epoch, attempt, [], lambda: self._merge(snapshot, epoch, df, meta))
-            elif df is not None and self._use_delta_spark(df):
+            elif df is not None and not _is_arrow_table(df) and self._use_delta_spark(df):
                 spark_df = df
                 result = self._guarded(
                     epoch, attempt, [], lambda: self._commit_delta_spark(epoch, spark_df, meta)
@@ -446,6 +449,15 @@ class DeltaEpochSink:
             cols.append(col if same else col.cast(field.dataType).alias(field.name))
         return df.select(*cols, *[F.col(f"`{n}`") for n in extra])
 
+    def _conform_arrow(self, rows: pa.Table, *extra: str) -> pa.Table:
+        """Arrow rows with the sink's columns (+ ``extra``), in its order and types; a missing one raises."""
+        missing = [n for n in (*self.arrow_schema.names, *extra) if n not in rows.column_names]
+        if missing:
+            msg = f"Delta sink {self.path}: rows lack the table's columns {missing}"
+            raise DeltaSinkError(msg)
+        fields = [*self.arrow_schema, *(rows.schema.field(n) for n in extra)]
+        return rows.select([f.name for f in fields]).cast(_pa().schema(fields))
+
     def stage_files(self, write: Callable[[Path], Any], after_epoch: int) -> StagedFiles:
         """Have ``write(folder)`` stage Parquet files now, for a later epoch to commit (``staged=...``).
 
@@ -492,12 +504,25 @@ class DeltaEpochSink:
         if staged.folder.exists():
             _remove_attempt(staged.folder)
 
-    def _write_files(self, df: DataFrame | None, folder: Path) -> tuple[list[Any], int]:
-        """Have Spark's executors write ``df`` into ``folder``; return the add actions and row count."""
+    def _write_files(self, df: DataFrame | pa.Table | None, folder: Path) -> tuple[list[Any], int]:
+        """Have Spark's executors write ``df`` into ``folder``; return the add actions and row count.
+
+        An Arrow table (rows already on the driver) is written by pyarrow, one file per partition value.
+        """
         if df is None:
             return [], 0
         folder.mkdir(parents=True)
         (folder / MARKER).touch()
+        if _is_arrow_table(df):
+            import pyarrow.dataset as ds
+
+            rows = self._conform_arrow(df)
+            if rows.num_rows:
+                ds.write_dataset(rows, folder, format="parquet", partitioning=list(self.partition_by) or None,
+                                 partitioning_flavor="hive" if self.partition_by else None,
+                                 basename_template=f"part-{uuid.uuid4().hex[:12]}-{{i}}.parquet",
+                                 existing_data_behavior="overwrite_or_ignore")
+            return self._collect_adds(folder)
         writer = self._conform(df).write.mode("append")
         if self.partition_by:
             writer = writer.partitionBy(*self.partition_by)
@@ -579,7 +604,13 @@ class DeltaEpochSink:
 
         props = CommitProperties(custom_metadata=meta, app_transactions=[Transaction(self.job_id, epoch)])
         changes = None
-        if df is not None:
+        if _is_arrow_table(df):
+            import pyarrow.compute as pc
+
+            kept = _pa().array(["insert", "update_postimage", "delete"])
+            changes = self._conform_arrow(df, CHANGE_TYPE)
+            changes = changes.filter(pc.is_in(changes.column(CHANGE_TYPE), value_set=kept))
+        elif df is not None:
             from pyspark.sql import functions as F  # noqa: N812
 
             keep = F.col(CHANGE_TYPE).isin("insert", "update_postimage", "delete")
@@ -741,6 +772,16 @@ def _with_user_metadata(commit: dict[str, Any]) -> dict[str, Any]:
         if isinstance(extra, dict):
             return {**commit, **extra}
     return commit
+
+
+def _pa() -> Any:
+    import pyarrow as pa
+
+    return pa
+
+
+def _is_arrow_table(df: Any) -> bool:
+    return df is not None and isinstance(df, _pa().Table)
 
 
 def _is_arrow(schema: Any) -> bool:

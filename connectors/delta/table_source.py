@@ -6,7 +6,9 @@ delta-rs), and the change data feed comes from delta-rs' ``load_cdf``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import bisect
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from source_backfill.errors import DeltaSinkError
 
@@ -55,19 +57,37 @@ class DeltaTableSource:
             return spark.createDataFrame([], schema)
         return spark.read.schema(schema).option("basePath", self.path).parquet(*files)
 
+    def arrow_schema(self, version: int | None = None) -> pa.Schema:
+        """The table's columns at ``version`` (latest when None), in the plain Arrow types Spark reads."""
+        import pyarrow as pa
+
+        return _plain_types(pa.schema(self._table(version).schema().to_arrow()).empty_table()).schema
+
+    def change_feed_enabled(self) -> bool:
+        """Whether the table records its change data feed (``delta.enableChangeDataFeed``)."""
+        config = self._table().metadata().configuration
+        return str(config.get("delta.enableChangeDataFeed", "false")).lower() == "true"
+
+    def rows_arrow(self, version: int) -> pa.Table:
+        """The table's rows at ``version``, read by delta-rs on the driver."""
+        import pyarrow as pa
+
+        return _plain_types(pa.table(self._table(version).to_pyarrow_table()))
+
     def changes_arrow(self, start_version: int, end_version: int | None = None) -> pa.Table:
         """Change data feed rows of versions ``start_version..end_version`` (inclusive) as Arrow.
 
         Each row carries ``_change_type`` (insert, delete, update_preimage, update_postimage),
         ``_commit_version`` and ``_commit_timestamp``. ``end_version`` None means the latest version; a
-        range starting after it (nothing new yet) is empty, not an error.
+        range starting after it (nothing new yet, or ``end_version = start_version - 1``) is empty, not
+        an error.
         """
         import pyarrow as pa
 
         commit_ts = pa.timestamp("ms", tz="UTC")
         table = self._table()
         end = table.version() if end_version is None else end_version
-        if start_version < 0 or (end_version is not None and end_version < start_version):
+        if start_version < 0 or (end_version is not None and end_version < start_version - 1):
             msg = f"bad change feed range {start_version}..{end_version} of Delta table {self.path}"
             raise DeltaSinkError(msg)
         if start_version > end:
@@ -103,3 +123,55 @@ def _plain_types(table: pa.Table) -> pa.Table:
     }
     schema = pa.schema([f.with_type(casts.get(f.type, f.type)) for f in table.schema])
     return table.cast(schema) if schema != table.schema else table
+
+
+class VersionIndex:
+    """One version of a keyed table, ordered for chunk reads: by vnode, then primary key within a vnode.
+
+    The table-backfill modules read a vnode's next rows above a position (``chunk``); the index sorts
+    once (pyarrow) and finds each vnode's run and the position in it by bisection. A null or repeated
+    primary key is refused: the modules' positions need a key that orders every row.
+    """
+
+    def __init__(self, rows: pa.Table, primary_key: Sequence[str], vnode_count: int) -> None:
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from source_backfill.core.vnode import key_vnode
+
+        missing = [k for k in primary_key if k not in rows.column_names]
+        if missing or not primary_key:
+            msg = f"primary key columns {list(primary_key)} are not all in the table ({rows.column_names})"
+            raise DeltaSinkError(msg)
+        for k in primary_key:  # positions travel as JSON and compare as Python values: ints and strings
+            kind = rows.schema.field(k).type
+            if not (pa.types.is_integer(kind) or pa.types.is_string(kind)):
+                msg = f"primary key column {k} is {kind}: the table-backfill modules need integer or string"
+                msg += " keys"
+                raise DeltaSinkError(msg)
+        keys = list(zip(*(rows.column(k).to_pylist() for k in primary_key), strict=True))
+        if any(v is None for key in keys for v in key):
+            msg = f"the table has rows with a null primary key ({', '.join(primary_key)})"
+            raise DeltaSinkError(msg)
+        vnodes = pa.array([key_vnode(k, vnode_count) for k in keys], pa.int32())
+        order = pc.sort_indices(
+            rows.append_column("__vnode", vnodes),
+            sort_keys=[("__vnode", "ascending"), *((k, "ascending") for k in primary_key)],
+        )
+        self.rows = rows.take(order)
+        self._vnodes = np.asarray(vnodes.take(order))
+        self.keys: list[tuple[Any, ...]] = [keys[i] for i in order.to_pylist()]
+        self._bounds = np.searchsorted(self._vnodes, np.arange(vnode_count + 1), side="left")
+        for v in range(vnode_count):
+            lo, hi = int(self._bounds[v]), int(self._bounds[v + 1])
+            run = self.keys[lo:hi]
+            if any(a >= b for a, b in zip(run, run[1:], strict=False)):
+                msg = f"the table has rows with the same primary key ({', '.join(primary_key)})"
+                raise DeltaSinkError(msg)
+
+    def chunk(self, vnode: int, after: tuple[Any, ...] | None, rows: int) -> range:
+        """Positions in :attr:`rows` of the first ``rows`` rows of ``vnode`` with a key above ``after``."""
+        lo, hi = int(self._bounds[vnode]), int(self._bounds[vnode + 1])
+        start = lo if after is None else bisect.bisect_right(self.keys, tuple(after), lo, hi)
+        return range(start, min(hi, start + rows))

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from source_backfill.config import StartSpec
-from source_backfill.runtime.registry import JobProgress, JobRecord, SplitProgress
+from source_backfill.runtime.registry import JobProgress, JobRecord, SplitProgress, TableProgress
 
 JobViewStatus = Literal["pending", "backfilling", "finished", "failed"]
 
@@ -20,6 +20,29 @@ class ThrottleBody(BaseModel):
 
     #: History rows per second; ``null`` = unlimited, ``0`` = read no history (loses nothing).
     rate_limit: float | None = Field(ge=0, allow_inf_nan=False, strict=True)  # true is not 1 row/s
+
+
+class TableView(BaseModel):
+    """A job on a ``delta`` source: its strategy's phase, vnodes copied and versions behind."""
+
+    strategy: str
+    phase: str
+    vnodes_completed: int
+    vnodes_total: int
+    pinned_version: int | None
+    cursor_version: int | None
+    lag_versions: int | None
+    rows: dict[str, int]
+    #: Fraction of the copy done (vnodes completed / total); 1.0 once the snapshot is copied.
+    progress: float
+
+    @classmethod
+    def of(cls, t: TableProgress) -> TableView:
+        """The view of a table-backfill job's published progress."""
+        return cls(strategy=t.strategy, phase=t.phase, vnodes_completed=t.vnodes_completed,
+                   vnodes_total=t.vnodes_total, pinned_version=t.pinned_version,
+                   cursor_version=t.cursor_version, lag_versions=t.lag_versions, rows=dict(t.rows),
+                   progress=t.vnodes_completed / max(1, t.vnodes_total))
 
 
 class SplitView(BaseModel):
@@ -83,6 +106,8 @@ class JobView(BaseModel):
     #: The last history read error while the job backs off and retries (cleared by a good read).
     last_error: str | None = None
     splits: list[SplitView]
+    #: Jobs on a ``delta`` source: the table backfill's progress (``null`` for Kafka jobs).
+    table: TableView | None = None
 
     @classmethod
     def of(cls, record: JobRecord, progress: JobProgress | None, pending: int = 0) -> JobView:
@@ -116,6 +141,7 @@ class JobView(BaseModel):
             error=record.error,
             last_error=progress.last_error if progress is not None else None,
             splits=splits,
+            table=TableView.of(progress.table) if progress is not None and progress.table else None,
         )
 
 

@@ -116,6 +116,21 @@ def read_ahead_budget(
     return _capped(budget, rate_limit_rows_per_s, interval_s, max_rows_per_epoch)
 
 
+def table_budget(
+    *, paused: bool, rate_limit_rows_per_s: float | None, interval_s: float, max_rows_per_epoch: int | None
+) -> int | None:
+    """Rows a table-backfill job copies this epoch: None = no limit, 0 = none (paused or rate 0).
+
+    The table modules read from the job's own table source, not the shared live stream, so there is no
+    adaptive share to keep: only the rate limit (one interval's worth, at least one row) and the cap.
+    """
+    if paused or rate_limit_rows_per_s == 0:
+        return 0
+    if rate_limit_rows_per_s is None and max_rows_per_epoch is None:
+        return None
+    return _capped(2**62, rate_limit_rows_per_s, interval_s, max_rows_per_epoch)
+
+
 def _reads_none(paused: bool, rate: float | None, last_epoch_s: float | None, interval_s: float) -> bool:
     """Paused, rate 0, or the last epoch ran over ``WAIT_EPOCH_MULTIPLE`` intervals (self-pause)."""
     if paused or rate == 0:

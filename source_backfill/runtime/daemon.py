@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from source_backfill import metrics
-from source_backfill.config import EMBEDDED, Settings
+from source_backfill.config import EMBEDDED, JobSpec, Settings, check_job_fits_source
 from source_backfill.errors import ConfigError
 
 if TYPE_CHECKING:
     from source_backfill.runtime.source import LiveSource
+    from source_backfill.runtime.table_source import TableLiveSource
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +29,7 @@ class Daemon:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.sources: dict[str, LiveSource] = {}
+        self.sources: dict[str, LiveSource | TableLiveSource] = {}
         self.started_at = time.time()
         self._broker: Any = None
         self._api: Any = None
@@ -64,7 +65,8 @@ class Daemon:
         cfg = self.settings
         root = cfg.daemon.state_root
         root.mkdir(parents=True, exist_ok=True)
-        self.registry = JobRegistry(root, [s.name for s in cfg.sources], data_root=cfg.daemon.data_root)
+        self.registry = JobRegistry(root, [s.name for s in cfg.sources], data_root=cfg.daemon.data_root,
+                                    check_spec=self._check_spec)
         for spec in cfg.jobs:
             try:
                 self.registry.ensure(spec)
@@ -75,6 +77,13 @@ class Daemon:
         self.spark = build_spark(cfg.spark.master, "source-backfill", cfg.spark.conf)
         warm_history_copy(self.spark)
         for source in cfg.sources:
+            if source.kind == "delta":
+                from source_backfill.runtime.table_source import TableLiveSource
+
+                table_source = TableLiveSource(source, self.registry)
+                self.sources[source.name] = table_source
+                table_source.start()
+                continue
             bootstrap = self._bootstrap(source.bootstrap_servers)
             admin = KafkaAdmin(bootstrap, dict(source.kafka))
             live = LiveSource(
@@ -95,6 +104,13 @@ class Daemon:
         self._api.start()
         threading.Thread(target=self._watch_lag, name="epoch-lag", daemon=True).start()
         logger.info('daemon started api="%s" sources=%d', self._api.url, len(self.sources))
+
+    def _check_spec(self, spec: JobSpec) -> None:
+        """A job created through the API must suit its source's kind (ConfigError, a 422, if not)."""
+        try:
+            check_job_fits_source(spec, self.settings.source(spec.source))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
 
     @property
     def api_url(self) -> str:

@@ -29,7 +29,7 @@ import math
 import os
 import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -114,6 +114,25 @@ class SplitProgress:
 
 
 @dataclass(frozen=True, slots=True)
+class TableProgress:
+    """Where a job on a ``delta`` source stands (its strategy's phase, vnodes copied, versions behind)."""
+
+    strategy: str
+    #: ``consuming_snapshot``, ``consuming_log_store`` or ``consume_upstream``.
+    phase: str
+    vnodes_completed: int
+    vnodes_total: int
+    #: The snapshot's version (snapshot, chain); None for arrangement.
+    pinned_version: int | None
+    #: Source versions up to this one are in the job's table.
+    cursor_version: int | None
+    #: Versions the live stream delivered that the job has not emitted yet.
+    lag_versions: int | None
+    #: Rows emitted per stage.
+    rows: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class JobProgress:
     """A job's progress as published by the epoch loop after each epoch."""
 
@@ -127,15 +146,25 @@ class JobProgress:
     history_rows_per_s: float | None = None
     #: The last history read error while the job backs off (None after a good read).
     last_error: str | None = None
+    #: Jobs on a ``delta`` source: their table-backfill progress (no splits).
+    table: TableProgress | None = None
 
 
 # -- the registry ---------------------------------------------------------------------------------------
 class JobRegistry:
     """The job table, the durable mutation log and the queue of unapplied mutations; thread-safe."""
 
-    def __init__(self, state_root: Path, sources: Iterable[str], data_root: Path | None = None) -> None:
+    def __init__(
+        self,
+        state_root: Path,
+        sources: Iterable[str],
+        data_root: Path | None = None,
+        check_spec: Callable[[JobSpec], None] | None = None,
+    ) -> None:
         self.state_root = Path(state_root)
         self.sources = frozenset(sources)
+        #: Checks a new job against its source (a mode or strategy its kind has not): ConfigError.
+        self.check_spec = check_spec
         #: When set, every job's sink path must resolve (symlinks followed) inside it.
         self.data_root = Path(data_root).resolve() if data_root is not None else None
         self.path = self.state_root / LOG_NAME
@@ -175,6 +204,8 @@ class JobRegistry:
                 msg = f'unknown source "{spec.source}" (configured: {sorted(self.sources)})'
                 raise SourceNotFoundError(msg)
             self._check_sink_path(spec.sink_path)
+            if self.check_spec is not None:
+                self.check_spec(spec)
             self._record("create", spec.name, spec.source, spec=spec, rate_limit=spec.rate_limit)
             return self._jobs[spec.name]
 
@@ -188,9 +219,10 @@ class JobRegistry:
             current = self._jobs.get(spec.name)
             if current is None or current.dropped:
                 return self.create(spec)
-            if current.spec != spec:
+            old, new = _as_declared(current.spec), _as_declared(spec)
+            if old != new:
                 changed = sorted(
-                    k for k in type(spec).model_fields if getattr(spec, k) != getattr(current.spec, k)
+                    k for k in type(spec).model_fields if getattr(new, k) != getattr(old, k)
                 )
                 msg = (f'job "{spec.name}" is registered with a different spec'
                        f' (changed: {", ".join(changed)}); drop it first or rename the declaration')
@@ -484,6 +516,17 @@ class JobRegistry:
 _REPAIR = ("; the daemon did not start. Remove or fix that line (the jobs' tables are not affected: a job "
            "re-created on the same sink path resumes from its table), or move the file aside to start "
            "with no registered jobs")
+
+
+def _as_declared(spec: JobSpec) -> JobSpec:
+    """``spec`` with an unset Kafka mode spelled out as ``append``.
+
+    A log line from before modes were optional says ``mode = "append"``; the same declaration today
+    leaves it unset.
+    """
+    if spec.mode is None and spec.strategy is None:
+        return spec.model_copy(update={"mode": "append"})
+    return spec
 
 
 def _job_hint(line: bytes) -> str:

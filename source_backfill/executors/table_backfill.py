@@ -1,0 +1,277 @@
+"""A table-backfill job: copy a changing Delta table into the job's table, then follow its changes.
+
+One job, one strategy (``snapshot``, ``arrangement`` or ``chain``; DESIGN 7 and the rules in
+:mod:`source_backfill.core.table_backfill`). Every epoch the source hands the job the versions the live
+stream delivered (``delivered``) and the change feed rows after the slowest job's cursor; the job decides
+what to emit with the pure rules, reads what they ask for (snapshot chunks, a bounded replay) with
+delta-rs on the driver, and commits its output and its new state in one Delta commit
+(``Transaction(job, epoch)``, the Kafka jobs' exactly-once protocol). A restarted job resumes from the
+state in its table's last commit: nothing is buffered in memory, the source table's log is the log store.
+
+Output: ``merge`` applies the changes to the job's table by primary key (a copy of the source table);
+``changelog`` appends every change with ``_change_type``, ``_epoch`` and ``_seq`` (replayed in
+``(_epoch, _seq)`` order it rebuilds the table).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from source_backfill import metrics
+from source_backfill.core.budget import table_budget
+from source_backfill.core.table_backfill import (
+    Phase,
+    Strategy,
+    TableBackfillState,
+    plan_chunks,
+    replay_end,
+)
+from source_backfill.core.vnode import VNODE_COUNT, key_vnode
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from connectors.delta.table_source import DeltaTableSource, VersionIndex
+    from source_backfill.config import JobSpec, SourceConfig
+
+logger = logging.getLogger(__name__)
+
+CHANGE_TYPE = "_change_type"
+COMMIT_VERSION = "_commit_version"
+#: Key of the table-backfill state in the job's commit metadata; ``rows`` holds the per-stage counts.
+STATE_KEY = "table_backfill"
+
+
+class TableBackfillJob:
+    """One job on a ``delta`` source: its sink, its committed state and its control flags."""
+
+    def __init__(self, spec: JobSpec, source: SourceConfig, table: DeltaTableSource,
+                 *, vnode_count: int = VNODE_COUNT) -> None:
+        import pyarrow as pa
+
+        from connectors.delta.sink import DeltaEpochSink
+
+        if spec.strategy is None:
+            msg = f'job "{spec.name}" on delta source "{source.name}" has no strategy'
+            raise ValueError(msg)
+        self.spec = spec
+        self.name = spec.name
+        self.strategy = Strategy(spec.strategy)
+        self.mode = spec.mode or "merge"
+        self.primary_key = tuple(source.primary_key)
+        self.chunk_rows = source.chunk_rows
+        self.replay_versions = source.replay_versions_per_epoch
+        self.interval_s = source.trigger_interval_s
+        self.vnode_count = vnode_count
+        self.table = table
+        columns = table.arrow_schema()
+        change = pa.field(CHANGE_TYPE, pa.string())
+        if self.mode == "merge":
+            schema = pa.schema([*columns, change])
+            self.sink = DeltaEpochSink(spec.sink_path, spec.name, schema, mode="merge",
+                                       key_columns=self.primary_key, on_conflict=self._conflict)
+        else:
+            order = [pa.field("_epoch", pa.int64()), pa.field("_seq", pa.int64())]
+            schema = pa.schema([*columns, change, *order])
+            self.sink = DeltaEpochSink(spec.sink_path, spec.name, schema, on_conflict=self._conflict)
+        self.state: TableBackfillState | None = None
+        self.committed_epoch: int | None = None
+        self.rows: Counter[str] = Counter()
+        self._recover()
+        self.paused = False
+        self.rate_limit: float | None = spec.rate_limit
+        #: The newest version the live stream delivered, as of the last epoch (for the lag).
+        self.delivered: int | None = None
+        self.last_error: str | None = None
+        self.failed: str | None = None
+        self._index: tuple[int, VersionIndex] | None = None
+
+    def _conflict(self) -> None:
+        metrics.COMMIT_CONFLICTS.labels(self.name).inc()
+
+    def _recover(self) -> None:
+        recovered = self.sink.recover()
+        if recovered is None:
+            return
+        self.committed_epoch = recovered.epoch
+        data = recovered.state.get(STATE_KEY)
+        if data is not None:
+            self.state = TableBackfillState.from_json(data)
+            self.rows.update({k: int(v) for k, v in recovered.state.get("rows", {}).items()})
+
+    def close(self) -> None:
+        """Nothing runs beside the epochs: only the cached snapshot is released."""
+        self._index = None
+
+    # -- what the source asks ----------------------------------------------------------------------
+    @property
+    def cursor(self) -> int | None:
+        """Versions up to this one are emitted (None before the job's first epoch)."""
+        return None if self.state is None else self.state.cursor
+
+    def needs_live(self) -> bool:
+        """Whether this epoch's live changes matter to the job (else it reads its own versions)."""
+        state = self.state
+        if state is None or state.strategy is Strategy.ARRANGEMENT:
+            return True
+        return state.phase is Phase.CONSUME_UPSTREAM
+
+    @property
+    def backfill_done(self) -> bool:
+        """The job follows the live stream (its status is ``finished``)."""
+        return self.state is not None and self.state.phase is Phase.CONSUME_UPSTREAM
+
+    @property
+    def lag_versions(self) -> int | None:
+        """Delivered versions not emitted yet."""
+        if self.state is None or self.delivered is None or self.state.cursor is None:
+            return None
+        return max(0, self.delivered - self.state.cursor)
+
+    # -- the epoch ---------------------------------------------------------------------------------
+    def run_epoch(self, epoch: int, before: int, delivered: int, live: pa.Table | None) -> bool:
+        """Emit and commit epoch ``epoch`` over the versions ``(before, delivered]``.
+
+        ``live``: the change feed rows of at least the versions after this job's cursor up to
+        ``delivered`` when :meth:`needs_live` (rows at or below the cursor are ignored). Returns whether
+        the epoch was committed (False: it was committed before, a replay).
+        """
+        state = self.state or TableBackfillState.attach(self.strategy, before)
+        budget = table_budget(paused=self.paused, rate_limit_rows_per_s=self.rate_limit,
+                              interval_s=self.interval_s, max_rows_per_epoch=self.spec.max_rows_per_epoch)
+        parts: list[tuple[str, pa.Table]] = []
+        if state.phase is Phase.CONSUMING_SNAPSHOT:
+            state = self._copy(state, budget, delivered, live, parts)
+        elif state.strategy is Strategy.ARRANGEMENT:
+            parts.append((Phase.CONSUME_UPSTREAM.value, self._after(live, state.cursor, delivered)))
+            state = state.followed(delivered)
+        elif state.phase is Phase.CONSUMING_LOG_STORE:
+            if budget != 0:  # paused: the replay waits with the copy; the log store loses nothing
+                assert state.cursor is not None
+                end = replay_end(state.cursor, delivered, delivered - before, self.replay_versions)
+                if end > state.cursor:
+                    parts.append((Phase.CONSUMING_LOG_STORE.value,
+                                  _ordered(self.table.changes_arrow(state.cursor + 1, end))))
+                state = state.replayed(end, delivered)
+        else:
+            parts.append((Phase.CONSUME_UPSTREAM.value, self._after(live, state.cursor, delivered)))
+            state = state.replayed(delivered, delivered)
+        return self._commit(epoch, state, parts, delivered)
+
+    def _copy(self, state: TableBackfillState, budget: int | None, delivered: int, live: pa.Table | None,
+              parts: list[tuple[str, pa.Table]]) -> TableBackfillState:
+        """The snapshot phase: chunks per vnode (a one-pass read for chain), arrangement's live filter."""
+        import pyarrow as pa
+
+        stage = Phase.CONSUMING_SNAPSHOT.value
+        if state.strategy is Strategy.CHAIN:
+            if budget == 0:
+                return state
+            assert state.pinned is not None
+            parts.append((stage, _inserts(self._snapshot(state.pinned).rows)))
+            self._index = None
+            return state.snapshot_done()
+        version = state.pinned if state.strategy is Strategy.SNAPSHOT else state.cursor
+        assert version is not None
+        index = self._snapshot(version)
+        positions: list[int] = []
+        chunks = {}
+        for vn, asked in plan_chunks(state.vnodes, budget, chunk_rows=self.chunk_rows).items():
+            found = index.chunk(vn, state.vnodes.of(vn).pos, asked)
+            positions.extend(found)
+            chunks[vn] = ([index.keys[i] for i in found], asked)
+        if positions:
+            parts.append((stage, _inserts(index.rows.take(pa.array(positions, pa.int64())))))
+        vnodes = state.vnodes.with_chunks(chunks)
+        state = replace(state, vnodes=vnodes)
+        if state.strategy is Strategy.ARRANGEMENT:
+            changes = self._after(live, state.cursor, delivered)
+            keep = [vnodes.of(key_vnode(k, self.vnode_count)).forwards(k) for k in self._keys(changes)]
+            parts.append((Phase.CONSUME_UPSTREAM.value, changes.filter(pa.array(keep, pa.bool_()))))
+            state = state.followed(delivered)
+        if vnodes.done:
+            self._index = None
+            state = state.snapshot_done()
+        return state
+
+    def _snapshot(self, version: int) -> VersionIndex:
+        """The table at ``version``, indexed by vnode and key (kept while the version is the same)."""
+        from connectors.delta.table_source import VersionIndex
+
+        if self._index is None or self._index[0] != version:
+            t0 = time.monotonic()
+            index = VersionIndex(self.table.rows_arrow(version), self.primary_key, self.vnode_count)
+            logger.info('table snapshot indexed job="%s" version=%d rows=%d seconds=%.2f', self.name, version,
+                        index.rows.num_rows, time.monotonic() - t0)
+            self._index = (version, index)
+        return self._index[1]
+
+    def _after(self, live: pa.Table | None, cursor: int | None, delivered: int) -> pa.Table:
+        """The live changes of versions in ``(cursor, delivered]``, in version order."""
+        import pyarrow.compute as pc
+
+        if live is None:
+            msg = f'job "{self.name}" needs the live changes but the source gave none'
+            raise RuntimeError(msg)
+        version = live.column(COMMIT_VERSION)
+        after = -1 if cursor is None else cursor
+        mask = pc.and_(pc.greater(version, after), pc.less_equal(version, delivered))
+        return _ordered(live.filter(mask))
+
+    def _keys(self, changes: pa.Table) -> list[tuple[Any, ...]]:
+        return list(zip(*(changes.column(k).to_pylist() for k in self.primary_key), strict=True))
+
+    def _commit(self, epoch: int, state: TableBackfillState, parts: list[tuple[str, pa.Table]],
+                delivered: int) -> bool:
+        import pyarrow as pa
+
+        rows = Counter({stage: t.num_rows for stage, t in parts if t.num_rows})
+        out = None
+        tables = [t for _, t in parts if t.num_rows]
+        if tables:
+            columns = [*self.columns, CHANGE_TYPE]
+            out = pa.concat_tables([t.select(columns) for t in tables], promote_options="permissive")
+            if self.mode == "changelog":
+                out = out.append_column("_epoch", pa.array([epoch] * out.num_rows, pa.int64()))
+                out = out.append_column("_seq", pa.array(range(out.num_rows), pa.int64()))
+        total = self.rows + rows
+        result = self.sink.commit_epoch(epoch, out, {STATE_KEY: state.to_json(), "rows": dict(total)})
+        self.delivered = delivered
+        if not result.committed:  # committed before (a replay): the table's state is the truth
+            self._recover()
+            return False
+        for stage, n in rows.items():
+            metrics.TABLE_BACKFILL_ROWS.labels(self.name, stage).inc(n)
+        metrics.COMMITS.labels(self.name).inc()
+        self.rows = total
+        self.state = state
+        self.committed_epoch = epoch
+        lag = self.lag_versions
+        if lag is not None:
+            metrics.TABLE_BACKFILL_LAG.labels(self.name).set(lag)
+        return True
+
+    @property
+    def columns(self) -> list[str]:
+        """The source table's columns, as the job's table holds them."""
+        return [n for n in self.sink.arrow_schema.names if n not in (CHANGE_TYPE, "_epoch", "_seq")]
+
+
+def _inserts(rows: pa.Table) -> pa.Table:
+    """Snapshot rows as changes: each an ``insert``."""
+    import pyarrow as pa
+
+    return rows.append_column(CHANGE_TYPE, pa.array(["insert"] * rows.num_rows, pa.string()))
+
+
+def _ordered(changes: pa.Table) -> pa.Table:
+    """Change feed rows in commit order (a stable sort: a version's own order is kept)."""
+    import pyarrow.compute as pc
+
+    if changes.num_rows == 0:
+        return changes
+    return changes.take(pc.sort_indices(changes, sort_keys=[(COMMIT_VERSION, "ascending")]))
