@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import random
 import threading
-import time
 from typing import Any
 
 import pyarrow as pa
@@ -23,7 +22,7 @@ class ChangingTable:
 
     def __init__(self, path: str, seed: int = 0) -> None:
         self.path = path
-        self.rng = random.Random(seed)
+        self.rng = random.Random(seed)  # noqa: S311 - test data, reproducible by seed
         self.next_id = 0
         self.versions = 0
 
@@ -90,7 +89,6 @@ class ChangingTable:
         stop = threading.Event()
         thread = threading.Thread(target=self.run, args=(stop, pause_s), name="changing-table", daemon=True)
         thread.start()
-        time.sleep(0)
         return thread, stop
 
 
@@ -134,4 +132,5 @@ def replay_changelog(table: pa.Table) -> dict[int, tuple[Any, Any]]:
 
 
 def _rows(ids: list[int], version: int) -> pa.Table:
-    return pa.table({"id": ids, "v": [i % 97 for i in ids], "note": [f"r{version}"] * len(ids)}, schema=SCHEMA)
+    notes = [f"r{version}"] * len(ids)
+    return pa.table({"id": ids, "v": [i % 97 for i in ids], "note": notes}, schema=SCHEMA)

@@ -1,0 +1,169 @@
+"""Table backfill of a changing Delta table: snapshot, arrangement and chain, merged and as a changelog.
+
+A source table of 20k rows keeps changing under a writer (inserts between and after the first rows,
+updates, deletes, upserts — of rows copied already, of rows not reached yet, at the positions) while
+the jobs copy it in small chunks; after the writer stops and every job follows the live stream, each
+job's table equals the source's latest version row for row (merge), and each changelog replayed strictly
+rebuilds it (an insert of a present key or a change of a missing one fails). The source's epochs are run
+by the test (``run_epoch``); restarts are new source objects recovering from the jobs' tables.
+"""
+
+from __future__ import annotations
+
+import pytest
+from deltalake import DeltaTable
+
+from source_backfill.config import JobSpec, SourceConfig
+from source_backfill.core.table_backfill import Phase
+from source_backfill.runtime.registry import JobRegistry
+from source_backfill.runtime.table_source import TableLiveSource
+from source_backfill.testing.delta import ChangingTable, as_rows, replay_changelog
+
+pytestmark = pytest.mark.integration
+
+ROWS = 20_000
+
+
+def _source(tmp_path, registry, **kw):
+    cfg = SourceConfig(name="t", kind="delta", table_path=str(tmp_path / "src"), primary_key=["id"],
+                       trigger_interval_s=0.5, **({"chunk_rows": 8, "replay_versions_per_epoch": 2} | kw))
+    source = TableLiveSource(cfg, registry)
+    source.open()
+    return source
+
+
+def _job(registry, tmp_path, name, strategy, mode, **kw):
+    registry.create(JobSpec(name=name, source="t", sink_path=str(tmp_path / name), strategy=strategy,
+                            mode=mode, **kw))
+
+
+def _content(job):
+    table = DeltaTable(job.sink.path).to_pyarrow_table()
+    return as_rows(table) if job.mode == "merge" else replay_changelog(table)
+
+
+def _until_live(source, limit=2000):
+    for _ in range(limit):
+        source.run_epoch()
+        if all(j.backfill_done and j.lag_versions == 0 for j in source.jobs.values()):
+            return
+    pytest.fail(f"jobs not live: { {n: (j.state, j.lag_versions) for n, j in source.jobs.items()} }")
+
+
+@pytest.mark.parametrize("strategy", ["snapshot", "arrangement", "chain"])
+def test_each_strategy_ends_equal_to_the_changing_source(tmp_path, strategy):
+    up = ChangingTable.create(str(tmp_path / "src"), ROWS, seed=7)
+    registry = JobRegistry(tmp_path / "state", ["t"])
+    _job(registry, tmp_path, "merged", strategy, "merge")
+    _job(registry, tmp_path, "log", strategy, "changelog", rate_limit=4000.0)
+    source = _source(tmp_path, registry)
+    thread, stop = up.writer_thread(0.01)
+    copying_while_writing = 0
+    try:
+        for _ in range(12):
+            source.run_epoch()
+            copying_while_writing += not source.jobs["log"].backfill_done
+    finally:
+        stop.set()
+        thread.join()
+    # the copy really overlapped the changes (chain reads its snapshot in one pass, then replays)
+    assert up.versions >= 10 and copying_while_writing >= (1 if strategy == "chain" else 8)
+    _until_live(source)
+    want = up.expected()
+    for job in source.jobs.values():
+        assert _content(job) == want, job.name
+    assert registry.failed() == []
+    progress = registry.progress("merged")
+    assert progress.status == "finished" and progress.table.phase == Phase.CONSUME_UPSTREAM.value
+    assert progress.table.lag_versions == 0 and progress.rows_history > 0
+
+
+def test_a_restart_mid_snapshot_and_mid_replay_resumes_from_the_committed_state(tmp_path):
+    up = ChangingTable.create(str(tmp_path / "src"), ROWS, seed=3)
+    registry = JobRegistry(tmp_path / "state", ["t"])
+    for strategy in ("snapshot", "arrangement", "chain"):
+        _job(registry, tmp_path, strategy, strategy, "changelog", rate_limit=4_000.0)
+    source = _source(tmp_path, registry, chunk_rows=64)
+    source.run_epoch()
+    assert source.jobs["snapshot"].state.phase is Phase.CONSUMING_SNAPSHOT
+    phases = set()
+    for _ in range(30):  # restart after every few epochs, while versions keep coming
+        for _ in range(3):
+            up.commit()
+            source.run_epoch()
+            phases |= {j.state.phase for j in source.jobs.values()}
+        source.stop()
+        source = _source(tmp_path, registry, chunk_rows=64)  # a new process: state from the tables only
+    assert {Phase.CONSUMING_SNAPSHOT, Phase.CONSUMING_LOG_STORE} <= phases
+    _until_live(source)
+    want = up.expected()
+    for job in source.jobs.values():
+        assert _content(job) == want, job.name
+
+
+def test_rate_zero_then_raised_loses_nothing(tmp_path):
+    up = ChangingTable.create(str(tmp_path / "src"), 2_000, seed=5)
+    registry = JobRegistry(tmp_path / "state", ["t"])
+    _job(registry, tmp_path, "a", "arrangement", "changelog", rate_limit=0.0)
+    _job(registry, tmp_path, "s", "snapshot", "merge", rate_limit=0.0)
+    source = _source(tmp_path, registry)
+    for _ in range(5):
+        up.commit()
+        source.run_epoch()
+    for job in source.jobs.values():  # paused: nothing copied, nothing replayed
+        assert job.rows.get(Phase.CONSUMING_SNAPSHOT.value, 0) == 0
+        assert job.state.phase is Phase.CONSUMING_SNAPSHOT
+    registry.throttle("a", None)
+    registry.throttle("s", 500.0)
+    for _ in range(5):
+        up.commit()
+        source.run_epoch()
+    _until_live(source)
+    want = up.expected()
+    for job in source.jobs.values():
+        assert _content(job) == want, job.name
+
+
+def test_a_replayed_log_store_epoch_is_applied_once(tmp_path):
+    """An epoch of the replay phase run again (its commit made, the process gone before it knew) is
+    skipped by the table's transaction, so the changelog holds each replayed change once."""
+    up = ChangingTable.create(str(tmp_path / "src"), 500, seed=9)
+    registry = JobRegistry(tmp_path / "state", ["t"])
+    _job(registry, tmp_path, "s", "snapshot", "changelog")
+    source = _source(tmp_path, registry, chunk_rows=1024, replay_versions_per_epoch=1)
+    source.run_epoch()  # the whole snapshot, pinned before the changes below
+    registry.pause("s")
+    for _ in range(6):
+        up.commit()
+    source.run_epoch()  # delivered while paused: six versions pending in the log store
+    registry.resume("s")
+    job = source.jobs["s"]
+    before, epoch = job.state, source._epoch + 1  # noqa: SLF001
+    source.run_epoch()
+    assert job.state.phase is Phase.CONSUMING_LOG_STORE and job.state.cursor == before.cursor + 1
+    replayed = DeltaTable(job.sink.path).version()
+    job.state = before  # the epoch again, from the state it started with
+    assert not job.run_epoch(epoch, source.delivered, source.delivered, None)
+    assert DeltaTable(job.sink.path).version() == replayed and job.state.cursor == before.cursor + 1
+    _until_live(source)
+    assert _content(job) == up.expected()
+
+
+def test_a_job_on_a_table_without_change_feed_or_with_a_bad_key_fails_clearly(tmp_path):
+    from deltalake import write_deltalake
+
+    from source_backfill.errors import ConfigError
+    from source_backfill.testing.delta import SCHEMA
+
+    write_deltalake(str(tmp_path / "src"), SCHEMA.empty_table())
+    with pytest.raises(ConfigError, match="change data feed"):
+        _source(tmp_path, JobRegistry(tmp_path / "state", ["t"]))
+    ChangingTable.create(str(tmp_path / "keyed"), 10)
+    registry = JobRegistry(tmp_path / "state2", ["t"])
+    _job(registry, tmp_path, "j", "snapshot", "merge")
+    cfg = SourceConfig(name="t", kind="delta", table_path=str(tmp_path / "keyed"), primary_key=["nope"])
+    source = TableLiveSource(cfg, registry)
+    source.open()
+    source.run_epoch()
+    assert "j" not in source.jobs
+    assert "nope" in registry.get("j").error
