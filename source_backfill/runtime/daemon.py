@@ -41,7 +41,7 @@ class Daemon:
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def start(self) -> None:
-        """Start Spark, the registry, every source (recovering its jobs), the API and metrics.
+        """Start the registry, Spark (for Kafka sources), the sources (recovering their jobs), API, metrics.
 
         If any of it fails, what was started is stopped again (sources, API, broker) before the error
         is raised, so a failed start leaves no query, port or broker process behind.
@@ -74,8 +74,9 @@ class Daemon:
                 logger.warning('config job differs from the registered one, keeping the registered spec '
                                'job="%s" detail="%s" (use the API to throttle, or drop and re-create)',
                                spec.name, exc)
-        self.spark = build_spark(cfg.spark.master, "source-backfill", cfg.spark.conf)
-        warm_history_copy(self.spark)
+        if any(s.kind == "kafka" for s in cfg.sources):  # delta sources read with delta-rs: no Spark
+            self.spark = build_spark(cfg.spark.master, "source-backfill", cfg.spark.conf)
+            warm_history_copy(self.spark)
         for source in cfg.sources:
             if source.kind == "delta":
                 from source_backfill.runtime.table_source import TableLiveSource

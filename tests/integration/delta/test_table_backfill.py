@@ -87,7 +87,7 @@ def test_a_restart_mid_snapshot_and_mid_replay_resumes_from_the_committed_state(
     source.run_epoch()
     assert source.jobs["snapshot"].state.phase is Phase.CONSUMING_SNAPSHOT
     phases = set()
-    for _ in range(30):  # restart after every few epochs, while versions keep coming
+    for _ in range(12):  # restart after every few epochs, while versions keep coming
         for _ in range(3):
             up.commit()
             source.run_epoch()

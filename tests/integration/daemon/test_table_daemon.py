@@ -1,0 +1,109 @@
+"""Table backfill in the daemon as users run it: a ``delta`` source in the config, jobs from the config
+and the API, progress in ``/jobs`` and ``/metrics``, and ``kill -9`` mid-snapshot and mid-replay.
+
+A daemon with only delta sources starts no Spark (the table modules read with delta-rs), so each start
+here takes seconds.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from deltalake import DeltaTable
+
+from source_backfill.testing.delta import ChangingTable, as_rows, replay_changelog
+from source_backfill.testing.metrics import scrape, total
+from source_backfill.testing.process import DaemonProcess, free_port
+
+pytestmark = pytest.mark.integration
+
+
+def _config(tmp_path, port):
+    config = tmp_path / "config.toml"
+    config.write_text(f"""
+[daemon]
+state_root = "{tmp_path / 'state'}"
+[api]
+port = {port}
+[metrics]
+port = false
+[[sources]]
+name = "tbl"
+kind = "delta"
+table_path = "{tmp_path / 'src'}"
+primary_key = ["id"]
+trigger_interval_s = 0.3
+chunk_rows = 4
+replay_versions_per_epoch = 8
+[[jobs]]
+name = "snap"
+source = "tbl"
+sink_path = "{tmp_path / 'snap'}"
+strategy = "snapshot"
+mode = "changelog"
+rate_limit = 2500
+""")
+    return config
+
+
+def _table(daemon, job):
+    r = daemon.get(f"/jobs/{job}")
+    assert r is not None and r.status_code == 200, r
+    return r.json()
+
+
+def _wait(daemon, job, predicate, timeout_s=120):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        view = _table(daemon, job)
+        if view["table"] is not None and predicate(view):
+            return view
+        time.sleep(0.2)
+    pytest.fail(f"{job} never got there: {_table(daemon, job)}\n{daemon.tail()}")
+
+
+def test_kill_9_mid_snapshot_and_mid_replay_then_equal_to_the_source(tmp_path):
+    up = ChangingTable.create(str(tmp_path / "src"), 10_000, seed=11)
+    port = free_port()
+    daemon = DaemonProcess(_config(tmp_path, port), port, tmp_path / "daemon.log")
+    daemon.start()
+    thread, stop = up.writer_thread(0.05)
+    try:
+        daemon.wait_ready(60)
+        body = {"name": "arr", "source": "tbl", "sink_path": str(tmp_path / "arr"), "strategy": "arrangement",
+                "rate_limit": 3000}
+        r = daemon.request("POST", "/jobs", body)
+        assert r is not None and r.status_code == 201, r.text
+        bad = daemon.request("POST", "/jobs", body | {"name": "x", "strategy": None})
+        assert bad is not None and bad.status_code == 422 and "strategy" in bad.text
+        mid = _wait(daemon, "snap", lambda v: v["table"]["phase"] == "consuming_snapshot"
+                    and 0.1 < v["table"]["progress"] < 0.9)
+        daemon.kill()  # mid-snapshot
+        daemon.start()
+        daemon.wait_ready(60)
+        again = _wait(daemon, "snap", lambda v: v["epoch"] is not None)
+        # resumed from its committed vnodes, not started over
+        assert again["table"]["vnodes_completed"] >= mid["table"]["vnodes_completed"]
+        _wait(daemon, "snap", lambda v: v["table"]["phase"] == "consuming_log_store"
+              and v["table"]["lag_versions"] > 3)
+        daemon.kill()  # mid-replay
+        daemon.start()
+        daemon.wait_ready(60)
+    finally:
+        stop.set()
+        thread.join()
+    latest = DeltaTable(str(tmp_path / "src")).version()
+    try:
+        for job in ("snap", "arr"):
+            _wait(daemon, job, lambda v: v["status"] == "finished" and v["table"]["lag_versions"] == 0
+                  and v["table"]["cursor_version"] == latest)
+        want = up.expected()
+        assert replay_changelog(DeltaTable(str(tmp_path / "snap")).to_pyarrow_table()) == want
+        assert as_rows(DeltaTable(str(tmp_path / "arr")).to_pyarrow_table()) == want
+        assert _table(daemon, "arr")["table"]["rows"]["consuming_snapshot"] >= 10_000  # persisted counts
+        metrics = scrape(daemon.url)  # counted since the last start: the replay went on after it
+        assert total(metrics, "table_backfill_rows_total", job="snap", stage="consuming_log_store") > 0
+        assert total(metrics, "table_backfill_lag_versions", job="snap") == 0
+    finally:
+        daemon.stop()
