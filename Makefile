@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: venv jars run test test-slow unit integration lint bench chaos clean
+.PHONY: venv jars run run-table test test-slow unit integration lint bench chaos clean
 
 venv: $(STAMP)
 
@@ -27,6 +27,10 @@ run: $(STAMP) jars
 ## The whole test suite (unit + integration against a real broker, real Spark, real Delta tables), less the
 ## tests marked slow (the image's wheel install, the broker outages), to stay under 20 minutes on 2 cores;
 ## `make test-slow` runs those (CI runs both).
+## The table-backfill demo: snapshot, arrangement and chain jobs copying a Delta table a writer keeps changing.
+run-table: $(STAMP)
+	$(PY) -m source_backfill.demo_table
+
 test: $(STAMP) jars
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
