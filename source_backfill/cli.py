@@ -98,6 +98,17 @@ def split_bar(split: dict[str, Any], width: int = BAR_WIDTH) -> str:
     return f"{split.get('split')}  [{bar}] {pct:>6}  {counts}  {stage}"
 
 
+def table_bar(table: dict[str, Any], width: int = BAR_WIDTH) -> str:
+    """``snapshot  [#####-----]  52.0%  vnodes 133/256  consuming_snapshot  lag 4 versions``."""
+    total = int(table.get("vnodes_total") or 0)
+    done = int(table.get("vnodes_completed") or 0)
+    frac = 1.0 if total <= 0 else max(0.0, min(1.0, done / total))
+    filled = round(frac * width)
+    lag = table.get("lag_versions")
+    return (f"{table.get('strategy')}  [{'#' * filled}{'-' * (width - filled)}] {frac * 100:5.1f}%  "
+            f"vnodes {done}/{total}  {table.get('phase')}  lag {'?' if lag is None else lag} versions")
+
+
 def job_line(job: dict[str, Any]) -> str:
     """One summary line of a job."""
     flags = []
@@ -134,6 +145,8 @@ def render_jobs(jobs: list[dict[str, Any]]) -> str:
     out: list[str] = []
     for job in jobs:
         out.append(job_line(job))
+        if job.get("table"):
+            out.append("  " + table_bar(job["table"]))
         width = max((len(str(s.get("split"))) for s in job.get("splits", [])), default=0)
         for s in job.get("splits", []):
             out.append("  " + split_bar({**s, "split": str(s.get("split")).ljust(width)}))
@@ -198,6 +211,10 @@ def _cmd_jobs_create(args: argparse.Namespace, out: IO[str]) -> int:
         body["max_rows_per_epoch"] = args.max_rows_per_epoch
     if args.transform is not None:
         body["transform"] = args.transform
+    if args.strategy is not None:
+        body["strategy"] = args.strategy
+    if args.mode is not None:
+        body["mode"] = args.mode
     job = _client(args).call("POST", "/jobs", body)
     print(f'created job "{job["name"]}" on source "{job["source"]}" -> {job["sink_path"]}; '
           "it attaches at the next epoch", file=out)
@@ -377,6 +394,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-rows-per-epoch", type=int, metavar="N", help="history rows per epoch at most")
     p.add_argument("--transform", metavar="SQL", help="Spark SQL over {source}, e.g. 'SELECT key, value FROM "
                    "{source}'")
+    p.add_argument("--strategy", choices=("snapshot", "arrangement", "chain"),
+                   help="jobs on a delta source: how the table is copied")
+    p.add_argument("--mode", choices=("merge", "changelog"),
+                   help="jobs on a delta source: the table copied by key (merge, default) or a changelog")
     p = action("show", "show a job with per-split progress", _cmd_jobs_show)
     p.add_argument("--json", action="store_true", help="print the API's JSON")
     action("pause", "stop reading history (live rows keep flowing)",

@@ -254,3 +254,14 @@ def test_console_script(live_api) -> None:
 )
 def test_split_bar(split, line) -> None:
     assert cli.split_bar(split, width=10) == line
+
+
+def test_table_bar_and_create_options_of_a_table_job() -> None:
+    table = {"strategy": "snapshot", "phase": "consuming_snapshot", "vnodes_completed": 128,
+             "vnodes_total": 256, "lag_versions": 4}
+    assert cli.table_bar(table, width=10) == (
+        "snapshot  [#####-----]  50.0%  vnodes 128/256  consuming_snapshot  lag 4 versions")
+    rendered = cli.render_jobs([{"name": "t", "status": "backfilling", "epoch": 3, "table": table}])
+    assert rendered.splitlines()[1] == "  " + cli.table_bar(table)
+    # a strategy the daemon does not have is a usage error, refused before any request
+    assert cli.main(["jobs", "create", "t", "--source", "s", "--sink", "/x", "--strategy", "sideways"]) == 2
