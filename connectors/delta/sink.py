@@ -243,6 +243,7 @@ class DeltaEpochSink:
         plan: Mapping[str, Any] | None = None,
         *,
         staged: Sequence[StagedFiles] = (),
+        new_keys_only: bool = False,
     ) -> CommitResult:
         """Commit epoch ``epoch``'s rows and the job's new ``state`` (+ ``plan``) atomically, exactly once.
 
@@ -251,9 +252,12 @@ class DeltaEpochSink:
 
         ``state`` may be a callable, called once after the rows are written and before the commit (for a
         state that depends on what the write observed); only where :meth:`writes_before_commit` is true.
-        ``staged``: files written ahead by :meth:`stage_files`, committed with the epoch's rows (same path
-        only). A staged folder is moved into this attempt (``<attempt>.s<i>``) before the commit: if the epoch
-        does not commit, it goes with the attempt; if it is skipped (a replay) it stays where it was.
+        ``new_keys_only`` (merge mode): every row is an insert of a key the table does not hold (a
+        table-backfill chunk), so the rows are appended instead of merged — the same result, without
+        the merge's join. ``staged``: files written ahead by :meth:`stage_files`, committed with the
+        epoch's rows (same path only). A staged folder is moved into this attempt (``<attempt>.s<i>``)
+        before the commit: if the epoch does not commit, it goes with the attempt; if it is skipped (a
+        replay) it stays where it was.
 
         1. Create the table on first use (change data feed on) from the sink's schema; on an existing
            table check once that it belongs to this job and has the sink's columns.
@@ -295,7 +299,7 @@ class DeltaEpochSink:
                 meta[KEY_STATE] = json.dumps(dict(state), sort_keys=True)
             if plan is not None:
                 meta[KEY_PLAN] = json.dumps(dict(plan), sort_keys=True)
-            if self.mode == "merge":
+            if self.mode == "merge" and not new_keys_only:
                 result = self._guarded(epoch, attempt, [], lambda: self._merge(snapshot, epoch, df, meta))
             elif df is not None and not _is_arrow_table(df) and self._use_delta_spark(df):
                 spark_df = df

@@ -138,7 +138,7 @@ class VersionIndex:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        from source_backfill.core.vnode import key_vnode
+        from source_backfill.core.vnode import key_vnodes
 
         missing = [k for k in primary_key if k not in rows.column_names]
         if missing or not primary_key:
@@ -150,25 +150,30 @@ class VersionIndex:
                 msg = f"primary key column {k} is {kind}: the table-backfill modules need integer or string"
                 msg += " keys"
                 raise DeltaSinkError(msg)
-        keys = list(zip(*(rows.column(k).to_pylist() for k in primary_key), strict=True))
-        if any(v is None for key in keys for v in key):
+        if any(rows.column(k).null_count for k in primary_key):
             msg = f"the table has rows with a null primary key ({', '.join(primary_key)})"
             raise DeltaSinkError(msg)
-        vnodes = pa.array([key_vnode(k, vnode_count) for k in keys], pa.int32())
+        columns = [rows.column(k).to_pylist() for k in primary_key]
+        vnodes = pa.array(key_vnodes(columns, vnode_count), pa.int32())
         order = pc.sort_indices(
             rows.append_column("__vnode", vnodes),
             sort_keys=[("__vnode", "ascending"), *((k, "ascending") for k in primary_key)],
         )
         self.rows = rows.take(order)
-        self._vnodes = np.asarray(vnodes.take(order))
-        self.keys: list[tuple[Any, ...]] = [keys[i] for i in order.to_pylist()]
-        self._bounds = np.searchsorted(self._vnodes, np.arange(vnode_count + 1), side="left")
-        for v in range(vnode_count):
-            lo, hi = int(self._bounds[v]), int(self._bounds[v + 1])
-            run = self.keys[lo:hi]
-            if any(a >= b for a, b in zip(run, run[1:], strict=False)):
+        n = self.rows.num_rows
+        if n > 1:  # sorted by (vnode, key): a repeated key sits next to itself
+            same = None
+            for k in primary_key:
+                col = self.rows.column(k)
+                eq = pc.equal(col.slice(1), col.slice(0, n - 1))
+                same = eq if same is None else pc.and_(same, eq)
+            if pc.any(same).as_py():
                 msg = f"the table has rows with the same primary key ({', '.join(primary_key)})"
                 raise DeltaSinkError(msg)
+        self._vnodes = np.asarray(vnodes.take(order))
+        self.keys: list[tuple[Any, ...]] = list(
+            zip(*(self.rows.column(k).to_pylist() for k in primary_key), strict=True))
+        self._bounds = np.searchsorted(self._vnodes, np.arange(vnode_count + 1), side="left")
 
     def chunk(self, vnode: int, after: tuple[Any, ...] | None, rows: int) -> range:
         """Positions in :attr:`rows` of the first ``rows`` rows of ``vnode`` with a key above ``after``."""

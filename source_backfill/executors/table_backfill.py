@@ -239,7 +239,10 @@ class TableBackfillJob:
                 out = out.append_column("_epoch", pa.array([epoch] * out.num_rows, pa.int64()))
                 out = out.append_column("_seq", pa.array(range(out.num_rows), pa.int64()))
         total = self.rows + rows
-        result = self.sink.commit_epoch(epoch, out, {STATE_KEY: state.to_json(), "rows": dict(total)})
+        # chunk rows are keys the job's table does not hold yet: alone, they are appended, not merged
+        chunks_only = set(rows) == {Phase.CONSUMING_SNAPSHOT.value}
+        result = self.sink.commit_epoch(epoch, out, {STATE_KEY: state.to_json(), "rows": dict(total)},
+                                        new_keys_only=chunks_only)
         self.delivered = delivered
         if not result.committed:  # committed before (a replay): the table's state is the truth
             self._recover()

@@ -28,8 +28,9 @@ def test_old_version_and_change_feed_return_exactly_the_changes(spark, sink_fact
     assert src.read_changes(spark, 3, 3).count() == 0
     nothing_new = src.read_changes(spark, 5)
     assert nothing_new.count() == 0 and nothing_new.schema == changes.schema  # same columns and types
+    assert src.changes_arrow(3, 2).num_rows == 0  # the empty range right after version 2: nothing new
     with pytest.raises(DeltaSinkError, match="bad change feed range"):
-        src.changes_arrow(3, 2)
+        src.changes_arrow(3, 1)
 
 
 def test_snapshot_of_a_partitioned_table(spark, sink_factory, rows, tmp_path):

@@ -258,3 +258,16 @@ def test_state_round_trips_through_json_and_refuses_damage():
         TableBackfillState.from_json(state.to_json() | {"pinned": "12"})
     with pytest.raises(ValueError, match="pins a version"):
         TableBackfillState(Strategy.CHAIN)
+
+
+@settings(max_examples=200, deadline=None)
+@given(keys=st.lists(st.one_of(
+    st.tuples(st.integers(-(2**63), 2**63 - 1)),
+    st.tuples(st.text(max_size=8), st.integers(-5, 5)))))
+def test_the_columnwise_vnode_of_a_key_is_the_one_of_the_key_alone(keys):
+    from source_backfill.core.vnode import key_vnode, key_vnodes
+
+    if not keys or len({len(k) for k in keys}) != 1:
+        return
+    columns = [list(c) for c in zip(*keys, strict=True)]
+    assert key_vnodes(columns, 16) == [key_vnode(k, 16) for k in keys]
