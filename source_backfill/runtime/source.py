@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING, Any
 from source_backfill import metrics
 from source_backfill.config import SourceConfig
 from source_backfill.core import LiveStats, split_id
-from source_backfill.errors import JobError, SourceBackfillError, one_line
+from source_backfill.errors import SourceBackfillError, one_line
 from source_backfill.executors.source_backfill import EpochInput, SourceBackfillJob
+from source_backfill.runtime.jobs import JobHost
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -40,17 +41,15 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: Epochs in a row a job may fail with an unexpected error (rebuilt from its table each time) before it
-#: is marked failed.
-JOB_ATTEMPTS = 3
-
 
 class EpochAbandonedError(SourceBackfillError):
     """The daemon is stopping: this epoch is abandoned before any job commits (it replays on restart)."""
 
 
-class LiveSource:
-    """One shared live Kafka source and the jobs attached to it."""
+class LiveSource(JobHost):
+    """One shared live Kafka source and the jobs attached to it (how jobs are kept: :class:`JobHost`)."""
+
+    failing_what = "live query"
 
     def __init__(
         self,
@@ -62,44 +61,20 @@ class LiveSource:
         state_root: Path,
         bootstrap_servers: str,
     ) -> None:
-        self.config = config
+        super().__init__(config, registry)
         self.spark = spark
-        self.registry = registry
         self.admin = admin
         self.bootstrap_servers = bootstrap_servers
         self.checkpoint = state_root / "sources" / config.name / "checkpoint"
-        self.jobs: dict[str, SourceBackfillJob] = {}
-        self.last_epoch: int | None = None
-        self.last_epoch_at: float | None = None
         self._deferred: list[Mutation] = []
         self._lock = threading.Lock()
-        self._stopping = threading.Event()
         self._query: StreamingQuery | None = None
         self._supervisor: threading.Thread | None = None
-        self.error: str | None = None
-        #: Epochs in a row each job failed with an unexpected error.
-        self._job_failures: dict[str, int] = {}
-        #: Query failures since the last epoch that completed (the supervisor restarts it each time).
-        self.query_failures = 0
-        self.started_at = time.time()
-
-    @property
-    def name(self) -> str:
-        """The source's configured name."""
-        return self.config.name
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def start(self) -> None:
         """Recover this source's jobs from their tables, then start (and supervise) the live query."""
-        for record in self.registry.list():
-            if record.spec.source != self.name or record.dropped:
-                continue
-            if record.error is not None:
-                metrics.JOB_FAILED.labels(record.name).set(1)
-                logger.warning('job stays failed until retried job="%s" error="%s"', record.name,
-                               record.error)
-                continue
-            self._build(record)
+        self._recover_jobs()
         self._query = self._start_query()
         self._supervisor = threading.Thread(target=self._supervise, name=f"source-{self.name}", daemon=True)
         self._supervisor.start()
@@ -185,29 +160,6 @@ class LiveSource:
                 self.query_failures += 1
                 logger.error('live query restart failed source="%s" error="%s"', self.name, exc)
 
-    def health(self, stale_after_intervals: float) -> dict[str, Any]:
-        """Whether the source is healthy: its query not failing, its last epoch recent enough."""
-        now = time.time()
-        age = now - (self.last_epoch_at or self.started_at)
-        stale_after = stale_after_intervals * self.config.trigger_interval_s
-        problems = []
-        if self.error is not None:
-            problems.append(f"live query failing ({self.query_failures} in a row): {self.error}")
-        if age > stale_after:
-            problems.append(f"no epoch for {age:.0f}s (more than {stale_after:.0f}s)")
-        return {
-            "healthy": not problems,
-            "ready": self.last_epoch_at is not None and not problems,
-            "problems": problems,
-            "last_epoch": self.last_epoch,
-            "last_epoch_at": self.last_epoch_at,
-            "last_epoch_age_s": round(age, 1),
-            "error": self.error,
-            "query_failures": self.query_failures,
-            "jobs": sorted(self.jobs),
-            "failed_jobs": sorted(r.name for r in self.registry.failed() if r.source == self.name),
-        }
-
     # -- the epoch -------------------------------------------------------------------------------------
     def _on_batch(self, batch: DataFrame, batch_id: int) -> None:
         msg = f"source {self.name} is stopping; epoch {batch_id} is abandoned and replays on restart"
@@ -240,116 +192,23 @@ class LiveSource:
             end=end,
             interval_s=self.config.trigger_interval_s,
         )
-        applied = self._apply_mutations(self._deferred + self.registry.drain(self.name), inp)
+        pending, self._deferred = self._deferred + self.registry.drain(self.name), []
+        applied = self._apply_mutations(pending, inp.epoch)
         for job in list(self.jobs.values()):
             if job.states is None and inp.start is None:
                 continue  # attach needs the exact live position: wait for the next epoch
-            try:
-                job.run_epoch(inp)
-            except JobError as exc:
-                self._fail(job.name, str(exc))
-                continue
-            except Exception as exc:
-                if self._stopping.is_set():
-                    raise
-                self._job_epoch_failed(job, inp.epoch, exc)
-                continue
-            self._job_failures.pop(job.name, None)
-            self._publish(job)
+            self._run_job(job, inp.epoch, lambda job=job: job.run_epoch(inp))
         if applied:
             self.registry.mark_applied([m.id for m in applied], batch_id)
 
-    def _apply_mutations(self, mutations: list[Mutation], inp: EpochInput) -> list[Mutation]:
-        applied: list[Mutation] = []
-        self._deferred = []
-        for m in mutations:
-            job = self.jobs.get(m.job)
-            if m.kind == "create":
-                if job is None and m.spec is not None:
-                    self._add_job(m.spec, paused=False, rate_limit=m.spec.rate_limit)
-            elif m.kind == "retry":
-                self._retry(m.job, inp.epoch)
-            elif m.kind == "drop":
-                if job is not None:
-                    job.close()
-                    del self.jobs[m.job]
-                self._job_failures.pop(m.job, None)
-                metrics.forget_job(m.job)
-                logger.info('job dropped job="%s" epoch=%d', m.job, inp.epoch)
-            elif job is not None:
-                if m.kind == "pause":
-                    job.paused = True
-                elif m.kind == "resume":
-                    job.paused = False
-                elif m.kind == "throttle":
-                    job.rate_limit = m.rate_limit
-            applied.append(m)
-        return applied
+    def _new_job(self, spec: Any) -> SourceBackfillJob:
+        return SourceBackfillJob(spec, self.config, self.spark, self.admin,
+                                 bootstrap_servers=self.bootstrap_servers)
 
-    def _build(self, record: Any) -> bool:
-        """Build a registered job with its accepted control state (pause, rate limit)."""
-        return self._add_job(record.spec, paused=record.paused, rate_limit=record.rate_limit)
-
-    def _add_job(self, spec: Any, *, paused: bool, rate_limit: float | None) -> bool:
-        """Build the job (recovering it from its table); a job that cannot be built is marked failed."""
-        try:
-            job = SourceBackfillJob(
-                spec, self.config, self.spark, self.admin, bootstrap_servers=self.bootstrap_servers
-            )
-        except Exception as exc:  # noqa: BLE001 - its failure is the job's, never the source's
-            self._fail(spec.name, f"job could not start: {one_line(exc)}")
-            return False
-        job.paused = paused
-        job.rate_limit = rate_limit
-        self.jobs[spec.name] = job
-        metrics.JOB_FAILED.labels(spec.name).set(0)
-        self._publish(job)
-        return True
-
-    def _fail(self, name: str, error: str) -> None:
-        """Mark the job failed (persisted), stop its reads, take it out of the epochs."""
-        job = self.jobs.pop(name, None)
-        if job is not None:
-            job.close()
-        self._job_failures.pop(name, None)
-        self.registry.set_failed(name, error)
-        metrics.JOB_FAILED.labels(name).set(1)
-
-    def _job_epoch_failed(self, job: SourceBackfillJob, epoch: int, exc: Exception) -> None:
-        """An unexpected error in one job's epoch: rebuild the job from its table, or fail it."""
-        error = f"{type(exc).__name__}: {one_line(exc)}"
-        metrics.SOURCE_ERRORS.labels(job.name, type(exc).__name__).inc()
-        count = self._job_failures.get(job.name, 0) + 1
-        if count >= JOB_ATTEMPTS:
-            self._fail(job.name, f"epoch {epoch} failed {count} times in a row: {error}")
-            return
-        logger.warning('job epoch failed, rebuilding the job from its table job="%s" epoch=%d attempt=%d '
-                       'error="%s"', job.name, epoch, count, error)
-        job.close()
-        del self.jobs[job.name]
-        record = self.registry.get(job.name)
-        if self._build(record):
-            self._job_failures[job.name] = count
-
-    def _retry(self, name: str, epoch: int) -> None:
-        """A retried job is built anew from its table (a running one is replaced)."""
-        old = self.jobs.pop(name, None)
-        if old is not None:
-            old.close()
-        self._job_failures.pop(name, None)
-        try:
-            record = self.registry.get(name)
-        except JobError:
-            return
-        if record.dropped:
-            return
-        if self._build(record):
-            logger.info('job retried job="%s" epoch=%d', name, epoch)
-
-    def _publish(self, job: SourceBackfillJob) -> None:
+    def _progress(self, job: SourceBackfillJob) -> Any:
         from source_backfill.runtime.progress import to_job_progress
 
-        self.registry.publish_progress(job.name, to_job_progress(job))
+        return to_job_progress(job)
 
 
 #: A live batch whose offset ranges bound it to at most this many rows has its stats computed on the

@@ -1,0 +1,207 @@
+"""What every source does with its jobs, whatever it reads: build them, apply control, fail them alone.
+
+A Kafka source (:mod:`source_backfill.runtime.source`) and a delta source
+(:mod:`source_backfill.runtime.table_source`) differ in how an epoch comes about and what a job is;
+this base holds the rest once:
+
+* mutations at an epoch boundary (create, pause, resume, throttle, drop, retry);
+* one job's failure never stalls the others: a :class:`~source_backfill.errors.JobError` marks it failed
+  at once; any other exception in its epoch rebuilds it from its table (its last commit is the truth);
+  ``JOB_ATTEMPTS`` epochs failing in a row mark it failed. A job that cannot be built is failed too.
+  Failed jobs are persisted by the registry, skipped at start, and come back with a ``retry``;
+* health in one shape (the source failing, its epochs stale).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from source_backfill import metrics
+from source_backfill.errors import JobError, one_line
+
+if TYPE_CHECKING:
+    from source_backfill.config import JobSpec, SourceConfig
+    from source_backfill.runtime.registry import JobProgress, JobRegistry, Mutation
+
+logger = logging.getLogger(__name__)
+
+#: Epochs in a row a job may fail with an unexpected error (rebuilt from its table each time) before it
+#: is marked failed.
+JOB_ATTEMPTS = 3
+
+
+class JobHost:
+    """The jobs of one source; a subclass builds one (`_new_job`) and describes it (`_progress`)."""
+
+    #: What keeps failing when the source itself fails (its health's wording).
+    failing_what = "source"
+
+    def __init__(self, config: SourceConfig, registry: JobRegistry) -> None:
+        self.config = config
+        self.registry = registry
+        self.jobs: dict[str, Any] = {}
+        self.last_epoch: int | None = None
+        self.last_epoch_at: float | None = None
+        self.error: str | None = None
+        #: Failures of the source since the last epoch that completed.
+        self.query_failures = 0
+        self.started_at = time.time()
+        #: Epochs in a row each job failed with an unexpected error.
+        self._job_failures: dict[str, int] = {}
+        self._stopping = threading.Event()
+
+    @property
+    def name(self) -> str:
+        """The source's configured name."""
+        return self.config.name
+
+    # -- what a source says ----------------------------------------------------------------------------
+    def _new_job(self, spec: JobSpec) -> Any:
+        raise NotImplementedError
+
+    def _progress(self, job: Any) -> JobProgress:
+        raise NotImplementedError
+
+    # -- building -----------------------------------------------------------------------------------------
+    def _recover_jobs(self) -> None:
+        """Build this source's registered jobs (failed ones stay failed until retried)."""
+        for record in self.registry.list():
+            if record.spec.source != self.name or record.dropped:
+                continue
+            if record.error is not None:
+                metrics.JOB_FAILED.labels(record.name).set(1)
+                logger.warning('job stays failed until retried job="%s" error="%s"', record.name,
+                               record.error)
+                continue
+            self._build(record)
+
+    def _build(self, record: Any) -> bool:
+        """Build a registered job with its accepted control state (pause, rate limit)."""
+        return self._add_job(record.spec, paused=record.paused, rate_limit=record.rate_limit)
+
+    def _add_job(self, spec: JobSpec, *, paused: bool, rate_limit: float | None) -> bool:
+        """Build the job (recovering it from its table); a job that cannot be built is marked failed."""
+        try:
+            job = self._new_job(spec)
+        except Exception as exc:  # noqa: BLE001 - its failure is the job's, never the source's
+            self._fail(spec.name, f"job could not start: {one_line(exc)}")
+            return False
+        job.paused = paused
+        job.rate_limit = rate_limit
+        self.jobs[spec.name] = job
+        metrics.JOB_FAILED.labels(spec.name).set(0)
+        self._publish(job)
+        return True
+
+    # -- control ----------------------------------------------------------------------------------------
+    def _apply_mutations(self, mutations: list[Mutation], epoch: int) -> list[Mutation]:
+        """Apply control commands at the boundary of ``epoch``; return those applied."""
+        applied: list[Mutation] = []
+        for m in mutations:
+            job = self.jobs.get(m.job)
+            if m.kind == "create":
+                if job is None and m.spec is not None:
+                    self._add_job(m.spec, paused=False, rate_limit=m.spec.rate_limit)
+            elif m.kind == "retry":
+                self._retry(m.job, epoch)
+            elif m.kind == "drop":
+                if job is not None:
+                    job.close()
+                    del self.jobs[m.job]
+                self._job_failures.pop(m.job, None)
+                metrics.forget_job(m.job)
+                logger.info('job dropped job="%s" epoch=%d', m.job, epoch)
+            elif job is not None:
+                if m.kind == "pause":
+                    job.paused = True
+                elif m.kind == "resume":
+                    job.paused = False
+                elif m.kind == "throttle":
+                    job.rate_limit = m.rate_limit
+            applied.append(m)
+        return applied
+
+    def _retry(self, name: str, epoch: int) -> None:
+        """A retried job is built anew from its table (a running one is replaced)."""
+        old = self.jobs.pop(name, None)
+        if old is not None:
+            old.close()
+        self._job_failures.pop(name, None)
+        try:
+            record = self.registry.get(name)
+        except JobError:
+            return
+        if record.dropped:
+            return
+        if self._build(record):
+            logger.info('job retried job="%s" epoch=%d', name, epoch)
+
+    # -- failures ----------------------------------------------------------------------------------------
+    def _run_job(self, job: Any, epoch: int, run: Any) -> None:
+        """Run ``run()`` (the job's epoch); a failure is the job's alone. Publishes its progress."""
+        try:
+            run()
+        except JobError as exc:
+            self._fail(job.name, str(exc))
+            return
+        except Exception as exc:
+            if self._stopping.is_set():
+                raise
+            self._job_epoch_failed(job, epoch, exc)
+            return
+        self._job_failures.pop(job.name, None)
+        self._publish(job)
+
+    def _fail(self, name: str, error: str) -> None:
+        """Mark the job failed (persisted), stop its reads, take it out of the epochs."""
+        job = self.jobs.pop(name, None)
+        if job is not None:
+            job.close()
+        self._job_failures.pop(name, None)
+        self.registry.set_failed(name, error)
+        metrics.JOB_FAILED.labels(name).set(1)
+
+    def _job_epoch_failed(self, job: Any, epoch: int, exc: Exception) -> None:
+        """An unexpected error in one job's epoch: rebuild the job from its table, or fail it."""
+        error = f"{type(exc).__name__}: {one_line(exc)}"
+        metrics.SOURCE_ERRORS.labels(job.name, type(exc).__name__).inc()
+        count = self._job_failures.get(job.name, 0) + 1
+        if count >= JOB_ATTEMPTS:
+            self._fail(job.name, f"epoch {epoch} failed {count} times in a row: {error}")
+            return
+        logger.warning('job epoch failed, rebuilding the job from its table job="%s" epoch=%d attempt=%d '
+                       'error="%s"', job.name, epoch, count, error)
+        job.close()
+        del self.jobs[job.name]
+        record = self.registry.get(job.name)
+        if self._build(record):
+            self._job_failures[job.name] = count
+
+    def _publish(self, job: Any) -> None:
+        self.registry.publish_progress(job.name, self._progress(job))
+
+    # -- health -----------------------------------------------------------------------------------------
+    def health(self, stale_after_intervals: float) -> dict[str, Any]:
+        """Whether the source is healthy: not failing, its last epoch recent enough."""
+        age = time.time() - (self.last_epoch_at or self.started_at)
+        stale_after = stale_after_intervals * self.config.trigger_interval_s
+        problems = []
+        if self.error is not None:
+            problems.append(f"{self.failing_what} failing ({self.query_failures} in a row): {self.error}")
+        if age > stale_after:
+            problems.append(f"no epoch for {age:.0f}s (more than {stale_after:.0f}s)")
+        return {
+            "healthy": not problems,
+            "ready": self.last_epoch_at is not None and not problems,
+            "problems": problems,
+            "last_epoch": self.last_epoch,
+            "last_epoch_at": self.last_epoch_at,
+            "last_epoch_age_s": round(age, 1),
+            "error": self.error,
+            "query_failures": self.query_failures,
+            "jobs": sorted(self.jobs),
+            "failed_jobs": sorted(r.name for r in self.registry.failed() if r.source == self.name),
+        }
