@@ -127,9 +127,12 @@
     const stages = {};
     for (const s of job.splits) stages[s.stage] = (stages[s.stage] || 0) + 1;
     const rate = rowsPerSecond(job.name, job.rows_history + job.rows_live);
+    const t = job.table; // a job on a delta source: its strategy's phase, vnodes copied, versions behind
     const facts = [
-      ["splits", `splits ${job.splits_finished}/${job.splits_total} finished` +
-        (job.splits.length ? ` (${Object.entries(stages).map(([k, v]) => `${k} ${v}`).join(", ")})` : "")],
+      t ? ["tablecopy", `${t.strategy}: ${t.phase}, vnodes ${t.vnodes_completed}/${t.vnodes_total}, ` +
+                        `lag ${num(t.lag_versions)} versions`]
+        : ["splits", `splits ${job.splits_finished}/${job.splits_total} finished` +
+          (job.splits.length ? ` (${Object.entries(stages).map(([k, v]) => `${k} ${v}`).join(", ")})` : "")],
       ["rows", `${num(job.rows_history)} history / ${num(job.rows_live)} live`],
       ["speed", rate === null ? "— rows/s" : `${num(Math.round(rate))} rows/s`],
       ["eta", `ETA ${duration(job.eta_seconds)}`],

@@ -18,7 +18,7 @@ from pydantic import SecretStr
 from source_backfill.api.app import create_app
 from source_backfill.api.server import ApiServer
 from source_backfill.config import JobSpec
-from source_backfill.runtime.registry import JobProgress, JobRegistry, SplitProgress
+from source_backfill.runtime.registry import JobProgress, JobRegistry, SplitProgress, TableProgress
 from tests.integration.api.conftest import SOURCES, TOKEN
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (the test extra)")
@@ -220,3 +220,15 @@ def test_without_a_token_the_buttons_work_and_the_page_is_not_in_the_schema(brow
     finally:
         server.stop()
         registry.close()
+
+
+def test_a_table_job_shows_its_phase_vnodes_and_lag(page, live_api) -> None:
+    spec = JobSpec(name="table-copy", source="events", sink_path="/t/tc", strategy="snapshot")
+    live_api.registry.create(spec)
+    live_api.registry.publish_progress("table-copy", JobProgress(
+        epoch=3, status="backfilling", rows_history=100, rows_live=0,
+        table=TableProgress("snapshot", "consuming_snapshot", 64, 256, 7, 7, 2, {"consuming_snapshot": 100})))
+    section = job(page, "table-copy")
+    until(lambda: "vnodes 64/256" in section.find_element(By.CLASS_NAME, "facts").text)
+    facts = section.find_element(By.CLASS_NAME, "facts").text
+    assert "snapshot: consuming_snapshot" in facts and "lag 2 versions" in facts and "splits" not in facts
