@@ -90,6 +90,10 @@ def _is_retriable(exc: BaseException) -> bool:
             KafkaError.LEADER_NOT_AVAILABLE,
             KafkaError.NOT_LEADER_FOR_PARTITION,
             KafkaError.UNKNOWN_TOPIC_OR_PART,
+            # a just-created partition whose leader's epoch the answering broker has not caught up with
+            # (Kafka marks both retriable; librdkafka 2.16 raises them as not): "Leader epoch is newer"
+            KafkaError.UNKNOWN_LEADER_EPOCH,
+            KafkaError.FENCED_LEADER_EPOCH,
             # a client's broker handle decommissioned while it re-bootstraps after a lost connection
             KafkaError._DESTROY_BROKER,
         )

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from confluent_kafka import OFFSET_INVALID, KafkaError, KafkaException
 
-from connectors.kafka.admin import KafkaAdmin
+from connectors.kafka.admin import KafkaAdmin, _is_retriable
 from source_backfill.errors import (
     BrokerUnavailableError,
     DataLossError,
@@ -170,3 +170,15 @@ def test_a_range_reader_fails_at_once_on_a_partition_that_does_not_exist(monkeyp
     with pytest.raises(KafkaConnectorError, match="Unknown partition"):
         list(read_range(KafkaRange("t", 7, 0, 9), "127.0.0.1:9", {}))
     assert FlakyConsumer.instances[-1].watermark_calls == 1
+
+
+@pytest.mark.parametrize("code", [KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.FENCED_LEADER_EPOCH,
+                                  KafkaError.LEADER_NOT_AVAILABLE, KafkaError._TRANSPORT])
+def test_leadership_still_settling_is_retried(code):
+    # "Broker: Leader epoch is newer than broker epoch", right after a topic was created, is not final
+    assert _is_retriable(KafkaException(KafkaError(code, "settling", retriable=False)))
+
+
+@pytest.mark.parametrize("code", [KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.INVALID_REQUEST])
+def test_a_final_answer_is_not_retried(code):
+    assert not _is_retriable(KafkaException(KafkaError(code, "no", retriable=False)))
