@@ -87,7 +87,6 @@ class TableBackfillJob:
         #: The newest version the live stream delivered, as of the last epoch (for the lag).
         self.delivered: int | None = None
         self.last_error: str | None = None
-        self.failed: str | None = None
         self._index: tuple[int, VersionIndex] | None = None
 
     def _conflict(self) -> None:

@@ -60,9 +60,7 @@ def table_job_progress(job: TableBackfillJob) -> JobProgress:
     state = job.state
     if state is None:
         status = "pending"
-    elif job.failed is not None:
-        status = "failed"
-    else:
+    else:  # a failed job is the registry's to report: the source drops it from its jobs
         status = "finished" if job.backfill_done else "backfilling"
     rows = dict(job.rows)
     table = None
