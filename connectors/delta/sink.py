@@ -624,7 +624,7 @@ class DeltaEpochSink:
                                            commit_properties=props)
             rows = 0
         else:
-            changes = _last_per_key(changes, self.key_columns)
+            changes = last_per_key(changes, self.key_columns)
             cols = self.arrow_schema.names
             on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in self.key_columns)
             values = {c: f"s.`{c}`" for c in cols}
@@ -820,7 +820,7 @@ def _is_commit_conflict(exc: BaseException) -> bool:
     return isinstance(exc, CommitFailedError) or "Concurrent" in str(exc)
 
 
-def _last_per_key(changes: pa.Table, keys: Sequence[str]) -> pa.Table:
+def last_per_key(changes: pa.Table, keys: Sequence[str]) -> pa.Table:
     """Keep the last change of each key (row order is the changelog order)."""
     import pyarrow as pa
 

@@ -19,7 +19,7 @@ import logging
 import time
 from collections import Counter
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from source_backfill import metrics
 from source_backfill.core.budget import table_budget
@@ -33,6 +33,8 @@ from source_backfill.core.table_backfill import (
 from source_backfill.core.vnode import VNODE_COUNT, key_vnode
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import pyarrow as pa
 
     from connectors.delta.table_source import DeltaTableSource, VersionIndex
@@ -142,27 +144,27 @@ class TableBackfillJob:
         state = self.state or TableBackfillState.attach(self.strategy, before)
         budget = table_budget(paused=self.paused, rate_limit_rows_per_s=self.rate_limit,
                               interval_s=self.interval_s, max_rows_per_epoch=self.spec.max_rows_per_epoch)
-        parts: list[tuple[str, pa.Table]] = []
+        parts: list[_Part] = []
         if state.phase is Phase.CONSUMING_SNAPSHOT:
             state = self._copy(state, budget, delivered, live, parts)
         elif state.strategy is Strategy.ARRANGEMENT:
-            parts.append((Phase.CONSUME_UPSTREAM.value, self._after(live, state.cursor, delivered)))
+            parts.append(_Part(Phase.CONSUME_UPSTREAM.value, self._after(live, state.cursor, delivered)))
             state = state.followed(delivered)
         elif state.phase is Phase.CONSUMING_LOG_STORE:
             if budget != 0:  # paused: the replay waits with the copy; the log store loses nothing
                 assert state.cursor is not None
                 end = replay_end(state.cursor, delivered, delivered - before, self.replay_versions)
                 if end > state.cursor:
-                    parts.append((Phase.CONSUMING_LOG_STORE.value,
-                                  _ordered(self.table.changes_arrow(state.cursor + 1, end))))
+                    parts.append(_Part(Phase.CONSUMING_LOG_STORE.value,
+                                       _ordered(self.table.changes_arrow(state.cursor + 1, end))))
                 state = state.replayed(end, delivered)
         else:
-            parts.append((Phase.CONSUME_UPSTREAM.value, self._after(live, state.cursor, delivered)))
+            parts.append(_Part(Phase.CONSUME_UPSTREAM.value, self._after(live, state.cursor, delivered)))
             state = state.replayed(delivered, delivered)
         return self._commit(epoch, state, parts, delivered)
 
     def _copy(self, state: TableBackfillState, budget: int | None, delivered: int, live: pa.Table | None,
-              parts: list[tuple[str, pa.Table]]) -> TableBackfillState:
+              parts: list[_Part]) -> TableBackfillState:
         """The snapshot phase: chunks per vnode (a one-pass read for chain), arrangement's live filter."""
         import pyarrow as pa
 
@@ -171,7 +173,7 @@ class TableBackfillJob:
             if budget == 0:
                 return state
             assert state.pinned is not None
-            parts.append((stage, _inserts(self._snapshot(state.pinned).rows)))
+            parts.append(_Part(stage, _inserts(self._snapshot(state.pinned).rows), new_keys=True))
             self._index = None
             return state.snapshot_done()
         version = state.pinned if state.strategy is Strategy.SNAPSHOT else state.cursor
@@ -184,14 +186,25 @@ class TableBackfillJob:
             positions.extend(found)
             chunks[vn] = ([index.keys[i] for i in found], asked)
         if positions:
-            parts.append((stage, _inserts(index.rows.take(pa.array(positions, pa.int64())))))
+            parts.append(_Part(stage, _inserts(index.rows.take(pa.array(positions, pa.int64()))),
+                               new_keys=True))
         vnodes = state.vnodes.with_chunks(chunks)
-        state = replace(state, vnodes=vnodes)
         if state.strategy is Strategy.ARRANGEMENT:
+            # forwarded: changes of keys at or below their vnode's position after this epoch's chunks;
+            # those above the position before them are keys the job's table does not hold yet
             changes = self._after(live, state.cursor, delivered)
-            keep = [vnodes.of(key_vnode(k, self.vnode_count)).forwards(k) for k in self._keys(changes)]
-            parts.append((Phase.CONSUME_UPSTREAM.value, changes.filter(pa.array(keep, pa.bool_()))))
-            state = state.followed(delivered)
+            old, new = [], []
+            for k in self._keys(changes):
+                vn = key_vnode(k, self.vnode_count)
+                was = state.vnodes.of(vn).forwards(k)
+                old.append(was)
+                new.append(not was and vnodes.of(vn).forwards(k))
+            stage = Phase.CONSUME_UPSTREAM.value
+            parts.append(_Part(stage, changes.filter(pa.array(old, pa.bool_()))))
+            parts.append(_Part(stage, changes.filter(pa.array(new, pa.bool_())), new_keys=True))
+            state = replace(state, vnodes=vnodes).followed(delivered)
+        else:
+            state = replace(state, vnodes=vnodes)
         if vnodes.done:
             self._index = None
             state = state.snapshot_done()
@@ -224,24 +237,29 @@ class TableBackfillJob:
     def _keys(self, changes: pa.Table) -> list[tuple[Any, ...]]:
         return list(zip(*(changes.column(k).to_pylist() for k in self.primary_key), strict=True))
 
-    def _commit(self, epoch: int, state: TableBackfillState, parts: list[tuple[str, pa.Table]],
-                delivered: int) -> bool:
+    def _commit(self, epoch: int, state: TableBackfillState, parts: list[_Part], delivered: int) -> bool:
         import pyarrow as pa
 
-        rows = Counter({stage: t.num_rows for stage, t in parts if t.num_rows})
+        rows: Counter[str] = Counter()
+        for part in parts:
+            rows[part.stage] += part.rows.num_rows
+        rows = +rows
         out = None
-        tables = [t for _, t in parts if t.num_rows]
-        if tables:
+        kept = [p for p in parts if p.rows.num_rows]
+        # every change is of a key the job's table does not hold yet (chunk rows and the changes after
+        # them): in merge mode they are folded into the rows' last values and appended, not merged
+        new_keys_only = self.mode == "merge" and all(p.new_keys for p in kept)
+        if kept:
             columns = [*self.columns, CHANGE_TYPE]
-            out = pa.concat_tables([t.select(columns) for t in tables], promote_options="permissive")
+            out = pa.concat_tables([p.rows.select(columns) for p in kept], promote_options="permissive")
+            if new_keys_only:
+                out = _folded(out, self.primary_key)
             if self.mode == "changelog":
                 out = out.append_column("_epoch", pa.array([epoch] * out.num_rows, pa.int64()))
                 out = out.append_column("_seq", pa.array(range(out.num_rows), pa.int64()))
         total = self.rows + rows
-        # chunk rows are keys the job's table does not hold yet: alone, they are appended, not merged
-        chunks_only = set(rows) == {Phase.CONSUMING_SNAPSHOT.value}
         result = self.sink.commit_epoch(epoch, out, {STATE_KEY: state.to_json(), "rows": dict(total)},
-                                        new_keys_only=chunks_only)
+                                        new_keys_only=new_keys_only)
         self.delivered = delivered
         if not result.committed:  # committed before (a replay): the table's state is the truth
             self._recover()
@@ -261,6 +279,44 @@ class TableBackfillJob:
     def columns(self) -> list[str]:
         """The source table's columns, as the job's table holds them."""
         return [n for n in self.sink.arrow_schema.names if n not in (CHANGE_TYPE, "_epoch", "_seq")]
+
+
+class _Part(NamedTuple):
+    """Rows one stage of an epoch emits; ``new_keys``: only keys the job's table does not hold yet."""
+
+    stage: str
+    rows: pa.Table
+    new_keys: bool = False
+
+
+def _folded(changes: pa.Table, keys: Sequence[str]) -> pa.Table:
+    """Changes of keys new to the job's table as the rows they leave, each an ``insert``.
+
+    Rows no later change touches are kept as they are; of the keys a later change touches (an update or
+    a delete; an insert after a delete), the last change counts and a delete leaves nothing.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from connectors.delta.sink import last_per_key
+
+    changes = changes.filter(pc.not_equal(changes.column(CHANGE_TYPE), "update_preimage"))
+    later = pc.not_equal(changes.column(CHANGE_TYPE), "insert")
+    if pc.any(later).as_py():
+        key = list(keys)
+        touched = changes.filter(later).select(key).group_by(key).aggregate([])
+        touched = touched.append_column("_touched", pa.array([True] * touched.num_rows, pa.bool_()))
+        indexed = changes.append_column("_i", pa.array(range(changes.num_rows), pa.int64()))
+        joined = indexed.select([*key, "_i"]).join(touched, keys=key, join_type="left outer")
+        hit = pc.fill_null(joined.column("_touched"), False)
+        untouched = changes.take(joined.filter(pc.invert(hit)).column("_i"))
+        redo_at = pc.filter(joined.column("_i"), hit)
+        redo = changes.take(pc.take(redo_at, pc.sort_indices(redo_at)))
+        last = last_per_key(redo, key)
+        last = last.filter(pc.not_equal(last.column(CHANGE_TYPE), "delete"))
+        changes = pa.concat_tables([untouched, last])
+    return changes.set_column(changes.schema.get_field_index(CHANGE_TYPE), CHANGE_TYPE,
+                              pa.array(["insert"] * changes.num_rows, pa.string()))
 
 
 def _inserts(rows: pa.Table) -> pa.Table:
