@@ -12,14 +12,16 @@ from hypothesis import strategies as st
 
 from source_backfill.executors.table_backfill import _folded
 
+Log = list[tuple[tuple[int, str], str, int]]
+
 KEYS = st.tuples(st.integers(0, 6), st.sampled_from(["a", "b"]))
 
 
 @st.composite
-def changelogs(draw: st.DrawFn) -> list[tuple[tuple[int, str], str, int]]:
-    """A valid change sequence: inserts of absent keys, updates (pre and post image) and deletes of present ones."""
+def changelogs(draw: st.DrawFn) -> Log:
+    """A valid change sequence: inserts of absent keys, updates (pre and post image), deletes."""
     present: dict[tuple[int, str], int] = {}
-    out: list[tuple[tuple[int, str], str, int]] = []
+    out: Log = []
     for value in range(draw(st.integers(0, 40))):
         key = draw(KEYS)
         if key not in present:
@@ -34,7 +36,7 @@ def changelogs(draw: st.DrawFn) -> list[tuple[tuple[int, str], str, int]]:
     return out
 
 
-def _replayed(log: list[tuple[tuple[int, str], str, int]]) -> dict[tuple[int, str], int]:
+def _replayed(log: Log) -> dict[tuple[int, str], int]:
     rows: dict[tuple[int, str], int] = {}
     for key, kind, value in log:
         if kind in ("insert", "update_postimage"):
@@ -46,7 +48,7 @@ def _replayed(log: list[tuple[tuple[int, str], str, int]]) -> dict[tuple[int, st
 
 @settings(max_examples=300, deadline=None)
 @given(changelogs())
-def test_folded_rows_are_what_replaying_the_changes_leaves(log: list[tuple[tuple[int, str], str, int]]) -> None:
+def test_folded_rows_are_what_replaying_the_changes_leaves(log: Log) -> None:
     table = pa.table({
         "k1": pa.array([k[0] for k, _, _ in log], pa.int64()),
         "k2": pa.array([k[1] for k, _, _ in log], pa.string()),
