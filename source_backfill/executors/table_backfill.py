@@ -46,6 +46,9 @@ CHANGE_TYPE = "_change_type"
 COMMIT_VERSION = "_commit_version"
 #: Key of the table-backfill state in the job's commit metadata; ``rows`` holds the per-stage counts.
 STATE_KEY = "table_backfill"
+#: Arrangement indexes the table again (at its cursor) once this many changes wait for a chunk to cover
+#: their keys (they are held in memory; the index of an earlier version serves until then).
+UNSENT_MAX_ROWS = 100_000
 
 
 class TableBackfillJob:
@@ -90,6 +93,10 @@ class TableBackfillJob:
         self.delivered: int | None = None
         self.last_error: str | None = None
         self._index: tuple[int, VersionIndex] | None = None
+        #: Arrangement: the changes after the index's version of keys no chunk covered yet (None: the
+        #: index is of the cursor's version, or there is none), and what the epoch being committed holds.
+        self._unsent: pa.Table | None = None
+        self._unsent_next: pa.Table | None = None
 
     def _conflict(self) -> None:
         metrics.COMMIT_CONFLICTS.labels(self.name).inc()
@@ -106,7 +113,7 @@ class TableBackfillJob:
 
     def close(self) -> None:
         """Nothing runs beside the epochs: only the cached snapshot is released."""
-        self._index = None
+        self._index, self._unsent = None, None
 
     # -- what the source asks ----------------------------------------------------------------------
     @property
@@ -161,7 +168,13 @@ class TableBackfillJob:
         else:
             parts.append(_Part(Phase.CONSUME_UPSTREAM.value, self._after(live, state.cursor, delivered)))
             state = state.replayed(delivered, delivered)
-        return self._commit(epoch, state, parts, delivered)
+        committed = self._commit(epoch, state, parts, delivered)
+        # arrangement's held changes move on with the commit; a replayed epoch starts them over
+        self._unsent = self._unsent_next if committed else None
+        if not committed:
+            self._index = None
+        self._unsent_next = None
+        return committed
 
     def _copy(self, state: TableBackfillState, budget: int | None, delivered: int, live: pa.Table | None,
               parts: list[_Part]) -> TableBackfillState:
@@ -176,9 +189,11 @@ class TableBackfillJob:
             parts.append(_Part(stage, _inserts(self._snapshot(state.pinned).rows), new_keys=True))
             self._index = None
             return state.snapshot_done()
-        version = state.pinned if state.strategy is Strategy.SNAPSHOT else state.cursor
-        assert version is not None
-        index = self._snapshot(version)
+        if state.strategy is Strategy.SNAPSHOT:
+            assert state.pinned is not None
+            index = self._snapshot(state.pinned)
+        else:
+            index = self._arranged(state)
         positions: list[int] = []
         chunks = {}
         for vn, asked in plan_chunks(state.vnodes, budget, chunk_rows=self.chunk_rows).items():
@@ -191,17 +206,23 @@ class TableBackfillJob:
         vnodes = state.vnodes.with_chunks(chunks)
         if state.strategy is Strategy.ARRANGEMENT:
             # forwarded: changes of keys at or below their vnode's position after this epoch's chunks;
-            # those above the position before them are keys the job's table does not hold yet
+            # those above the position before them are keys the job's table does not hold yet. The
+            # others wait with the index's version (their rows are read from it, the changes after it
+            # are applied over them once a chunk covers their keys).
             changes = self._after(live, state.cursor, delivered)
-            old, new = [], []
+            if self._unsent is not None:
+                changes = _ordered(pa.concat_tables([self._unsent, changes], promote_options="permissive"))
+            old, new, wait = [], [], []
             for k in self._keys(changes):
                 vn = key_vnode(k, self.vnode_count)
-                was = state.vnodes.of(vn).forwards(k)
+                was, now = state.vnodes.of(vn).forwards(k), vnodes.of(vn).forwards(k)
                 old.append(was)
-                new.append(not was and vnodes.of(vn).forwards(k))
+                new.append(now and not was)
+                wait.append(not now)
             stage = Phase.CONSUME_UPSTREAM.value
             parts.append(_Part(stage, changes.filter(pa.array(old, pa.bool_()))))
             parts.append(_Part(stage, changes.filter(pa.array(new, pa.bool_())), new_keys=True))
+            self._unsent_next = changes.filter(pa.array(wait, pa.bool_()))
             state = replace(state, vnodes=vnodes).followed(delivered)
         else:
             state = replace(state, vnodes=vnodes)
@@ -209,6 +230,23 @@ class TableBackfillJob:
             self._index = None
             state = state.snapshot_done()
         return state
+
+    def _arranged(self, state: TableBackfillState) -> VersionIndex:
+        """Arrangement's index: of an earlier version ``V0``, or of the cursor's version.
+
+        ``V0``'s serves while the changes after it that no chunk covered yet are held (``_unsent``, at
+        most ``UNSENT_MAX_ROWS``).
+        Reading chunks of ``V0`` and applying the held changes to their keys gives the rows of the
+        cursor's version, without indexing the table again every epoch.
+        """
+        unsent = self._unsent
+        kept = self._index is not None and unsent is not None and unsent.num_rows <= UNSENT_MAX_ROWS
+        if not kept:
+            assert state.cursor is not None
+            self._index, self._unsent = None, None
+            return self._snapshot(state.cursor)
+        assert self._index is not None
+        return self._index[1]
 
     def _snapshot(self, version: int) -> VersionIndex:
         """The table at ``version``, indexed by vnode and key (kept while the version is the same)."""
