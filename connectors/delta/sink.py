@@ -490,6 +490,11 @@ class DeltaEpochSink:
             raise
         return StagedFiles(folder, rows)
 
+    def stage_dataframe(self, df: DataFrame, after_epoch: int) -> StagedFiles:
+        """:meth:`stage_files` with Spark writing ``df`` (the table's columns) as the files."""
+        return self.stage_files(lambda folder: self._conform(df).write.mode("append").parquet(str(folder)),
+                                after_epoch)
+
     def _check_file_schemas(self, folder: Path) -> None:
         """Every Parquet file in ``folder`` has the table's columns with the table's types."""
         import pyarrow.parquet as pq
@@ -821,14 +826,14 @@ def _is_commit_conflict(exc: BaseException) -> bool:
 
 
 def last_per_key(changes: pa.Table, keys: Sequence[str]) -> pa.Table:
-    """Keep the last change of each key (row order is the changelog order)."""
+    """Keep the last change of each key (row order is the changelog order), in that order."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
-    seen: dict[tuple[Any, ...], int] = {}
-    columns = [changes.column(k).to_pylist() for k in keys]
-    for i, key in enumerate(zip(*columns, strict=True)):
-        seen[key] = i
-    return changes.take(pa.array(sorted(seen.values()), type=pa.int64()))
+    at = pa.array(range(changes.num_rows), pa.int64())
+    last = (changes.select(list(keys)).append_column("__at", at)
+            .group_by(list(keys), use_threads=False).aggregate([("__at", "max")]).column("__at_max"))
+    return changes.take(pc.take(last, pc.sort_indices(last)))
 
 
 def delta_spark_available(spark: Any) -> bool:
