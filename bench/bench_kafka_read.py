@@ -1,11 +1,14 @@
-"""Benchmark: the kafka_py batch source reading into Parquet vs raw confluent-kafka consume, same records.
+"""Benchmark: history reads into Parquet with each Kafka connector vs raw confluent-kafka consume.
 
 Produces BENCH_KAFKA_RECORDS (default 1,000,000) records of 100-200 bytes over 4 partitions into the
 embedded Apache Kafka broker (or KAFKA_BOOTSTRAP_SERVERS), then measures
   * raw: one confluent-kafka consumer reading every record (value() touched), single process, at each
     ``consume()`` batch size of RAW_BATCHES (the fastest counts);
-  * source: spark.read.format("kafka_py") with exact ranges -> .write.parquet (local[2]).
-Goal: source rows/s >= 0.6 x raw rows/s.
+  * spark (the default connector): Spark's own Kafka source reading the exact ranges, as the service's
+    history reader does (``connectors.kafka.spark_kafka.read_ranges``) -> .write.parquet (local[2]);
+  * source (the Python connector): spark.read.format("kafka_py") with exact ranges -> .write.parquet.
+Goal: rows/s of the default connector >= 0.6 x raw rows/s (``ratio_vs_raw``; the Python connector's is
+``python_ratio_vs_raw``).
 
 The two are measured alternately BENCH_KAFKA_REPEATS times (default 2) and the best of each is compared, so
 a burst of load from other processes on the machine skews the ratio less; the 1-minute load average before
@@ -209,20 +212,36 @@ def main() -> dict:
             spark.read.format("bench_synthetic_kafka").load().write.mode("overwrite").parquet(str(target))
             return time.perf_counter() - start
 
+        from connectors.kafka.spark_kafka import read_ranges
+        from source_backfill.core import HistoryRange
+
+        history = [HistoryRange(f"{topic}:{p}", 0, ends[f"{topic}:{p}"]) for p in range(PARTITIONS)]
+        spark_options = {"kafka.bootstrap.servers": bootstrap, "kafka.isolation.level": "read_committed"}
+
+        def run_spark(target: Path, read: list[HistoryRange] = history) -> float:
+            start = time.perf_counter()
+            read_ranges(spark, read, spark_options).write.mode("overwrite").parquet(str(target))
+            return time.perf_counter() - start
+
+        run_spark(workdir / "warm-spark", [HistoryRange(r.split, 0, min(20_000, r.end)) for r in history])
         run_ceiling(workdir / "ceiling")  # warm
         raw_runs: list[tuple[int, float, int]] = []
         source_runs: list[float] = []
+        spark_runs: list[float] = []
         ceiling_runs: list[float] = []
         for i in range(repeats):
             for batch in RAW_BATCHES:
                 raw_runs.append((*_raw_consume(bootstrap, topic, ends, batch), batch))
             source_runs.append(run(workdir / "out"))
+            spark_runs.append(run_spark(workdir / "out-spark"))
             ceiling_runs.append(run_ceiling(workdir / "ceiling"))
             logger.info('bench run="%d" raw_s="%.2f" source_s="%.2f"', i, raw_runs[-1][1], source_runs[-1])
         raw_rows, raw_s, raw_batch = min(raw_runs, key=lambda r: r[1])
         source_s = min(source_runs)
         ceiling_s = min(ceiling_runs)
         written = spark.read.parquet(str(workdir / "out")).count()
+        spark_written = spark.read.parquet(str(workdir / "out-spark")).count()
+        spark_s = min(spark_runs)
         spark.stop()
         result = {
             "records": records,
@@ -235,7 +254,11 @@ def main() -> dict:
             "source_parquet_rows": written,
             "source_parquet_s": round(source_s, 2),
             "source_parquet_rows_per_s": round(written / source_s),
-            "ratio_vs_raw": round((written / source_s) / (raw_rows / raw_s), 3),
+            "ratio_vs_raw": round((spark_written / spark_s) / (raw_rows / raw_s), 3),
+            "spark_parquet_rows": spark_written,
+            "spark_parquet_rows_per_s": round(spark_written / spark_s),
+            "spark_parquet_s_runs": [round(r, 2) for r in spark_runs],
+            "python_ratio_vs_raw": round((written / source_s) / (raw_rows / raw_s), 3),
             "goal_ratio": 0.6,
             "ceiling_parquet_rows_per_s": round(records / ceiling_s),
             "ratio_vs_ceiling": round(ceiling_s / source_s * written / records, 3),

@@ -144,6 +144,10 @@ class SourceConfig(_Frozen):
 
     name: Name
     kind: Literal["kafka", "delta"] = "kafka"
+    #: How a ``kafka`` source reads Kafka: ``spark`` = Spark's own Kafka source (spark-sql-kafka, the jar
+    #: ``make jars`` fetches), ``python`` = the project's Python data source (``kafka_py``), the fallback
+    #: for a cluster without the jar. Same rows, offsets and ranges (contract-tested on both).
+    connector: Literal["spark", "python"] = "spark"
     #: The Delta table a ``delta`` source follows (its change data feed must be on).
     table_path: str | None = None
     #: The primary-key columns of a ``delta`` source (integer or string columns; they order the copy).

@@ -7,6 +7,8 @@ subclasses here rather than defining their own roots.
 
 from __future__ import annotations
 
+import re
+
 
 class SourceBackfillError(Exception):
     """Root of every error raised on purpose by source-backfill."""
@@ -93,19 +95,27 @@ class SourceNotFoundError(JobError):
     """No source with that name is configured."""
 
 
+#: An error of the Kafka client inside a JVM stack trace (Spark's Kafka source), with its message.
+_KAFKA_CLIENT_ERROR = re.compile(r"(org\.apache\.kafka\.[\w.$]+(?:Exception|Error): [^\n]+)")
+
+
 def one_line(exc: BaseException, limit: int = 500) -> str:
     """One line saying what went wrong, for logs, the API and health, at most ``limit`` characters.
 
     Spark wraps errors raised in Python (a data source's reader, ``foreachBatch``) in JVM errors whose
     first line only says that Python raised. The reader's own data-loss line (split and offsets) is
     taken when present, else the Python exception's line (``RuntimeError: ...``) that ends the embedded
-    traceback, followed by the wrapper's first line.
+    traceback, followed by the wrapper's first line. From Spark's Kafka source (a JVM stack), the Kafka
+    client's error line is taken (``org.apache.kafka...TimeoutException: ...``).
     """
     text = str(exc).strip()
     first = text.splitlines()[0] if text else type(exc).__name__
     at = text.find("data loss on Kafka split")
     if at >= 0:
         return text[at:].splitlines()[0][:limit]
+    kafka = _KAFKA_CLIENT_ERROR.search(text)
+    if kafka is not None:  # Spark's Kafka source: the client's error says what happened
+        return f"{kafka.group(1).strip()} ({first[:200]})"[:limit]
     marker = "Traceback (most recent call last):"
     if marker in text:
         tail = text[text.rindex(marker) + len(marker):].splitlines()

@@ -3,9 +3,12 @@
 Spark writes ``<checkpoint>/offsets/<batch_id>`` before running batch ``batch_id``: a line ``v1``, a line of
 batch metadata JSON, then one line per source with that source's end offset (``-`` when a source has none).
 For the ``kafka_py`` source that offset is ``{"splits": {"topic:partition": next_offset}, "tick": n}``
-(+ ``"born": {split: first_offset}`` for splits first read in that batch). The start of batch N is the end of
-batch N-1, plus the ``born`` offsets of batch N. Spark writes the entry before the batch runs (it is the
-write-ahead log of the query), so the positions are known inside ``foreachBatch`` and on a replay.
+(+ ``"born": {split: first_offset}`` for splits first read in that batch); for Spark's Kafka source it is
+``{"topic": {"partition": next_offset}}``. The start of batch N is the end of batch N-1, plus the ``born``
+offsets of batch N (Spark's source records none: a split first read in batch N is missing from its
+start, and the runtime takes its log start, where Spark's source starts a new partition). Spark writes
+the entry before the batch runs (it is the write-ahead log of the query), so the positions are known
+inside ``foreachBatch`` and on a replay.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from connectors.kafka.spark_kafka import split_offsets
 from source_backfill.errors import KafkaConnectorError
 
 logger = logging.getLogger(__name__)
@@ -40,11 +44,13 @@ def _source_offsets(path: Path, source_index: int, key: str = "splits") -> dict[
         parsed: Any = json.loads(raw)
         if isinstance(parsed, str):  # some sources serialise their offset as a JSON string
             parsed = json.loads(parsed)
+        if "splits" not in parsed:  # Spark's Kafka source: {"topic": {"0": 23}}, no "born"
+            return split_offsets(parsed) if key == "splits" else {}
         if key != "splits" and key not in parsed:
             return {}
         return {str(k): int(v) for k, v in dict(parsed[key]).items()}
-    except (ValueError, KeyError, TypeError) as exc:
-        msg = f"source #{source_index} in {path} is not a kafka_py offset: {raw[:200]!r}"
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        msg = f"source #{source_index} in {path} is not a Kafka offset: {raw[:200]!r}"
         raise KafkaConnectorError(msg) from exc
 
 

@@ -27,7 +27,6 @@ epoch reads it itself and the job finishes.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import threading
 import time
@@ -35,7 +34,6 @@ import uuid
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from source_backfill import metrics
@@ -72,6 +70,7 @@ from source_backfill.core import (
     states_to_json,
 )
 from source_backfill.errors import DataLossError, JobError, SourceBackfillError, one_line
+from source_backfill.executors.history import HistoryReader
 from source_backfill.executors.transform import apply_transform, check_transform
 
 if TYPE_CHECKING:
@@ -97,15 +96,6 @@ _BACKOFF_CAP_S = 60.0
 _MAX_READS_AHEAD = 4
 #: The FAIR scheduler pool of the read-ahead jobs: the live stream's jobs get their slots first.
 HISTORY_POOL = "history"
-#: Spark tasks of one read ahead. One task copies 1M records in ~1.6 s alone and leaves the other task
-#: slots to the live stream. With two on ``local[2]``, the live stream's tasks queued behind history for
-#: seconds: live p99 went to 2.2-3.3x (bench/bench_backfill.py, three runs), where one task keeps 1.05-1.26x.
-_READ_AHEAD_TASKS = 1
-#: CPU niceness of a read ahead's copy (:func:`connectors.kafka.source.write_ranges_parquet`): on a
-#: busy machine the live stream's work gets the CPU first; on an idle one the copy runs at full speed.
-#: bench_backfill, three runs each: niceness 10 kept live p99 at 1.05-1.15x, niceness 0 at 1.05-1.56x.
-_READ_AHEAD_NICENESS = 10
-
 
 @dataclass(frozen=True)
 class EpochInput:
@@ -204,6 +194,7 @@ class SourceBackfillJob:
         self._closed = False
         #: Per split, the offset below which lost history (under the log start) is already counted.
         self._lost_to: dict[str, int] = {}
+        self.history = HistoryReader(spark, source, admin, bootstrap_servers=bootstrap_servers)
         self.sink = DeltaEpochSink(spec.sink_path, spec.name, self.output_schema(), writer=spec.writer,
                                    on_conflict=metrics.COMMIT_CONFLICTS.labels(spec.name).inc)
         self.reads_ahead = spec.read_ahead and spec.transform is None and self.sink.writes_before_commit()
@@ -297,6 +288,8 @@ class SourceBackfillJob:
         ahead = _Adopted()
         if self.reads_ahead:
             states, ahead = self._adopt_reads(inp, states, budget)
+        # the cap holds for the epoch: what it adopted counts against its own history read
+        budget = max(0, budget - sum(r.end - r.start for r in ahead.ranges))
         plan = plan_epoch(states, inp.live, budget, inp.end)
         if self.reads_ahead and plan.history and not self._reads_inline(plan, budget, ahead):
             plan = plan_epoch(states, inp.live, 0, inp.end)  # the reads ahead take the history
@@ -381,7 +374,7 @@ class SourceBackfillJob:
         Reads that no longer fit (or one that failed) are thrown away with those chained on them; at
         budget 0 (paused, rate 0, backing off) none is adopted and none stays in flight.
         """
-        taken = self._done_reads()
+        taken = _within_cap(self._done_reads(), self.spec.max_rows_per_epoch)
         error = next((a.error for a in taken if a.error is not None), None)
         counts: dict[str, int] = {}
         for a in taken:
@@ -482,15 +475,16 @@ class SourceBackfillJob:
     def _run_read(self, read: _ReadAhead, after_epoch: int) -> None:
         """Background thread: read ``read.ranges`` and stage their files; then chain the next read.
 
-        The read runs as ``_READ_AHEAD_TASKS`` Spark tasks in the FAIR pool ``history``: the live
-        stream keeps free task slots (it never queues behind history tasks) and the cores it needs.
+        The read runs as ``READ_AHEAD_TASKS`` Spark tasks (:mod:`.history`) in the FAIR pool
+        ``history``: the live stream keeps free task slots (it never queues behind history tasks) and
+        the cores it needs.
         """
         sc = self.spark.sparkContext
         sc.setJobGroup(read.group, f"history read ahead of job {self.name}", interruptOnCancel=True)
         sc.setLocalProperty("spark.scheduler.pool", HISTORY_POOL)
         t0 = time.monotonic()
         try:
-            read.staged, read.counts = self._stage_history(read.ranges, after_epoch)
+            read.staged, read.counts = self.history.stage(self.sink, read.ranges, after_epoch)
             read.seconds = time.monotonic() - t0
         except Exception as exc:  # noqa: BLE001 - reported to the epoch that takes this read
             read.error = exc
@@ -504,39 +498,6 @@ class SourceBackfillJob:
             logger.debug('history read ahead job="%s" rows=%d seconds=%.3f', self.name, read.rows,
                          read.seconds)
             self._read_ahead()
-
-    def _stage_history(
-        self, ranges: tuple[HistoryRange, ...], after_epoch: int
-    ) -> tuple[StagedFiles, dict[str, int]]:
-        """Copy history ``ranges`` into staged files of the job's table; the files and rows per split.
-
-        ``_READ_AHEAD_TASKS`` Spark tasks copy the ranges with the Kafka connector's reader and pyarrow's
-        Parquet writer (no transform, so the rows are the source's as they are): a third of the CPU of
-        the same copy through a DataFrame, which leaves the cores to the live stream.
-        """
-        from connectors.kafka.source import KafkaRange, write_ranges_parquet
-
-        pieces = [KafkaRange(*parse_split_id(r.split), r.start, r.end) for r in ranges]
-        slices = [part for i in range(_READ_AHEAD_TASKS) if (part := pieces[i::_READ_AHEAD_TASKS])]
-        bootstrap, kafka = self.bootstrap_servers, dict(self.source.kafka)
-        fail_on_data_loss, niceness = self.source.fail_on_data_loss, _READ_AHEAD_NICENESS
-        poll_timeout_s = self.source.poll_timeout_s
-        counts: dict[str, int] = {}
-
-        def write(folder: Path) -> None:
-            target = str(folder)
-            copied = (
-                self.spark.sparkContext.parallelize(slices, len(slices))
-                .map(lambda part: write_ranges_parquet(part, bootstrap, kafka, target,
-                                                      fail_on_data_loss=fail_on_data_loss, niceness=niceness,
-                                                      poll_timeout_s=poll_timeout_s))
-                .collect()
-            )
-            for rows in copied:
-                _add_counts(counts, rows)
-
-        staged = self.sink.stage_files(write, after_epoch)
-        return staged, {s: n for s, n in counts.items() if n}
 
     def close(self, timeout_s: float = 30.0) -> None:
         """Stop reading ahead: running reads are cancelled and staged files removed (none committed).
@@ -626,26 +587,14 @@ class SourceBackfillJob:
         off. ``session``: the session the rows are written in (an observation only sees actions of its
         own session; the live batch of ``foreachBatch`` has a session of its own).
         """
-        from connectors.kafka.source import KAFKA_FORMAT
-        from source_backfill.runtime.spark import max_read_tasks
-
         if not ranges:
             return None, {}, 0.0, None
         t0 = time.monotonic()
-        spec = []
-        for r in ranges:
-            topic, partition = parse_split_id(r.split)
-            spec.append({"topic": topic, "partition": partition, "start": r.start, "end": r.end})
-        reader = (
-            (session or self.spark).read.format(KAFKA_FORMAT)
-            .option("kafka.bootstrap.servers", self.bootstrap_servers)
-            .option("ranges", json.dumps(spec))
-            .option("failOnDataLoss", str(self.source.fail_on_data_loss).lower())
-            .option("maxTasks", str(max_read_tasks(self.spark, self.source.max_read_tasks)))
-            .option("kafkaConsumer.pollTimeoutMs", str(round(self.source.poll_timeout_s * 1000)))
-        )
-        for key, value in self.source.kafka.items():
-            reader = reader.option(f"kafka.{key}", value)
+        try:
+            rows = self.history.rows(ranges, session)
+        except Exception as exc:  # noqa: BLE001 - a log start under the ranges, the broker unreachable
+            self._history_error(exc)
+            return None, {}, 0.0, None
         if observe:
             from pyspark.sql import Observation
             from pyspark.sql import functions as F  # noqa: N812
@@ -656,9 +605,9 @@ class SourceBackfillJob:
                 topic, partition = parse_split_id(r.split)
                 cond = (F.col("topic") == topic) & (F.col("partition") == partition)
                 per_split.append(F.count_if(cond).alias(r.split))
-            return reader.load().observe(observation, *per_split), {}, 0.0, observation
+            return rows.observe(observation, *per_split), {}, 0.0, observation
         try:
-            df = reader.load().persist()
+            df = rows.persist()
             counted = df.groupBy("topic", "partition").count().collect()
         except Exception as exc:  # noqa: BLE001 - any reader failure: live goes on, history backs off
             self._history_error(exc)
@@ -776,6 +725,24 @@ class SourceBackfillJob:
     def rows(self) -> tuple[int, int]:
         """Rows written so far by this process: (history, live)."""
         return self._rates.rows_history, self._rates.rows_live
+
+
+def _within_cap(reads: list[_ReadAhead], cap: int | None) -> list[_ReadAhead]:
+    """The first done reads whose offsets fit ``max_rows_per_epoch`` (at least one: each read fits it).
+
+    The others stay staged for the next epochs; they chain after these, so they still fit then.
+    """
+    if cap is None:
+        return reads
+    kept: list[_ReadAhead] = []
+    total = 0
+    for read in reads:
+        size = sum(r.end - r.start for r in read.ranges)
+        if kept and total + size > cap:
+            break
+        kept.append(read)
+        total += size
+    return kept
 
 
 def _tail_fits(states: Mapping[str, SplitState], budget: int) -> bool:

@@ -76,7 +76,8 @@ class Daemon:
                                spec.name, exc)
         if any(s.kind == "kafka" for s in cfg.sources):  # delta sources read with delta-rs: no Spark
             self.spark = build_spark(cfg.spark.master, "source-backfill", cfg.spark.conf)
-            warm_history_copy(self.spark)
+            if any(s.kind == "kafka" and s.connector == "python" for s in cfg.sources):
+                warm_history_copy(self.spark)  # the Python connector's read ahead runs in Python workers
         for source in cfg.sources:
             if source.kind == "delta":
                 from source_backfill.runtime.table_source import TableLiveSource

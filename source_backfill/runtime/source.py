@@ -97,30 +97,9 @@ class LiveSource(JobHost):
                 logger.debug('query stop raised source="%s" error="%s"', self.name, exc)
 
     def _start_query(self) -> StreamingQuery:
-        from connectors.kafka.source import KAFKA_FORMAT
-        from source_backfill.runtime.spark import max_read_tasks
-
         self.checkpoint.mkdir(parents=True, exist_ok=True)
-        reader = (
-            self.spark.readStream.format(KAFKA_FORMAT)
-            .option("kafka.bootstrap.servers", self.bootstrap_servers)
-        )
-        if self.config.topic_pattern:
-            reader = reader.option("subscribePattern", self.config.topic_pattern)
-        else:
-            reader = reader.option("subscribe", ",".join(self.config.topics))
-        reader = (
-            reader.option("startingOffsets", self.config.starting_offsets)
-            .option("failOnDataLoss", str(self.config.fail_on_data_loss).lower())
-            .option("maxTasks", str(max_read_tasks(self.spark, self.config.max_read_tasks)))
-            .option("kafkaConsumer.pollTimeoutMs", str(round(self.config.poll_timeout_s * 1000)))
-        )
-        if self.config.max_offsets_per_trigger is not None:
-            reader = reader.option("maxOffsetsPerTrigger", str(self.config.max_offsets_per_trigger))
-        for key, value in self.config.kafka.items():
-            reader = reader.option(f"kafka.{key}", value)
         query = (
-            reader.load()
+            self._live_stream()
             .writeStream.foreachBatch(self._on_batch)
             .option("checkpointLocation", str(self.checkpoint))
             .trigger(processingTime=f"{self.config.trigger_interval_s} seconds")
@@ -130,6 +109,9 @@ class LiveSource(JobHost):
         logger.info('live source started source="%s" topics="%s"', self.name,
                     self.config.topic_pattern or ",".join(self.config.topics))
         return query
+
+    def _live_stream(self) -> DataFrame:
+        return live_stream(self.spark, self.config, self.bootstrap_servers)
 
     def _supervise(self) -> None:
         """Restart the query from its checkpoint after a failure (the failed batch replays)."""
@@ -184,6 +166,11 @@ class LiveSource(JobHost):
         from connectors.kafka.stream import batch_offsets
 
         start, end = batch_offsets(str(self.checkpoint), batch_id)
+        if start is not None and start.keys() != end.keys():
+            # a split first read in this batch (Spark's source records no start for it): it started at
+            # its log start, where Spark's source starts a new partition
+            born = self.admin.earliest_offsets(sorted(end.keys() - start.keys()))
+            start = {**start, **born}
         inp = EpochInput(
             epoch=batch_id,
             batch=batch,
@@ -209,6 +196,38 @@ class LiveSource(JobHost):
         from source_backfill.runtime.progress import to_job_progress
 
         return to_job_progress(job)
+
+
+def live_stream(spark: SparkSession, config: SourceConfig, bootstrap_servers: str) -> DataFrame:
+    """The live rows of a Kafka source: Spark's Kafka source (with its tick) or the Python data source.
+
+    Either way every trigger is a micro-batch (an epoch), new data or not, and the Kafka source is the
+    first source of the query's offset log (:func:`connectors.kafka.stream.batch_offsets`).
+    """
+    from source_backfill.runtime.spark import max_read_tasks
+
+    if config.connector == "spark":
+        from connectors.kafka.spark_kafka import live_stream as spark_live_stream
+
+        return spark_live_stream(spark, config, bootstrap_servers)
+    from connectors.kafka.source import KAFKA_FORMAT
+
+    reader = spark.readStream.format(KAFKA_FORMAT).option("kafka.bootstrap.servers", bootstrap_servers)
+    if config.topic_pattern:
+        reader = reader.option("subscribePattern", config.topic_pattern)
+    else:
+        reader = reader.option("subscribe", ",".join(config.topics))
+    reader = (
+        reader.option("startingOffsets", config.starting_offsets)
+        .option("failOnDataLoss", str(config.fail_on_data_loss).lower())
+        .option("maxTasks", str(max_read_tasks(spark, config.max_read_tasks)))
+        .option("kafkaConsumer.pollTimeoutMs", str(round(config.poll_timeout_s * 1000)))
+    )
+    if config.max_offsets_per_trigger is not None:
+        reader = reader.option("maxOffsetsPerTrigger", str(config.max_offsets_per_trigger))
+    for key, value in config.kafka.items():
+        reader = reader.option(f"kafka.{key}", value)
+    return reader.load()
 
 
 #: A live batch whose offset ranges bound it to at most this many rows has its stats computed on the

@@ -68,15 +68,35 @@ def test_job_created_before_any_data_is_finished_at_once_and_live_data_flows(
     exactly_once(tmp_path / "j", kafka_bootstrap, [topic])
 
 
+@pytest.mark.parametrize("connector", ["spark", "python"])
 def test_job_created_after_data_with_no_further_live_data_finishes(
-    daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path
+    daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path, connector
 ):
     topic = new_topic(4)
     producer_for(topic).send(2000, 4, weights=[1, 2, 3, 4])
-    d = daemon_factory([topic], [job_spec("j", tmp_path, max_rows_per_epoch=700)])
+    d = daemon_factory([topic], [job_spec("j", tmp_path, max_rows_per_epoch=700)], connector=connector)
     wait_for(lambda: finished(d, "j"), what="finish without new records")
     exactly_once(tmp_path / "j", kafka_bootstrap, [topic])
     assert job_of(d, "j").rows == (2000, 0)
+    # the cap holds per epoch: history adopted from reads ahead and read in the epoch together
+    per_epoch = _history_offsets_per_commit(tmp_path / "j")
+    assert sum(per_epoch) == 2000 and max(per_epoch) <= 700, per_epoch
+
+
+def _history_offsets_per_commit(table):
+    """Offsets of history each commit of a job's table took (its plan's ranges)."""
+    import json
+
+    from deltalake import DeltaTable
+
+    from connectors.delta.sink import KEY_PLAN
+
+    sizes = []
+    for commit in DeltaTable(str(table)).history():
+        plan = commit.get(KEY_PLAN)
+        if plan:
+            sizes.append(sum(end - start for _, start, end in json.loads(plan)["history"]))
+    return [n for n in sizes if n]
 
 
 def test_second_job_created_later_sees_the_same_rows(

@@ -202,3 +202,16 @@ def test_group_ranges_refuses_zero_tasks():
 
     with pytest.raises(KafkaConnectorError, match="maxTasks"):
         group_ranges([KafkaRange("t", 0, 0, 1)], 0)
+
+
+def test_batch_offsets_reads_spark_kafka_offsets_with_the_tick_as_second_source(tmp_path):
+    # Spark's Kafka source first, the tick (rate source) second; a new split has no start in the log
+    for batch_id, offset in ((0, {"t": {"0": 5}}), (1, {"t": {"0": 9, "1": 2}})):
+        path = tmp_path / "offsets" / str(batch_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("v1\n{}\n" + json.dumps(offset) + "\n" + str(batch_id + 3))
+    assert batch_offsets(str(tmp_path), 0) == (None, {"t:0": 5})
+    assert batch_offsets(str(tmp_path), 1) == ({"t:0": 5}, {"t:0": 9, "t:1": 2})
+    (tmp_path / "offsets" / "2").write_text('v1\n{}\n{"t": ["not", "offsets"]}\n4')
+    with pytest.raises(KafkaConnectorError, match="not a Kafka offset"):
+        batch_offsets(str(tmp_path), 2)

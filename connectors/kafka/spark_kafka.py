@@ -1,0 +1,150 @@
+"""Spark's own Kafka source (spark-sql-kafka, ``format("kafka")``) as the service reads Kafka with it.
+
+The default connector of a Kafka source (``connector = "spark"``); the Python data source of
+:mod:`connectors.kafka.source` is the fallback for a cluster without the jar. Both give the same rows
+(the schema of Spark's source) and the same ranges, which the contract tests check on the same topics.
+
+* **The live stream**: Spark's streaming Kafka source, with the options users pass to it, unioned with a
+  tick: Spark runs no micro-batch while its sources have no new data, and a job created on a quiet topic
+  must still backfill and finish in epochs. The tick is Spark's ``rate`` source at one row per second
+  whose rows are all filtered out: its offset moves every trigger, so every trigger is a micro-batch,
+  and the Kafka source's offsets in the query's offset log are exact as ever (the tick is the log's
+  second source).
+* **History**: batch reads of planned offset ranges (``assign`` + ``startingOffsets`` / ``endingOffsets``
+  per partition, end exclusive). ``fail_on_data_loss``: the log start is checked before the read, so a
+  range under it fails with the same :class:`~source_backfill.errors.DataLossError` the Python connector
+  raises (naming split, offsets and log start), not with a JVM stack.
+
+Transactions: both connectors read with ``isolation.level = read_committed`` unless the source's
+``kafka`` options say otherwise, so aborted records and transaction markers are never rows.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from source_backfill.core.splits import parse_split_id
+from source_backfill.errors import DataLossError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from source_backfill.config import SourceConfig
+    from source_backfill.core import HistoryRange
+
+SPARK_KAFKA_FORMAT = "kafka"
+#: Rows per second of the tick stream (all filtered out; it only makes every trigger a micro-batch).
+TICK_ROWS_PER_SECOND = 1
+#: Attempts of Spark's driver-side offset fetch (``fetchOffset.numRetries``, Spark's default).
+OFFSET_ATTEMPTS = 3
+#: Consumer settings both connectors default to (the source's ``kafka`` options override them).
+DEFAULT_CONSUMER = {"isolation.level": "read_committed"}
+
+
+def reader_options(source: SourceConfig, bootstrap_servers: str) -> dict[str, str]:
+    """The options of Spark's Kafka source for ``source``: ``kafka.*``, ``failOnDataLoss``, deadlines.
+
+    ``poll_timeout_s`` is Spark's ``kafkaConsumer.pollTimeoutMs``; the client's ``default.api.timeout.ms``
+    and ``request.timeout.ms`` are a third of it (one of Spark's three offset-fetch attempts), unless
+    ``kafka`` sets them.
+    """
+    deadline_ms = round(source.poll_timeout_s * 1000)
+    options = {
+        "kafka.bootstrap.servers": bootstrap_servers,
+        "failOnDataLoss": str(source.fail_on_data_loss).lower(),
+        "kafkaConsumer.pollTimeoutMs": str(deadline_ms),
+        "fetchOffset.numRetries": str(OFFSET_ATTEMPTS),
+    }
+    # the source's deadline bounds the client's blocking calls too (offsets, positions; 60 s each by
+    # default): Spark tries an offset fetch OFFSET_ATTEMPTS times, so each attempt gets a share of it,
+    # and a broker that stops answering fails the live query within about the deadline, as with the
+    # Python connector
+    attempt_ms = str(max(1000, deadline_ms // OFFSET_ATTEMPTS))
+    deadlines = {"default.api.timeout.ms": attempt_ms, "request.timeout.ms": attempt_ms}
+    for key, value in {**DEFAULT_CONSUMER, **deadlines, **source.kafka}.items():
+        options[f"kafka.{key}"] = value
+    return options
+
+
+def live_stream(spark: SparkSession, source: SourceConfig, bootstrap_servers: str) -> DataFrame:
+    """The shared live stream of ``source``: Spark's Kafka source, plus the tick (source #1 of the log)."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    reader = spark.readStream.format(SPARK_KAFKA_FORMAT).options(**reader_options(source, bootstrap_servers))
+    if source.topic_pattern:
+        reader = reader.option("subscribePattern", source.topic_pattern)
+    else:
+        reader = reader.option("subscribe", ",".join(source.topics))
+    reader = reader.option("startingOffsets", source.starting_offsets)
+    if source.max_offsets_per_trigger is not None:
+        reader = reader.option("maxOffsetsPerTrigger", str(source.max_offsets_per_trigger))
+    kafka = reader.load()
+    tick = spark.readStream.format("rate").option("rowsPerSecond", str(TICK_ROWS_PER_SECOND)).load()
+    none = tick.where(F.lit(False)).select(
+        *[F.lit(None).cast(f.dataType).alias(f.name) for f in kafka.schema.fields]
+    )
+    return kafka.unionByName(none)
+
+
+def check_log_start(ranges: Sequence[HistoryRange], log_start: Mapping[str, int]) -> None:
+    """Raise :class:`DataLossError` for the first range that starts below its split's log start."""
+    for r in ranges:
+        low = log_start.get(r.split, 0)
+        if r.start < low:
+            msg = (
+                f"data loss on Kafka split {r.split}: offsets {r.start}..{min(low, r.end) - 1} are gone "
+                f"(log start is {low}; retention or compaction removed them); set failOnDataLoss=false "
+                f"to skip forward"
+            )
+            raise DataLossError(msg)
+
+
+def read_ranges(
+    session: SparkSession, ranges: Sequence[HistoryRange], options: Mapping[str, str]
+) -> DataFrame:
+    """The records of ``ranges`` (``[start, end)`` per split) with Spark's batch Kafka source.
+
+    One read per pass, a pass holding at most one range per split (Spark's source takes one range per
+    partition); passes are unioned.
+    """
+    passes: list[dict[str, HistoryRange]] = []
+    for r in ranges:
+        free = next((p for p in passes if r.split not in p), None)
+        if free is None:
+            free = {}
+            passes.append(free)
+        free[r.split] = r
+    frames = [_read_pass(session, list(p.values()), options) for p in passes]
+    out = frames[0]
+    for more in frames[1:]:
+        out = out.unionByName(more)
+    return out
+
+
+def _read_pass(session: SparkSession, ranges: Sequence[HistoryRange], options: Mapping[str, str]) -> Any:
+    assign: dict[str, list[int]] = {}
+    starts: dict[str, dict[str, int]] = {}
+    ends: dict[str, dict[str, int]] = {}
+    for r in ranges:
+        topic, partition = parse_split_id(r.split)
+        assign.setdefault(topic, []).append(partition)
+        starts.setdefault(topic, {})[str(partition)] = r.start
+        ends.setdefault(topic, {})[str(partition)] = r.end
+    return (
+        session.read.format(SPARK_KAFKA_FORMAT).options(**options)
+        .option("assign", json.dumps(assign))
+        .option("startingOffsets", json.dumps(starts))
+        .option("endingOffsets", json.dumps(ends))
+        .load()
+    )
+
+
+def split_offsets(parsed: Mapping[str, Any]) -> dict[str, int]:
+    """A Spark Kafka offset (``{"topic": {"0": 23}}``) as ``{"topic:0": 23}``."""
+    from source_backfill.core.splits import split_id
+
+    return {
+        split_id(topic, int(p)): int(o) for topic, parts in parsed.items() for p, o in dict(parts).items()
+    }
