@@ -74,6 +74,7 @@ from source_backfill.executors.history import HistoryReader
 from source_backfill.executors.transform import apply_transform, check_transform
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import Column, DataFrame, SparkSession
 
     from connectors.delta.sink import StagedFiles
@@ -109,6 +110,8 @@ class EpochInput:
     start: Mapping[str, int] | None
     end: Mapping[str, int]
     interval_s: float
+    #: The live batch's rows on the driver when the batch is small (None: only ``batch``).
+    rows: pa.Table | None = None
 
 
 @dataclass
@@ -295,6 +298,11 @@ class SourceBackfillJob:
             plan = plan_epoch(states, inp.live, 0, inp.end)  # the reads ahead take the history
 
         self._count_data_loss(plan.history)
+        if inp.rows is not None and not plan.history and self.spec.transform is None \
+                and self.sink.writes_before_commit():
+            # the live batch is on the driver already (a small batch): its rows are written with
+            # pyarrow, no Spark job per job and epoch (the caught-up trigger's hot path)
+            return self._commit_arrow(inp, plan, budget, ahead, t0)
         live = self._live_rows(inp.batch, plan.emit_above)
         # One pass (count while writing) needs a sink that writes before it commits, and no transform:
         # a transform could let Spark prune the history scan, and its observed counts would never come.
@@ -327,6 +335,26 @@ class SourceBackfillJob:
         finally:
             if history is not None and observation is None:
                 history.unpersist()
+        return self._committed(inp, plan, result, new_states, ahead, counts, read_s, t0)
+
+    def _commit_arrow(self, inp: EpochInput, plan: Any, budget: int, ahead: _Adopted, t0: float) -> bool:
+        """Commit an epoch without history read in it whose live rows are on the driver (Arrow)."""
+        assert inp.rows is not None  # noqa: S101
+        new_states = finish_epoch(plan, {})
+        try:
+            result = self.sink.commit_epoch(inp.epoch, _live_rows_arrow(inp.rows, plan.emit_above),
+                                            states_to_json(new_states),
+                                            plan=_plan_summary(plan, budget, ahead.ranges),
+                                            staged=ahead.staged)
+        except Exception:
+            if ahead.reads:
+                self._drop_reads()
+            raise
+        return self._committed(inp, plan, result, new_states, ahead, {}, 0.0, t0)
+
+    def _committed(self, inp: EpochInput, plan: Any, result: Any, new_states: dict[str, SplitState],
+                   ahead: _Adopted, counts: dict[str, int], read_s: float, t0: float) -> bool:
+        """After the commit (or its skip): states, adopted reads, accounting, the next read ahead."""
         if result.committed:
             with self._ahead_lock:  # the adopted reads leave the list as the states take them in
                 self.states = new_states
@@ -743,6 +771,27 @@ def _within_cap(reads: list[_ReadAhead], cap: int | None) -> list[_ReadAhead]:
         kept.append(read)
         total += size
     return kept
+
+
+def _live_rows_arrow(rows: pa.Table, emit_above: Mapping[str, int | None]) -> pa.Table:
+    """:meth:`SourceBackfillJob._live_rows` on rows on the driver: per split ``offset > threshold``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    keep = {s: t for s, t in emit_above.items() if t is not None}
+    if len(keep) == len(emit_above) and all(t < 0 for t in keep.values()):
+        return rows
+    if not keep or rows.num_rows == 0:
+        return rows.slice(0, 0)
+    topics, partitions = zip(*(parse_split_id(s) for s in keep), strict=True)
+    thresholds = pa.table({"topic": pa.array(topics, pa.string()),
+                           "partition": pa.array(partitions, rows.schema.field("partition").type),
+                           "_emit_above": pa.array(list(keep.values()), pa.int64())})
+    at = pa.array(range(rows.num_rows), pa.int64())
+    joined = rows.select(["topic", "partition", "offset"]).append_column("_at", at).join(
+        thresholds, keys=["topic", "partition"], join_type="inner")
+    kept = joined.filter(pc.greater(joined.column("offset"), joined.column("_emit_above"))).column("_at")
+    return rows.take(pc.take(kept, pc.sort_indices(kept)))
 
 
 def _tail_fits(states: Mapping[str, SplitState], budget: int) -> bool:

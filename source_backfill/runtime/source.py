@@ -33,6 +33,7 @@ from source_backfill.executors.source_backfill import EpochInput, SourceBackfill
 from source_backfill.runtime.jobs import JobHost
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
@@ -151,11 +152,7 @@ class LiveSource(JobHost):
             if self._stopping.is_set():
                 raise EpochAbandonedError(msg)
             t0 = time.monotonic()
-            batch.persist()
-            try:
-                self._run_epoch(batch, batch_id)
-            finally:
-                batch.unpersist()
+            self._run_epoch(batch, batch_id)
             metrics.EPOCH_DURATION.labels(self.name).observe(time.monotonic() - t0)
             metrics.EPOCH.labels(self.name).set(batch_id)
             self.last_epoch = batch_id
@@ -166,19 +163,30 @@ class LiveSource(JobHost):
         from connectors.kafka.stream import batch_offsets
 
         start, end = batch_offsets(str(self.checkpoint), batch_id)
-        if start is not None and start.keys() != end.keys():
+        if start is not None and end.keys() - start.keys():
             # a split first read in this batch (Spark's source records no start for it): it started at
             # its log start, where Spark's source starts a new partition
             born = self.admin.earliest_offsets(sorted(end.keys() - start.keys()))
             start = {**start, **born}
-        inp = EpochInput(
-            epoch=batch_id,
-            batch=batch,
-            live=_live_stats(batch, start, end),
-            start=start,
-            end=end,
-            interval_s=self.config.trigger_interval_s,
-        )
+        rows = _small_batch_rows(batch, start, end)
+        if rows is None:
+            batch.persist()  # every job reads it: once from Kafka
+        try:
+            inp = EpochInput(
+                epoch=batch_id,
+                batch=batch,
+                live=_live_stats(batch, end, rows),
+                start=start,
+                end=end,
+                interval_s=self.config.trigger_interval_s,
+                rows=rows,
+            )
+            self._run_jobs(inp)
+        finally:
+            if rows is None:
+                batch.unpersist()
+
+    def _run_jobs(self, inp: EpochInput) -> None:
         pending, self._deferred = self._deferred + self.registry.drain(self.name), []
         applied = self._apply_mutations(pending, inp.epoch)
         for job in list(self.jobs.values()):
@@ -186,7 +194,7 @@ class LiveSource(JobHost):
                 continue  # attach needs the exact live position: wait for the next epoch
             self._run_job(job, inp.epoch, lambda job=job: job.run_epoch(inp))
         if applied:
-            self.registry.mark_applied([m.id for m in applied], batch_id)
+            self.registry.mark_applied([m.id for m in applied], inp.epoch)
 
     def _new_job(self, spec: Any) -> SourceBackfillJob:
         return SourceBackfillJob(spec, self.config, self.spark, self.admin,
@@ -230,37 +238,44 @@ def live_stream(spark: SparkSession, config: SourceConfig, bootstrap_servers: st
     return reader.load()
 
 
-#: A live batch whose offset ranges bound it to at most this many rows has its stats computed on the
-#: driver from its offsets (one Spark stage, no shuffle); a larger one is aggregated by Spark.
+#: A live batch whose offset ranges bound it to at most this many rows is collected to the driver once
+#: (Arrow): its stats come from there, and jobs with nothing else to write commit it with pyarrow, no
+#: Spark job each. A larger one is persisted and aggregated by Spark.
 SMALL_BATCH_ROWS = 100_000
 
 
-def _live_stats(
+def _small_batch_rows(
     batch: DataFrame, start: dict[str, int] | None, end: dict[str, int]
-) -> dict[str, LiveStats]:
+) -> pa.Table | None:
+    """The rows of a live batch bounded (by its offsets) to ``SMALL_BATCH_ROWS``, on the driver."""
+    bound = None if start is None else sum(max(0, e - start.get(s, 0)) for s, e in end.items())
+    if bound is None or bound > SMALL_BATCH_ROWS:
+        return None
+    return batch.toArrow()
+
+
+def _live_stats(batch: DataFrame, end: dict[str, int], rows: pa.Table | None) -> dict[str, LiveStats]:
     """Per split of the live batch: first and last offset, row count, and the exclusive end position."""
     from pyspark.sql import functions as F  # noqa: N812
 
-    bound = None if start is None else sum(max(0, e - start.get(s, 0)) for s, e in end.items())
-    if bound is not None and bound <= SMALL_BATCH_ROWS:
-        table = batch.select("topic", "partition", "offset").toArrow()
-        grouped = table.group_by(["topic", "partition"]).aggregate(
+    if rows is not None:
+        grouped = rows.select(["topic", "partition", "offset"]).group_by(["topic", "partition"]).aggregate(
             [("offset", "min"), ("offset", "max"), ("offset", "count")]
         )
-        rows = [
+        found = [
             {"topic": r["topic"], "partition": r["partition"], "first": r["offset_min"],
              "last": r["offset_max"], "n": r["offset_count"]}
             for r in grouped.to_pylist()
         ]
     else:
-        rows = [
+        found = [
             r.asDict()
             for r in batch.groupBy("topic", "partition")
             .agg(F.min("offset").alias("first"), F.max("offset").alias("last"), F.count("*").alias("n"))
             .collect()
         ]
     stats: dict[str, LiveStats] = {}
-    for row in rows:
+    for row in found:
         split = split_id(row["topic"], row["partition"])
         stats[split] = LiveStats(
             first=int(row["first"]), last=int(row["last"]), count=int(row["n"]),

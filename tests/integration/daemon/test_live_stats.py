@@ -21,7 +21,24 @@ def test_small_batch_stats_on_the_driver_equal_the_spark_aggregation(spark, monk
         "a:1": LiveStats(first=5, last=5, count=1, end=6),
         "b:0": LiveStats(first=3, last=8, count=6, end=9),
     }
-    assert live_source._live_stats(batch, start, end) == expected  # noqa: SLF001 - bound 16 rows: driver
-    assert live_source._live_stats(batch, None, end) == expected  # noqa: SLF001 - start unknown: Spark
+    rows = live_source._small_batch_rows(batch, start, end)  # noqa: SLF001 - bound 16 rows: on the driver
+    assert rows is not None and rows.num_rows == 11
+    assert live_source._live_stats(batch, end, rows) == expected  # noqa: SLF001 - from the driver's rows
+    assert live_source._small_batch_rows(batch, None, end) is None  # noqa: SLF001 - start unknown: Spark
+    assert live_source._live_stats(batch, end, None) == expected  # noqa: SLF001 - Spark's groupBy
     monkeypatch.setattr(live_source, "SMALL_BATCH_ROWS", 15)
-    assert live_source._live_stats(batch, start, end) == expected  # noqa: SLF001 - over the bound: Spark
+    assert live_source._small_batch_rows(batch, start, end) is None  # noqa: SLF001 - over the bound
+
+
+def test_the_live_filter_on_the_driver_keeps_what_sparks_filter_keeps(spark):
+    from source_backfill.executors.source_backfill import _live_rows_arrow
+
+    rows = [("a", 0, o) for o in range(10, 20)] + [("a", 1, o) for o in range(5)]
+    rows += [("b", 0, o) for o in range(3)]
+    batch = spark.createDataFrame(rows, "topic string, partition int, offset long").toArrow()
+    got = _live_rows_arrow(batch, {"a:0": 14, "a:1": None, "b:0": -1})
+    assert sorted(zip(got.column("topic").to_pylist(), got.column("partition").to_pylist(),
+                      got.column("offset").to_pylist(), strict=True)) == sorted(
+        [("a", 0, o) for o in range(15, 20)] + [("b", 0, o) for o in range(3)])
+    assert _live_rows_arrow(batch, {"a:0": -1, "a:1": -1, "b:0": -1}).num_rows == 18  # all finished
+    assert _live_rows_arrow(batch, {"a:0": None, "a:1": None, "b:0": None}).num_rows == 0

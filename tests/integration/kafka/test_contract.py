@@ -25,7 +25,8 @@ CONNECTORS = ["spark", "python"]
 
 
 def _reader(spark, bootstrap, connector, topic, **source):
-    config = SourceConfig(name="s", topics=[topic], connector=connector, bootstrap_servers=bootstrap, **source)
+    config = SourceConfig(name="s", topics=[topic], connector=connector, bootstrap_servers=bootstrap,
+                          **source)
     return HistoryReader(spark, config, KafkaAdmin(bootstrap), bootstrap_servers=bootstrap)
 
 
@@ -77,7 +78,8 @@ def test_transactional_ranges_hold_only_the_committed_records(spark, kafka_boots
     assert {r.offset: bytes(r.value) for r in rows} == committed
     # ranges that start or end on a marker or inside an aborted transaction are exact too
     for start, stop in ((5, 12), (6, 17), (0, 6), (17, 24)):
-        got = {r.offset: bytes(r.value) for r in reader.rows([HistoryRange(f"{topic}:0", start, stop)]).collect()}
+        read = reader.rows([HistoryRange(f"{topic}:0", start, stop)]).collect()
+        got = {r.offset: bytes(r.value) for r in read}
         assert got == {o: v for o, v in committed.items() if start <= o < stop}, (start, stop)
 
 
