@@ -4,6 +4,7 @@ Each module's ``main()`` prints its own report (ratios against a baseline measur
 returns its figures; they are merged into ``bench/results/latest.json`` (keys with a dot kept as they
 are, others prefixed with the module's name), so running one benchmark updates only its own keys. One
 failing benchmark is reported and the others still run. ``--quick`` asks each module for a smoke run.
+Without names every module runs but those in ``LONG`` (the 10-minute load soak), which run when named.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).parent / "results" / "latest.json"
+#: Modules that take 10 minutes or more: left out of a plain ``make bench`` (15 minutes in all).
+LONG = ("bench_load",)
 
 
 def record(module: str, figures: dict[str, Any], path: Path = RESULTS) -> None:
@@ -39,6 +42,8 @@ def main(argv: list[str]) -> int:
     names = sorted(p.stem for p in Path(__file__).parent.glob("bench_*.py"))
     if argv:
         names = [n for n in names if any(a in n for a in argv)]
+    else:  # the soak-length modules run when named (``make bench BENCH_ARGS=load``)
+        names = [n for n in names if n not in LONG]
     failed = []
     for name in names:
         print(f"\n=== {name} ===", flush=True)

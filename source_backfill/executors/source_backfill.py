@@ -71,19 +71,18 @@ from source_backfill.core import (
 )
 from source_backfill.errors import DataLossError, JobError, SourceBackfillError, one_line
 from source_backfill.executors.history import HistoryReader
+from source_backfill.executors.live_filter import live_rows, live_rows_arrow
 from source_backfill.executors.transform import apply_transform, check_transform
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from connectors.delta.sink import StagedFiles
     from connectors.kafka.admin import KafkaAdmin
 
 logger = logging.getLogger(__name__)
 
-#: Above this many splits with a partial live threshold, the live filter is a broadcast join, not an OR.
-_MAX_FILTER_TERMS = 64
 #: An epoch writing at most this many rows writes them as one file (one Spark task).
 _SMALL_OUTPUT_ROWS = 50_000
 #: History epochs the budget's cost model is fitted on.
@@ -303,7 +302,7 @@ class SourceBackfillJob:
             # the live batch is on the driver already (a small batch): its rows are written with
             # pyarrow, no Spark job per job and epoch (the caught-up trigger's hot path)
             return self._commit_arrow(inp, plan, budget, ahead, t0)
-        live = self._live_rows(inp.batch, plan.emit_above)
+        live = live_rows(self.spark, inp.batch, plan.emit_above)
         # One pass (count while writing) needs a sink that writes before it commits, and no transform:
         # a transform could let Spark prune the history scan, and its observed counts would never come.
         observe = bool(plan.history) and self.spec.transform is None and self.sink.writes_before_commit()
@@ -342,7 +341,7 @@ class SourceBackfillJob:
         assert inp.rows is not None  # noqa: S101
         new_states = finish_epoch(plan, {})
         try:
-            result = self.sink.commit_epoch(inp.epoch, _live_rows_arrow(inp.rows, plan.emit_above),
+            result = self.sink.commit_epoch(inp.epoch, live_rows_arrow(inp.rows, plan.emit_above),
                                             states_to_json(new_states),
                                             plan=_plan_summary(plan, budget, ahead.ranges),
                                             staged=ahead.staged)
@@ -580,30 +579,6 @@ class SourceBackfillJob:
             self._history_ok()
         return result, plan, done["counts"], done["states"], time.monotonic() - t0
 
-    def _live_rows(self, batch: DataFrame, emit_above: Mapping[str, int | None]) -> DataFrame:
-        """The live rows the plan emits: per split ``offset > threshold`` (None: none of them)."""
-        from pyspark.sql import functions as F  # noqa: N812
-
-        keep = {s: t for s, t in emit_above.items() if t is not None}
-        if len(keep) == len(emit_above) and all(t < 0 for t in keep.values()):
-            return batch  # every split finished: the hot path of a caught-up job
-        if not keep:
-            return batch.limit(0)
-        if len(keep) <= _MAX_FILTER_TERMS:
-            cond: Column | None = None
-            for split, threshold in keep.items():
-                topic, partition = parse_split_id(split)
-                term = (F.col("topic") == topic) & (F.col("partition") == partition) & (
-                    F.col("offset") > threshold
-                )
-                cond = term if cond is None else cond | term
-            assert cond is not None  # noqa: S101
-            return batch.where(cond)
-        rows = [(*parse_split_id(s), t) for s, t in keep.items()]
-        thresholds = self.spark.createDataFrame(rows, "topic string, partition int, _emit_above long")
-        joined = batch.join(F.broadcast(thresholds), ["topic", "partition"])
-        return joined.where(F.col("offset") > F.col("_emit_above")).drop("_emit_above").select(*batch.columns)
-
     def _read_history(
         self, ranges: Any, *, observe: bool = False, session: SparkSession | None = None
     ) -> tuple[DataFrame | None, dict[str, int], float, Any]:
@@ -771,27 +746,6 @@ def _within_cap(reads: list[_ReadAhead], cap: int | None) -> list[_ReadAhead]:
         kept.append(read)
         total += size
     return kept
-
-
-def _live_rows_arrow(rows: pa.Table, emit_above: Mapping[str, int | None]) -> pa.Table:
-    """:meth:`SourceBackfillJob._live_rows` on rows on the driver: per split ``offset > threshold``."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    keep = {s: t for s, t in emit_above.items() if t is not None}
-    if len(keep) == len(emit_above) and all(t < 0 for t in keep.values()):
-        return rows
-    if not keep or rows.num_rows == 0:
-        return rows.slice(0, 0)
-    topics, partitions = zip(*(parse_split_id(s) for s in keep), strict=True)
-    thresholds = pa.table({"topic": pa.array(topics, pa.string()),
-                           "partition": pa.array(partitions, rows.schema.field("partition").type),
-                           "_emit_above": pa.array(list(keep.values()), pa.int64())})
-    at = pa.array(range(rows.num_rows), pa.int64())
-    joined = rows.select(["topic", "partition", "offset"]).append_column("_at", at).join(
-        thresholds, keys=["topic", "partition"], join_type="inner")
-    kept = joined.filter(pc.greater(joined.column("offset"), joined.column("_emit_above"))).column("_at")
-    return rows.take(pc.take(kept, pc.sort_indices(kept)))
 
 
 def _tail_fits(states: Mapping[str, SplitState], budget: int) -> bool:

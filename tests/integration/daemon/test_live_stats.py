@@ -31,14 +31,14 @@ def test_small_batch_stats_on_the_driver_equal_the_spark_aggregation(spark, monk
 
 
 def test_the_live_filter_on_the_driver_keeps_what_sparks_filter_keeps(spark):
-    from source_backfill.executors.source_backfill import _live_rows_arrow
+    from source_backfill.executors.live_filter import live_rows_arrow
 
     rows = [("a", 0, o) for o in range(10, 20)] + [("a", 1, o) for o in range(5)]
     rows += [("b", 0, o) for o in range(3)]
     batch = spark.createDataFrame(rows, "topic string, partition int, offset long").toArrow()
-    got = _live_rows_arrow(batch, {"a:0": 14, "a:1": None, "b:0": -1})
+    got = live_rows_arrow(batch, {"a:0": 14, "a:1": None, "b:0": -1})
     assert sorted(zip(got.column("topic").to_pylist(), got.column("partition").to_pylist(),
                       got.column("offset").to_pylist(), strict=True)) == sorted(
         [("a", 0, o) for o in range(15, 20)] + [("b", 0, o) for o in range(3)])
-    assert _live_rows_arrow(batch, {"a:0": -1, "a:1": -1, "b:0": -1}).num_rows == 18  # all finished
-    assert _live_rows_arrow(batch, {"a:0": None, "a:1": None, "b:0": None}).num_rows == 0
+    assert live_rows_arrow(batch, {"a:0": -1, "a:1": -1, "b:0": -1}).num_rows == 18  # all finished
+    assert live_rows_arrow(batch, {"a:0": None, "a:1": None, "b:0": None}).num_rows == 0
