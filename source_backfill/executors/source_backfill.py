@@ -72,13 +72,13 @@ from source_backfill.core import (
 from source_backfill.errors import DataLossError, JobError, SourceBackfillError, one_line
 from source_backfill.executors.history import HistoryReader
 from source_backfill.executors.live_filter import live_rows, live_rows_arrow
+from source_backfill.executors.read_ahead import Adopted, ReadAhead, ReadsAhead, within_cap
 from source_backfill.executors.transform import apply_transform, check_transform
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
-    from connectors.delta.sink import StagedFiles
     from connectors.kafka.admin import KafkaAdmin
 
 logger = logging.getLogger(__name__)
@@ -92,10 +92,6 @@ _OBSERVE_TIMEOUT_S = 60.0
 #: History-read error backoff (seconds): doubles per consecutive error up to the cap.
 _BACKOFF_BASE_S = 1.0
 _BACKOFF_CAP_S = 60.0
-#: At most this many history reads ahead are staged and not committed yet (bounds the staged data).
-_MAX_READS_AHEAD = 4
-#: The FAIR scheduler pool of the read-ahead jobs: the live stream's jobs get their slots first.
-HISTORY_POOL = "history"
 
 @dataclass(frozen=True)
 class EpochInput:
@@ -130,36 +126,6 @@ class _Rates:
     started_at: float = field(default_factory=time.monotonic)
 
 
-@dataclass
-class _ReadAhead:
-    """History ranges read ahead of the epoch that commits them: files staged by a background job."""
-
-    ranges: tuple[HistoryRange, ...]
-    group: str
-    done: threading.Event = field(default_factory=threading.Event)
-    staged: StagedFiles | None = None
-    counts: dict[str, int] = field(default_factory=dict)
-    seconds: float = 0.0
-    error: Exception | None = None
-    #: Thrown away while its job ran: the thread removes what it staged.
-    dropped: bool = False
-    thread: threading.Thread | None = None
-
-    @property
-    def rows(self) -> int:
-        return sum(self.counts.values())
-
-
-@dataclass(frozen=True)
-class _Adopted:
-    """The reads ahead an epoch takes: their staged files, rows per split and ranges."""
-
-    reads: list[_ReadAhead] = field(default_factory=list)
-    staged: list[StagedFiles] = field(default_factory=list)
-    counts: dict[str, int] = field(default_factory=dict)
-    ranges: list[HistoryRange] = field(default_factory=list)
-
-
 class SourceBackfillJob:
     """One job on a shared Kafka source: split state machines, history reads and exactly-once commits."""
 
@@ -189,17 +155,14 @@ class SourceBackfillJob:
         #: Live positions after the job's last committed epoch (what it has covered), for rejoining.
         self._covered_to: dict[str, int] = {}
         self._rates = _Rates()
-        self._ahead: list[_ReadAhead] = []
-        self._ahead_lock = threading.RLock()
-        self._ahead_next_at = 0.0
         self._interval_s = source.trigger_interval_s
-        self._closed = False
         #: Per split, the offset below which lost history (under the log start) is already counted.
         self._lost_to: dict[str, int] = {}
         self.history = HistoryReader(spark, source, admin, bootstrap_servers=bootstrap_servers)
         self.sink = DeltaEpochSink(spec.sink_path, spec.name, self.output_schema(), writer=spec.writer,
                                    on_conflict=metrics.COMMIT_CONFLICTS.labels(spec.name).inc)
         self.reads_ahead = spec.read_ahead and spec.transform is None and self.sink.writes_before_commit()
+        self._reads = ReadsAhead(spec.name, spark, self.sink)
         recovered = self.sink.recover()
         if recovered is not None:
             self.states = states_from_json(recovered.state)
@@ -287,7 +250,7 @@ class SourceBackfillJob:
 
         self._interval_s = inp.interval_s
         budget = self._budget(inp.interval_s)
-        ahead = _Adopted()
+        ahead = Adopted()
         if self.reads_ahead:
             states, ahead = self._adopt_reads(inp, states, budget)
         # the cap holds for the epoch: what it adopted counts against its own history read
@@ -329,14 +292,14 @@ class SourceBackfillJob:
                                                 staged=ahead.staged)
         except Exception:
             if ahead.reads:
-                self._drop_reads()  # the adopted ones' files too, unless the failed attempt took them
+                self._reads.drop()  # the adopted ones' files too, unless the failed attempt took them
             raise
         finally:
             if history is not None and observation is None:
                 history.unpersist()
         return self._committed(inp, plan, result, new_states, ahead, counts, read_s, t0)
 
-    def _commit_arrow(self, inp: EpochInput, plan: Any, budget: int, ahead: _Adopted, t0: float) -> bool:
+    def _commit_arrow(self, inp: EpochInput, plan: Any, budget: int, ahead: Adopted, t0: float) -> bool:
         """Commit an epoch without history read in it whose live rows are on the driver (Arrow)."""
         assert inp.rows is not None  # noqa: S101
         new_states = finish_epoch(plan, {})
@@ -347,22 +310,22 @@ class SourceBackfillJob:
                                             staged=ahead.staged)
         except Exception:
             if ahead.reads:
-                self._drop_reads()
+                self._reads.drop()
             raise
         return self._committed(inp, plan, result, new_states, ahead, {}, 0.0, t0)
 
     def _committed(self, inp: EpochInput, plan: Any, result: Any, new_states: dict[str, SplitState],
-                   ahead: _Adopted, counts: dict[str, int], read_s: float, t0: float) -> bool:
+                   ahead: Adopted, counts: dict[str, int], read_s: float, t0: float) -> bool:
         """After the commit (or its skip): states, adopted reads, accounting, the next read ahead."""
         if result.committed:
-            with self._ahead_lock:  # the adopted reads leave the list as the states take them in
+            with self._reads.lock:  # the adopted reads leave the list as the states take them in
                 self.states = new_states
-                self._ahead = [a for a in self._ahead if a not in ahead.reads]
+                self._reads.retire(ahead.reads)
             if ahead.reads:
                 metrics.HISTORY_READS_AHEAD.labels(self.name, "adopted").inc(len(ahead.reads))
         else:  # another attempt committed this epoch first: its state is the truth
             if ahead.reads:
-                self._drop_reads()
+                self._reads.drop()
             recovered = self.sink.recover()
             if recovered is not None:
                 self.states = states_from_json(recovered.state)
@@ -395,13 +358,13 @@ class SourceBackfillJob:
     # -- read-ahead ------------------------------------------------------------------------------------
     def _adopt_reads(
         self, inp: EpochInput, states: dict[str, SplitState], budget: int
-    ) -> tuple[dict[str, SplitState], _Adopted]:
+    ) -> tuple[dict[str, SplitState], Adopted]:
         """The states after the reads ahead done by now (they apply before this epoch's live batch).
 
         Reads that no longer fit (or one that failed) are thrown away with those chained on them; at
         budget 0 (paused, rate 0, backing off) none is adopted and none stays in flight.
         """
-        taken = _within_cap(self._done_reads(), self.spec.max_rows_per_epoch)
+        taken = within_cap(self._reads.done(), self.spec.max_rows_per_epoch)
         error = next((a.error for a in taken if a.error is not None), None)
         counts: dict[str, int] = {}
         for a in taken:
@@ -410,65 +373,31 @@ class SourceBackfillJob:
         adopted = None if error is not None or budget == 0 else adopt_history(states, ranges, counts)
         if adopted is None:
             if budget == 0 or taken:
-                self._drop_reads()  # the reads in flight chain on the ones thrown away
+                self._reads.drop()  # the reads in flight chain on the ones thrown away
             if error is not None:
                 self._history_error(error)  # counted, backed off (a data loss fails the job)
             elif budget and taken:
                 logger.info('history read ahead no longer fits, read again job="%s" epoch=%d',
                             self.name, inp.epoch)
-            return states, _Adopted()
+            return states, Adopted()
         self._history_ok()
         staged = [a.staged for a in taken if a.staged is not None]
-        return adopted, _Adopted(taken, staged, counts, ranges)
+        return adopted, Adopted(taken, staged, counts, ranges)
 
-    def _reads_inline(self, plan: Any, budget: int, ahead: _Adopted) -> bool:
+    def _reads_inline(self, plan: Any, budget: int, ahead: Adopted) -> bool:
         """Read this epoch's planned history in the epoch: only the tail of a backfill, all of it.
 
         That is when nothing is read ahead any more and the history left up to the targets fits the
         epoch's budget: the job then finishes in this epoch instead of chasing the live stream with one
         more read ahead (and a small history finishes in its first epoch).
         """
-        with self._ahead_lock:
-            in_flight = any(a not in ahead.reads for a in self._ahead)
-        return not in_flight and _tail_fits(plan.states, budget)
-
-    def _done_reads(self) -> list[_ReadAhead]:
-        """The reads ahead that are done, in the order they were planned (they chain).
-
-        They stay listed until the epoch's commit updates the states, so a read planned meanwhile still
-        continues after them.
-        """
-        with self._ahead_lock:
-            done = []
-            for a in self._ahead:
-                if not a.done.is_set():
-                    break
-                done.append(a)
-            return done
-
-    def _drop_reads(self) -> None:
-        """Throw every read ahead away: staged files removed, running jobs cancelled."""
-        with self._ahead_lock:
-            reads, self._ahead = self._ahead, []
-            for a in reads:
-                a.dropped = True
-                outcome = "failed" if a.error is not None else "dropped"
-                metrics.HISTORY_READS_AHEAD.labels(self.name, outcome).inc()
-                if a.done.is_set():
-                    if a.staged is not None:
-                        self.sink.discard(a.staged)
-                else:
-                    self.spark.sparkContext.cancelJobGroup(a.group)
+        return not self._reads.in_flight_besides(ahead.reads) and _tail_fits(plan.states, budget)
 
     def _read_ahead(self) -> None:
         """Start the next history read ahead if the job may read history now and none is running."""
-        from pyspark import InheritableThread
-
-        with self._ahead_lock:
-            if (self._closed or self.failed is not None or self.states is None
-                    or len(self._ahead) >= _MAX_READS_AHEAD
-                    or any(not a.done.is_set() for a in self._ahead)
-                    or time.monotonic() < max(self._ahead_next_at, self._rates.backoff_until)):
+        with self._reads.lock:
+            if (self.failed is not None or self.states is None or not self._reads.may_start()
+                    or time.monotonic() < max(self._reads.next_at, self._rates.backoff_until)):
                 return
             budget = read_ahead_budget(
                 rate_limit_rows_per_s=self.rate_limit,
@@ -480,7 +409,7 @@ class SourceBackfillJob:
             )
             if budget <= 0:
                 return
-            planned = ahead_of(self.states, [r for a in self._ahead for r in a.ranges])
+            planned = ahead_of(self.states, self._reads.ranges())
             if _tail_fits(planned, self._budget(self._interval_s)):
                 # the next epoch reads the rest itself and finishes: a read ahead of a few offsets costs
                 # a Spark job (~0.6 s) and is in flight when that epoch comes, so it would only delay it
@@ -490,58 +419,28 @@ class SourceBackfillJob:
                 return
             if self.rate_limit:  # one read per budget's worth of time keeps the rate
                 offsets = sum(r.end - r.start for r in ranges)
-                self._ahead_next_at = time.monotonic() + offsets / self.rate_limit
+                self._reads.next_at = time.monotonic() + offsets / self.rate_limit
             self._count_data_loss(ranges)
-            read = _ReadAhead(ranges, f"history-{self.name}-{uuid.uuid4().hex[:12]}")
             after = self.committed_epoch if self.committed_epoch is not None else -1
-            read.thread = InheritableThread(target=self._run_read, args=(read, after), name=read.group,
-                                            daemon=True)
-            self._ahead.append(read)
-            read.thread.start()
+            self._reads.start(ranges, lambda read: self.history.stage(self.sink, read.ranges, after),
+                              self._read_done)
 
-    def _run_read(self, read: _ReadAhead, after_epoch: int) -> None:
-        """Background thread: read ``read.ranges`` and stage their files; then chain the next read.
-
-        The read runs as ``READ_AHEAD_TASKS`` Spark tasks (:mod:`.history`) in the FAIR pool
-        ``history``: the live stream keeps free task slots (it never queues behind history tasks) and
-        the cores it needs.
-        """
-        sc = self.spark.sparkContext
-        sc.setJobGroup(read.group, f"history read ahead of job {self.name}", interruptOnCancel=True)
-        sc.setLocalProperty("spark.scheduler.pool", HISTORY_POOL)
-        t0 = time.monotonic()
-        try:
-            read.staged, read.counts = self.history.stage(self.sink, read.ranges, after_epoch)
-            read.seconds = time.monotonic() - t0
-        except Exception as exc:  # noqa: BLE001 - reported to the epoch that takes this read
-            read.error = exc
-        with self._ahead_lock:
-            read.done.set()
-            if read.dropped and read.staged is not None:
-                self.sink.discard(read.staged)
-            if read.error is None and read.rows and read.seconds > 0:  # sizes the read chained next
-                self._rates.ahead_rows_per_s = _ema(self._rates.ahead_rows_per_s, read.rows / read.seconds)
+    def _read_done(self, read: ReadAhead) -> None:
+        """A read ahead ended: its throughput sizes the next one, which starts now (they chain)."""
+        if read.error is None and read.rows and read.seconds > 0:
+            self._rates.ahead_rows_per_s = _ema(self._rates.ahead_rows_per_s, read.rows / read.seconds)
         if read.error is None and not read.dropped:
             logger.debug('history read ahead job="%s" rows=%d seconds=%.3f', self.name, read.rows,
                          read.seconds)
             self._read_ahead()
 
     def close(self, timeout_s: float = 30.0) -> None:
-        """Stop reading ahead: running reads are cancelled and staged files removed (none committed).
-
-        Waits (``timeout_s`` at most) for the reads' threads, so nothing is left behind once it returns.
-        """
-        with self._ahead_lock:
-            self._closed = True
-            threads = [a.thread for a in self._ahead if a.thread is not None]
-        self._drop_reads()
-        deadline = time.monotonic() + timeout_s
-        for thread in threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
+        """Stop reading ahead: running reads are cancelled and staged files removed (none committed)."""
+        self._reads.close(timeout_s)
 
     def _commit_observed(
         self, inp: EpochInput, plan: Any, budget: int, out: DataFrame, live: DataFrame, observation: Any,
-        ahead: _Adopted,
+        ahead: Adopted,
     ) -> tuple[Any, Any, dict[str, int], dict[str, SplitState], float]:
         """Commit an epoch whose history counts its rows while written; the state is taken after the write.
 
@@ -730,24 +629,6 @@ class SourceBackfillJob:
         return self._rates.rows_history, self._rates.rows_live
 
 
-def _within_cap(reads: list[_ReadAhead], cap: int | None) -> list[_ReadAhead]:
-    """The first done reads whose offsets fit ``max_rows_per_epoch`` (at least one: each read fits it).
-
-    The others stay staged for the next epochs; they chain after these, so they still fit then.
-    """
-    if cap is None:
-        return reads
-    kept: list[_ReadAhead] = []
-    total = 0
-    for read in reads:
-        size = sum(r.end - r.start for r in read.ranges)
-        if kept and total + size > cap:
-            break
-        kept.append(read)
-        total += size
-    return kept
-
-
 def _tail_fits(states: Mapping[str, SplitState], budget: int) -> bool:
     """The history left up to the targets fits one epoch's ``budget`` (read inside the epoch)."""
     return job_progress(states).remaining_offsets <= budget
@@ -783,8 +664,6 @@ def _observed(observation: Any, timeout_s: float = _OBSERVE_TIMEOUT_S) -> dict[s
 
     Past it the epoch fails and replays (not a JobError: the job is fine) instead of stalling the source.
     """
-    import threading
-
     box: dict[str, Any] = {}
 
     def get() -> None:
