@@ -81,7 +81,8 @@ def live_stream(spark: SparkSession, source: SourceConfig, bootstrap_servers: st
     if source.max_offsets_per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", str(source.max_offsets_per_trigger))
     kafka = reader.load()
-    tick = spark.readStream.format("rate").option("rowsPerSecond", str(TICK_ROWS_PER_SECOND)).load()
+    tick = (spark.readStream.format("rate").option("rowsPerSecond", str(TICK_ROWS_PER_SECOND))
+            .option("numPartitions", "1").load())  # one task of no rows per batch, not one per core
     none = tick.where(F.lit(False)).select(
         *[F.lit(None).cast(f.dataType).alias(f.name) for f in kafka.schema.fields]
     )

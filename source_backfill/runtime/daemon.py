@@ -75,8 +75,10 @@ class Daemon:
                                'job="%s" detail="%s" (use the API to throttle, or drop and re-create)',
                                spec.name, exc)
         if any(s.kind == "kafka" for s in cfg.sources):  # delta sources read with delta-rs: no Spark
-            self.spark = build_spark(cfg.spark.master, "source-backfill", cfg.spark.conf)
-            if any(s.kind == "kafka" and s.connector == "python" for s in cfg.sources):
+            python = any(s.kind == "kafka" and s.connector == "python" for s in cfg.sources)
+            self.spark = build_spark(cfg.spark.master, "source-backfill", cfg.spark.conf,
+                                     python_sources=python)
+            if python:
                 warm_history_copy(self.spark)  # the Python connector's read ahead runs in Python workers
         for source in cfg.sources:
             if source.kind == "delta":

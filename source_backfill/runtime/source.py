@@ -168,33 +168,36 @@ class LiveSource(JobHost):
             # its log start, where Spark's source starts a new partition
             born = self.admin.earliest_offsets(sorted(end.keys() - start.keys()))
             start = {**start, **born}
-        rows = _small_batch_rows(batch, start, end)
-        if rows is None:
-            batch.persist()  # every job reads it: once from Kafka
-        try:
-            inp = EpochInput(
-                epoch=batch_id,
-                batch=batch,
-                live=_live_stats(batch, end, rows),
-                start=start,
-                end=end,
-                interval_s=self.config.trigger_interval_s,
-                rows=rows,
-            )
-            self._run_jobs(inp)
-        finally:
-            if rows is None:
-                batch.unpersist()
+        # read once, only if a job reads the batch: the query's first batch with no job attached yet is
+        # read by none (attaching waits for the next batch, whose start is known), so no Spark job runs
+        taken: list[tuple[pa.Table | None, dict[str, LiveStats]]] = []
 
-    def _run_jobs(self, inp: EpochInput) -> None:
-        pending, self._deferred = self._deferred + self.registry.drain(self.name), []
-        applied = self._apply_mutations(pending, inp.epoch)
-        for job in list(self.jobs.values()):
-            if job.states is None and inp.start is None:
-                continue  # attach needs the exact live position: wait for the next epoch
-            self._run_job(job, inp.epoch, lambda job=job: job.run_epoch(inp))
-        if applied:
-            self.registry.mark_applied([m.id for m in applied], inp.epoch)
+        def rows_and_stats() -> tuple[pa.Table | None, dict[str, LiveStats]]:
+            if not taken:
+                rows = _small_batch_rows(batch, start, end)
+                if rows is None:
+                    batch.persist()  # every job reads it: once from Kafka
+                taken.append((rows, _live_stats(batch, end, rows)))
+            return taken[0]
+
+        try:
+            if start is not None or any(job.states is not None for job in self.jobs.values()):
+                rows_and_stats()  # before the mutations: a failing batch leaves them queued
+            pending, self._deferred = self._deferred + self.registry.drain(self.name), []
+            applied = self._apply_mutations(pending, batch_id)
+            if start is not None or any(job.states is not None for job in self.jobs.values()):
+                rows, live = rows_and_stats()
+                inp = EpochInput(epoch=batch_id, batch=batch, live=live, start=start, end=end,
+                                 interval_s=self.config.trigger_interval_s, rows=rows)
+                for job in list(self.jobs.values()):
+                    if job.states is None and inp.start is None:
+                        continue  # attach needs the exact live position: wait for the next epoch
+                    self._run_job(job, inp.epoch, lambda job=job: job.run_epoch(inp))
+            if applied:
+                self.registry.mark_applied([m.id for m in applied], batch_id)
+        finally:
+            if taken and taken[0][0] is None:
+                batch.unpersist()
 
     def _new_job(self, spec: Any) -> SourceBackfillJob:
         return SourceBackfillJob(spec, self.config, self.spark, self.admin,
