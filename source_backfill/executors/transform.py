@@ -81,7 +81,12 @@ def _items(seq: Any) -> list[Any]:
 
 
 def apply_transform(spark: SparkSession, sql: str | None, df: DataFrame) -> DataFrame:
-    """``sql`` over ``df`` as ``{source}`` (identity when None)."""
+    """``sql`` over ``df`` as ``{source}`` (identity when None).
+
+    Run in ``df``'s own session: the live batch of ``foreachBatch`` has a session of its own, and the view
+    pyspark registers for ``{source}`` exists only there (in ``spark``'s the query failed with
+    TABLE_OR_VIEW_NOT_FOUND). ``spark`` is used only when ``df`` has no session.
+    """
     if sql is None:
         return df
-    return spark.sql(sql, source=df)
+    return (getattr(df, "sparkSession", None) or spark).sql(sql, source=df)

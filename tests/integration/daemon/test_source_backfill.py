@@ -358,3 +358,25 @@ def test_a_job_written_by_delta_spark_is_exactly_once(
 
     ops = {h.get("operation") for h in DeltaTable(str(tmp_path / "j")).history()}
     assert "WRITE" in ops  # delta-spark's commits (delta-rs would have written only its own)
+
+
+def test_a_job_with_a_transform_writes_the_transformed_rows_exactly_once(
+    daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path
+):
+    from deltalake import DeltaTable
+
+    topic = new_topic(2)
+    p = producer_for(topic)
+    p.send(3000, 2)
+    p.stream(2, per_second=100)
+    sql = "SELECT topic, partition, offset, upper(CAST(value AS STRING)) AS v FROM {source}"
+    d = daemon_factory([topic], [job_spec("t", tmp_path, transform=sql, max_rows_per_epoch=1000)])
+    wait_for(lambda: finished(d, "t"), what="the transform job finished")
+    assert not job_of(d, "t").reads_ahead  # a transform reads its history inside the epochs
+    p.stop()
+    exactly_once(tmp_path / "t", kafka_bootstrap, [topic])
+    rows = DeltaTable(str(tmp_path / "t")).to_pyarrow_table()
+    assert rows.column_names == ["topic", "partition", "offset", "v"]  # the transform's columns only
+    values = rows.column("v").to_pylist()
+    assert sum(v.startswith("V") for v in values) == 3000  # history: "v<i>" upper-cased
+    assert all(v.startswith(("V", "LIVE")) and v == v.upper() for v in values)  # live: "live<i>"
