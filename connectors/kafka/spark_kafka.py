@@ -73,6 +73,20 @@ def live_stream(spark: SparkSession, source: SourceConfig, bootstrap_servers: st
     from pyspark.sql import functions as F  # noqa: N812
 
     reader = spark.readStream.format(SPARK_KAFKA_FORMAT).options(**reader_options(source, bootstrap_servers))
+    kafka = subscribed(reader, source).load()
+    tick = (spark.readStream.format("rate").option("rowsPerSecond", str(TICK_ROWS_PER_SECOND))
+            .option("numPartitions", "1").load())  # one task of no rows per batch, not one per core
+    none = tick.where(F.lit(False)).select(
+        *[F.lit(None).cast(f.dataType).alias(f.name) for f in kafka.schema.fields]
+    )
+    return kafka.unionByName(none)
+
+
+def subscribed(reader: Any, source: SourceConfig) -> Any:
+    """A stream reader (either connector) given what it reads, where it starts and its admission limit.
+
+    Topics or a pattern, ``startingOffsets``, ``maxOffsetsPerTrigger``: the options both connectors share.
+    """
     if source.topic_pattern:
         reader = reader.option("subscribePattern", source.topic_pattern)
     else:
@@ -80,13 +94,7 @@ def live_stream(spark: SparkSession, source: SourceConfig, bootstrap_servers: st
     reader = reader.option("startingOffsets", source.starting_offsets)
     if source.max_offsets_per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", str(source.max_offsets_per_trigger))
-    kafka = reader.load()
-    tick = (spark.readStream.format("rate").option("rowsPerSecond", str(TICK_ROWS_PER_SECOND))
-            .option("numPartitions", "1").load())  # one task of no rows per batch, not one per core
-    none = tick.where(F.lit(False)).select(
-        *[F.lit(None).cast(f.dataType).alias(f.name) for f in kafka.schema.fields]
-    )
-    return kafka.unionByName(none)
+    return reader
 
 
 def check_log_start(ranges: Sequence[HistoryRange], log_start: Mapping[str, int]) -> None:

@@ -57,24 +57,16 @@ class HistoryReader:
 
             self._check_log_start(ranges)
             return read_ranges(session, ranges, reader_options(self.source, self.bootstrap_servers))
-        from connectors.kafka.source import KAFKA_FORMAT
+        from connectors.kafka.source import KAFKA_FORMAT, reader_options
         from source_backfill.runtime.spark import max_read_tasks
 
         spec = []
         for r in ranges:
             topic, partition = parse_split_id(r.split)
             spec.append({"topic": topic, "partition": partition, "start": r.start, "end": r.end})
-        reader = (
-            session.read.format(KAFKA_FORMAT)
-            .option("kafka.bootstrap.servers", self.bootstrap_servers)
-            .option("ranges", json.dumps(spec))
-            .option("failOnDataLoss", str(self.source.fail_on_data_loss).lower())
-            .option("maxTasks", str(max_read_tasks(self.spark, self.source.max_read_tasks)))
-            .option("kafkaConsumer.pollTimeoutMs", str(round(self.source.poll_timeout_s * 1000)))
-        )
-        for key, value in self.source.kafka.items():
-            reader = reader.option(f"kafka.{key}", value)
-        return reader.load()
+        options = reader_options(self.source, self.bootstrap_servers,
+                                 max_read_tasks(self.spark, self.source.max_read_tasks))
+        return session.read.format(KAFKA_FORMAT).options(**options).option("ranges", json.dumps(spec)).load()
 
     def stage(self, sink: DeltaEpochSink, ranges: Sequence[HistoryRange],
               after_epoch: int) -> tuple[StagedFiles, dict[str, int]]:

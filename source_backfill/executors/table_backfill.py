@@ -330,8 +330,8 @@ class _Part(NamedTuple):
 def _folded(changes: pa.Table, keys: Sequence[str]) -> pa.Table:
     """Changes of keys new to the job's table as the rows they leave, each an ``insert``.
 
-    Rows no later change touches are kept as they are; of the keys a later change touches (an update or
-    a delete; an insert after a delete), the last change counts and a delete leaves nothing.
+    Each key's last change counts (a delete leaves nothing); when every change is an insert, each key
+    has one and the rows are kept as they are.
     """
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -339,20 +339,9 @@ def _folded(changes: pa.Table, keys: Sequence[str]) -> pa.Table:
     from connectors.delta.sink import last_per_key
 
     changes = changes.filter(pc.not_equal(changes.column(CHANGE_TYPE), "update_preimage"))
-    later = pc.not_equal(changes.column(CHANGE_TYPE), "insert")
-    if pc.any(later).as_py():
-        key = list(keys)
-        touched = changes.filter(later).select(key).group_by(key).aggregate([])
-        touched = touched.append_column("_touched", pa.array([True] * touched.num_rows, pa.bool_()))
-        indexed = changes.append_column("_i", pa.array(range(changes.num_rows), pa.int64()))
-        joined = indexed.select([*key, "_i"]).join(touched, keys=key, join_type="left outer")
-        hit = pc.fill_null(joined.column("_touched"), False)
-        untouched = changes.take(joined.filter(pc.invert(hit)).column("_i"))
-        redo_at = pc.filter(joined.column("_i"), hit)
-        redo = changes.take(pc.take(redo_at, pc.sort_indices(redo_at)))
-        last = last_per_key(redo, key)
-        last = last.filter(pc.not_equal(last.column(CHANGE_TYPE), "delete"))
-        changes = pa.concat_tables([untouched, last])
+    if pc.any(pc.not_equal(changes.column(CHANGE_TYPE), "insert")).as_py():
+        changes = last_per_key(changes, keys)
+        changes = changes.filter(pc.not_equal(changes.column(CHANGE_TYPE), "delete"))
     return changes.set_column(changes.schema.get_field_index(CHANGE_TYPE), CHANGE_TYPE,
                               pa.array(["insert"] * changes.num_rows, pa.string()))
 

@@ -100,7 +100,7 @@ class LiveSource(JobHost):
     def _start_query(self) -> StreamingQuery:
         self.checkpoint.mkdir(parents=True, exist_ok=True)
         query = (
-            self._live_stream()
+            live_stream(self.spark, self.config, self.bootstrap_servers)
             .writeStream.foreachBatch(self._on_batch)
             .option("checkpointLocation", str(self.checkpoint))
             .trigger(processingTime=f"{self.config.trigger_interval_s} seconds")
@@ -110,9 +110,6 @@ class LiveSource(JobHost):
         logger.info('live source started source="%s" topics="%s"', self.name,
                     self.config.topic_pattern or ",".join(self.config.topics))
         return query
-
-    def _live_stream(self) -> DataFrame:
-        return live_stream(self.spark, self.config, self.bootstrap_servers)
 
     def _supervise(self) -> None:
         """Restart the query from its checkpoint after a failure (the failed batch replays)."""
@@ -170,23 +167,14 @@ class LiveSource(JobHost):
             start = {**start, **born}
         # read once, only if a job reads the batch: the query's first batch with no job attached yet is
         # read by none (attaching waits for the next batch, whose start is known), so no Spark job runs
-        taken: list[tuple[pa.Table | None, dict[str, LiveStats]]] = []
-
-        def rows_and_stats() -> tuple[pa.Table | None, dict[str, LiveStats]]:
-            if not taken:
-                rows = _small_batch_rows(batch, start, end)
-                if rows is None:
-                    batch.persist()  # every job reads it: once from Kafka
-                taken.append((rows, _live_stats(batch, end, rows)))
-            return taken[0]
-
+        read: tuple[pa.Table | None, dict[str, LiveStats]] | None = None
         try:
-            if start is not None or any(job.states is not None for job in self.jobs.values()):
-                rows_and_stats()  # before the mutations: a failing batch leaves them queued
+            if self._reads_batch(start):  # before the mutations: a failing batch leaves them queued
+                read = _rows_and_stats(batch, start, end)
             pending, self._deferred = self._deferred + self.registry.drain(self.name), []
             applied = self._apply_mutations(pending, batch_id)
-            if start is not None or any(job.states is not None for job in self.jobs.values()):
-                rows, live = rows_and_stats()
+            if self._reads_batch(start):  # a mutation may have brought a job with a position
+                rows, live = read or (read := _rows_and_stats(batch, start, end))
                 inp = EpochInput(epoch=batch_id, batch=batch, live=live, start=start, end=end,
                                  interval_s=self.config.trigger_interval_s, rows=rows)
                 for job in list(self.jobs.values()):
@@ -196,8 +184,12 @@ class LiveSource(JobHost):
             if applied:
                 self.registry.mark_applied([m.id for m in applied], batch_id)
         finally:
-            if taken and taken[0][0] is None:
+            if read is not None and read[0] is None:
                 batch.unpersist()
+
+    def _reads_batch(self, start: dict[str, int] | None) -> bool:
+        """Whether a job reads this batch: its start is known, or a job has a position already."""
+        return start is not None or any(job.states is not None for job in self.jobs.values())
 
     def _new_job(self, spec: Any) -> SourceBackfillJob:
         return SourceBackfillJob(spec, self.config, self.spark, self.admin,
@@ -221,24 +213,11 @@ def live_stream(spark: SparkSession, config: SourceConfig, bootstrap_servers: st
         from connectors.kafka.spark_kafka import live_stream as spark_live_stream
 
         return spark_live_stream(spark, config, bootstrap_servers)
-    from connectors.kafka.source import KAFKA_FORMAT
+    from connectors.kafka.source import KAFKA_FORMAT, reader_options
+    from connectors.kafka.spark_kafka import subscribed
 
-    reader = spark.readStream.format(KAFKA_FORMAT).option("kafka.bootstrap.servers", bootstrap_servers)
-    if config.topic_pattern:
-        reader = reader.option("subscribePattern", config.topic_pattern)
-    else:
-        reader = reader.option("subscribe", ",".join(config.topics))
-    reader = (
-        reader.option("startingOffsets", config.starting_offsets)
-        .option("failOnDataLoss", str(config.fail_on_data_loss).lower())
-        .option("maxTasks", str(max_read_tasks(spark, config.max_read_tasks)))
-        .option("kafkaConsumer.pollTimeoutMs", str(round(config.poll_timeout_s * 1000)))
-    )
-    if config.max_offsets_per_trigger is not None:
-        reader = reader.option("maxOffsetsPerTrigger", str(config.max_offsets_per_trigger))
-    for key, value in config.kafka.items():
-        reader = reader.option(f"kafka.{key}", value)
-    return reader.load()
+    options = reader_options(config, bootstrap_servers, max_read_tasks(spark, config.max_read_tasks))
+    return subscribed(spark.readStream.format(KAFKA_FORMAT).options(**options), config).load()
 
 
 #: A live batch whose offset ranges bound it to at most this many rows is collected to the driver once
@@ -255,6 +234,24 @@ def _small_batch_rows(
     if bound is None or bound > SMALL_BATCH_ROWS:
         return None
     return batch.toArrow()
+
+
+def _rows_and_stats(
+    batch: DataFrame, start: dict[str, int] | None, end: dict[str, int]
+) -> tuple[pa.Table | None, dict[str, LiveStats]]:
+    """The batch's rows on the driver when small, and its per-split stats.
+
+    A larger batch is persisted instead (every job reads it: once from Kafka); the caller unpersists it.
+    """
+    rows = _small_batch_rows(batch, start, end)
+    if rows is not None:
+        return rows, _live_stats(batch, end, rows)
+    batch.persist()
+    try:
+        return None, _live_stats(batch, end, None)
+    except BaseException:
+        batch.unpersist()
+        raise
 
 
 def _live_stats(batch: DataFrame, end: dict[str, int], rows: pa.Table | None) -> dict[str, LiveStats]:
