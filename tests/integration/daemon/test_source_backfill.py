@@ -380,3 +380,17 @@ def test_a_job_with_a_transform_writes_the_transformed_rows_exactly_once(
     values = rows.column("v").to_pylist()
     assert sum(v.startswith("V") for v in values) == 3000  # history: "v<i>" upper-cased
     assert all(v.startswith(("V", "LIVE")) and v == v.upper() for v in values)  # live: "live<i>"
+
+
+def test_max_rows_per_epoch_holds_when_reads_ahead_pile_up_between_epochs(
+    daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path
+):
+    # a 2 s trigger: several reads ahead of <= 600 offsets finish between two epochs (up to 4 are
+    # staged); each epoch still takes at most 600 offsets of history, the rest wait for the next ones
+    topic = new_topic(2)
+    producer_for(topic).send(6000, 2)
+    d = daemon_factory([topic], [job_spec("j", tmp_path, max_rows_per_epoch=600)], trigger_interval_s=2.0)
+    wait_for(lambda: finished(d, "j"), what="finished")
+    exactly_once(tmp_path / "j", kafka_bootstrap, [topic])
+    per_epoch = _history_offsets_per_commit(tmp_path / "j")
+    assert sum(per_epoch) == 6000 and max(per_epoch) <= 600, per_epoch
