@@ -633,9 +633,9 @@ class DeltaEpochSink:
             cols = self.arrow_schema.names
             on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in self.key_columns)
             values = {c: f"s.`{c}`" for c in cols}
-            (
+            (  # the changes are in memory already: not streamed, so delta-rs prunes target files by them
                 table.merge(changes, predicate=on, source_alias="s", target_alias="t",
-                            commit_properties=props)
+                            commit_properties=props, streamed_exec=False)
                 .when_matched_delete(predicate=f"s.`{CHANGE_TYPE}` = 'delete'")
                 .when_matched_update(values, predicate=f"s.`{CHANGE_TYPE}` != 'delete'")
                 .when_not_matched_insert(values, predicate=f"s.`{CHANGE_TYPE}` != 'delete'")
@@ -827,13 +827,16 @@ def _is_commit_conflict(exc: BaseException) -> bool:
 
 def last_per_key(changes: pa.Table, keys: Sequence[str]) -> pa.Table:
     """Keep the last change of each key (row order is the changelog order), in that order."""
+    import numpy as np
     import pyarrow as pa
-    import pyarrow.compute as pc
 
-    at = pa.array(range(changes.num_rows), pa.int64())
+    n = changes.num_rows
+    at = pa.array(np.arange(n, dtype=np.int64))
     last = (changes.select(list(keys)).append_column("__at", at)
             .group_by(list(keys), use_threads=False).aggregate([("__at", "max")]).column("__at_max"))
-    return changes.take(pc.take(last, pc.sort_indices(last)))
+    keep = np.zeros(n, dtype=bool)
+    keep[last.to_numpy()] = True  # a mask keeps the rows' order without sorting the positions
+    return changes.filter(pa.array(keep))
 
 
 def delta_spark_available(spark: Any) -> bool:

@@ -153,7 +153,10 @@ class VersionIndex:
         if any(rows.column(k).null_count for k in primary_key):
             msg = f"the table has rows with a null primary key ({', '.join(primary_key)})"
             raise DeltaSinkError(msg)
-        columns = [rows.column(k).to_pylist() for k in primary_key]
+        if len(primary_key) == 1 and pa.types.is_integer(rows.schema.field(primary_key[0]).type):
+            columns = [rows.column(primary_key[0]).to_numpy()]
+        else:
+            columns = [rows.column(k).to_pylist() for k in primary_key]
         vnodes = pa.array(key_vnodes(columns, vnode_count), pa.int32())
         order = pc.sort_indices(
             rows.append_column("__vnode", vnodes),
@@ -171,12 +174,49 @@ class VersionIndex:
                 msg = f"the table has rows with the same primary key ({', '.join(primary_key)})"
                 raise DeltaSinkError(msg)
         self._vnodes = np.asarray(vnodes.take(order))
-        self.keys: list[tuple[Any, ...]] = list(
-            zip(*(self.rows.column(k).to_pylist() for k in primary_key), strict=True))
+        #: The sorted keys: one integer column as numpy (bisected in numpy), else a list of tuples.
+        self._ints = columns[0][np.asarray(order)] if isinstance(columns[0], np.ndarray) else None
+        self._tuples: list[tuple[Any, ...]] | None = None
+        if self._ints is None:
+            self._tuples = list(zip(*(self.rows.column(k).to_pylist() for k in primary_key), strict=True))
         self._bounds = np.searchsorted(self._vnodes, np.arange(vnode_count + 1), side="left")
+
+    def key(self, position: int) -> tuple[Any, ...]:
+        """The primary key of the row at ``position`` in :attr:`rows`."""
+        if self._ints is not None:
+            return (int(self._ints[position]),)
+        assert self._tuples is not None
+        return self._tuples[position]
+
+    def keys_at(self, positions: range) -> Sequence[tuple[Any, ...]]:
+        """The keys of the rows at ``positions`` (built as they are asked for)."""
+        return _Keys(self, positions)
 
     def chunk(self, vnode: int, after: tuple[Any, ...] | None, rows: int) -> range:
         """Positions in :attr:`rows` of the first ``rows`` rows of ``vnode`` with a key above ``after``."""
+        import numpy as np
+
         lo, hi = int(self._bounds[vnode]), int(self._bounds[vnode + 1])
-        start = lo if after is None else bisect.bisect_right(self.keys, tuple(after), lo, hi)
+        if after is None:
+            start = lo
+        elif self._ints is not None:
+            start = lo + int(np.searchsorted(self._ints[lo:hi], after[0], side="right"))
+        else:
+            assert self._tuples is not None
+            start = bisect.bisect_right(self._tuples, tuple(after), lo, hi)
         return range(start, min(hi, start + rows))
+
+
+class _Keys(Sequence[tuple[Any, ...]]):
+    """Keys of a run of an index's rows, built one at a time (a chunk's progress needs its last one)."""
+
+    def __init__(self, index: VersionIndex, positions: range) -> None:
+        self._index, self._positions = index, positions
+
+    def __len__(self) -> int:
+        return len(self._positions)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self._index.key(p) for p in self._positions[i]]
+        return self._index.key(self._positions[i])

@@ -24,12 +24,51 @@ def key_vnode(key: Sequence[Any], count: int = VNODE_COUNT) -> int:
     return vnode(json.dumps(list(key), separators=(",", ":"), default=str).encode(), count)
 
 
-def key_vnodes(columns: Sequence[Sequence[Any]], count: int = VNODE_COUNT) -> list[int]:
+def key_vnodes(columns: Sequence[Sequence[Any]], count: int = VNODE_COUNT) -> Sequence[int]:
     """:func:`key_vnode` of every key given column-wise (``columns[c][row]``), the same values, faster.
 
-    A key of one integer column is encoded as ``b"[%d]"`` directly (what the JSON encoding gives), ~15x
-    quicker than the JSON encoder over a million rows.
+    A key of one column given as a numpy integer array is hashed in numpy, every row at once
+    (:func:`int_key_vnodes`, a numpy array back); other keys go through the JSON encoder row by row.
     """
-    if len(columns) == 1 and all(type(v) is int for v in columns[0]):
-        return [zlib.crc32(b"[%d]" % v) % count for v in columns[0]]
+    if len(columns) == 1 and getattr(columns[0], "dtype", None) is not None and columns[0].dtype.kind in "iu":
+        return int_key_vnodes(columns[0], count)
     return [key_vnode(key, count) for key in zip(*columns, strict=True)]
+
+
+def _crc32_table() -> Any:
+    import numpy as np
+
+    table = np.arange(256, dtype=np.uint32)
+    for _ in range(8):
+        table = np.where(table & 1, (table >> 1) ^ np.uint32(0xEDB88320), table >> 1).astype(np.uint32)
+    return table
+
+
+def int_key_vnodes(values: Any, count: int = VNODE_COUNT) -> Any:
+    """The vnodes of one-integer keys (a numpy integer array), as ``crc32(b"[%d]" % v) % count``.
+
+    zlib's CRC-32 over every row at once, one byte position at a time: pyarrow writes the decimal texts,
+    and a row's CRC stops advancing past its own text.
+    """
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if len(values) == 0:
+        return np.zeros(0, dtype=np.int64)
+    texts = pc.cast(pa.array(values), pa.string())
+    offsets = np.frombuffer(texts.buffers()[1], dtype=np.int32)[: len(texts) + 1]
+    data = np.frombuffer(texts.buffers()[2], dtype=np.uint8)
+    starts, lengths = offsets[:-1], np.diff(offsets)
+    table = _crc32_table()
+    last = len(data) - 1
+
+    def step(crc: Any, byte: Any) -> Any:
+        return table[(crc ^ byte) & 0xFF] ^ (crc >> np.uint32(8))
+
+    crc = step(np.full(len(texts), 0xFFFFFFFF, dtype=np.uint32), np.uint32(ord("[")))
+    for i in range(int(lengths.max(initial=0))):
+        byte = data[np.minimum(starts + i, last)].astype(np.uint32)
+        crc = np.where(i < lengths, step(crc, byte), crc)
+    crc = step(crc, np.uint32(ord("]"))) ^ np.uint32(0xFFFFFFFF)
+    return (crc % np.uint32(count)).astype(np.int64)

@@ -199,7 +199,7 @@ class TableBackfillJob:
         for vn, asked in plan_chunks(state.vnodes, budget, chunk_rows=self.chunk_rows).items():
             found = index.chunk(vn, state.vnodes.of(vn).pos, asked)
             positions.extend(found)
-            chunks[vn] = ([index.keys[i] for i in found], asked)
+            chunks[vn] = (index.keys_at(found), asked)
         if positions:
             parts.append(_Part(stage, _inserts(index.rows.take(pa.array(positions, pa.int64()))),
                                new_keys=True))

@@ -271,3 +271,19 @@ def test_the_columnwise_vnode_of_a_key_is_the_one_of_the_key_alone(keys):
         return
     columns = [list(c) for c in zip(*keys, strict=True)]
     assert key_vnodes(columns, 16) == [key_vnode(k, 16) for k in keys]
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(st.integers(-(2**63), 2**63 - 1), max_size=50),
+       dtype=st.sampled_from(["int64", "int32", "int16", "int8", "uint64", "uint32", "uint8"]),
+       count=st.sampled_from([1, 7, 16, 256]))
+def test_integer_keys_hashed_in_numpy_have_the_vnode_of_the_key_alone(values, dtype, count):
+    import numpy as np
+
+    from source_backfill.core.vnode import key_vnode, key_vnodes
+
+    info = np.iinfo(dtype)
+    array = np.array([min(max(v, int(info.min)), int(info.max)) for v in values], dtype=dtype)
+    got = key_vnodes([array], count)
+    assert isinstance(got, np.ndarray)
+    assert got.tolist() == [key_vnode([int(v)], count) for v in array]
