@@ -194,15 +194,15 @@ class TableBackfillJob:
             index = self._snapshot(state.pinned)
         else:
             index = self._arranged(state)
-        positions: list[int] = []
+        runs = []
         chunks = {}
         for vn, asked in plan_chunks(state.vnodes, budget, chunk_rows=self.chunk_rows).items():
             found = index.chunk(vn, state.vnodes.of(vn).pos, asked)
-            positions.extend(found)
+            if found:  # a vnode's rows sit together in the index: a chunk is a slice of it
+                runs.append(index.rows.slice(found.start, len(found)))
             chunks[vn] = (index.keys_at(found), asked)
-        if positions:
-            parts.append(_Part(stage, _inserts(index.rows.take(pa.array(positions, pa.int64()))),
-                               new_keys=True))
+        if runs:
+            parts.append(_Part(stage, _inserts(pa.concat_tables(runs)), new_keys=True))
         vnodes = state.vnodes.with_chunks(chunks)
         if state.strategy is Strategy.ARRANGEMENT:
             # forwarded: changes of keys at or below their vnode's position after this epoch's chunks;
