@@ -30,8 +30,10 @@ def key_vnodes(columns: Sequence[Sequence[Any]], count: int = VNODE_COUNT) -> Se
     A key of one column given as a numpy integer array is hashed in numpy, every row at once
     (:func:`int_key_vnodes`, a numpy array back); other keys go through the JSON encoder row by row.
     """
-    if len(columns) == 1 and getattr(columns[0], "dtype", None) is not None and columns[0].dtype.kind in "iu":
-        return int_key_vnodes(columns[0], count)
+    dtype = getattr(columns[0], "dtype", None) if len(columns) == 1 else None
+    if dtype is not None and dtype.kind in "iu":
+        hashed: Sequence[int] = int_key_vnodes(columns[0], count)
+        return hashed
     return [key_vnode(key, count) for key in zip(*columns, strict=True)]
 
 
