@@ -76,25 +76,31 @@ def _describe_error(status: int, text: str) -> str:
 
 # -- rendering ------------------------------------------------------------------------------------------
 def split_bar(split: dict[str, Any], width: int = BAR_WIDTH) -> str:
-    """``events:0  [##########----------]  52.0%  5200/10000  backfilling``.
+    """``events:0  [#######===----------]  52.0%  5200/10000  backfilling``.
 
-    Done = ``(backfilled_offset + 1) / (target_offset + 1)`` (offsets are inclusive); 100% once finished;
-    ``?`` while the split's target is not known yet.
+    Done = ``(offset + 1) / (target_offset + 1)`` (offsets are inclusive), where ``offset`` is the higher
+    of ``backfilled_offset`` (committed: ``#``) and ``read_ahead_offset`` (copied by a read ahead whose
+    commit waits for an epoch: ``=``); 100% once finished; ``?`` while the split's target is not known.
     """
     stage = str(split.get("stage", "?"))
     backfilled, target = split.get("backfilled_offset"), split.get("target_offset")
+    ahead = split.get("read_ahead_offset")
+    committed_frac = 1.0 if stage == "finished" else 0.0
     if target is None:
         frac: float | None = 1.0 if stage == "finished" else None
         counts = "-" if stage == "finished" else "?/?"
     else:
         total = int(target) + 1
-        done = total if stage == "finished" else (0 if backfilled is None else int(backfilled) + 1)
-        done = max(0, min(done, total))
+        committed = total if stage == "finished" else (0 if backfilled is None else int(backfilled) + 1)
+        committed = max(0, min(committed, total))
+        done = max(committed, min(total, int(ahead) + 1)) if ahead is not None else committed
         frac = 1.0 if stage == "finished" or total <= 0 else done / total
+        committed_frac = 1.0 if stage == "finished" or total <= 0 else committed / total
         counts = f"{done}/{total}"
     filled = round((frac or 0.0) * width)
+    solid = min(filled, round(committed_frac * width))
     pct = f"{frac * 100:.1f}%" if frac is not None else "?%"
-    bar = "#" * filled + "-" * (width - filled)
+    bar = "#" * solid + "=" * (filled - solid) + "-" * (width - filled)
     return f"{split.get('split')}  [{bar}] {pct:>6}  {counts}  {stage}"
 
 
@@ -126,7 +132,8 @@ def job_line(job: dict[str, Any]) -> str:
         f"{job['status']}",
         f"epoch {job['epoch'] if job.get('epoch') is not None else '-'}",
         f"splits {job.get('splits_finished', 0)}/{job.get('splits_total', 0)} finished",
-        f"history {job.get('rows_history', 0)} rows",
+        f"history {job.get('rows_history', 0)} rows"
+        + (f" (+{job['rows_read_ahead']} read ahead)" if job.get("rows_read_ahead") else ""),
         f"live {job.get('rows_live', 0)} rows",
         f"eta {eta:.0f}s" if eta is not None else "eta -",
     ]

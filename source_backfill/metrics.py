@@ -77,7 +77,8 @@ COMMIT_CONFLICTS = Counter(
 )
 
 # -- job progress (RW: CreateMviewProgressReporter) -----------------------------------------------------
-JOB_ROWS = Gauge(PREFIX + "job_rows", "Rows written by a job, by kind (history, live).", ["job", "kind"])
+JOB_ROWS = Gauge(PREFIX + "job_rows", "Rows of a job, by kind: history and live written; read_ahead "
+                 "copied by reads ahead, not committed yet (running reads too).", ["job", "kind"])
 JOB_SPLITS = Gauge(PREFIX + "job_splits", "Splits of a job, by stage.", ["job", "stage"])
 JOB_ETA = Gauge(PREFIX + "job_eta_seconds", "Estimated seconds until the job's backfill finishes.", ["job"])
 JOB_BACKFILLING = Gauge(

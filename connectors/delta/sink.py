@@ -56,6 +56,9 @@ CHANGE_TYPE = "_change_type"
 _HISTORY_STEPS = (16, 256, 4096)
 #: How often an epoch's log append is retried after conflicting with another writer's commit.
 COMMIT_RETRIES = 5
+#: A staged Spark write starts a new file every this many rows: a closed file's footer tells what a
+#: read ahead has copied so far (its progress while it runs), at ~13 MB per file of 130-byte records.
+STAGED_FILE_ROWS = 100_000
 
 Writer = Literal["delta-rs", "delta-spark"]
 
@@ -462,7 +465,8 @@ class DeltaEpochSink:
         fields = [*self.arrow_schema, *(rows.schema.field(n) for n in extra)]
         return rows.select([f.name for f in fields]).cast(_pa().schema(fields))
 
-    def stage_files(self, write: Callable[[Path], Any], after_epoch: int) -> StagedFiles:
+    def stage_files(self, write: Callable[[Path], Any], after_epoch: int,
+                    on_folder: Callable[[Path], None] | None = None) -> StagedFiles:
         """Have ``write(folder)`` stage Parquet files now, for a later epoch to commit (``staged=...``).
 
         Any writer (a job's Spark tasks writing with pyarrow, say). The files must have the table's
@@ -471,7 +475,8 @@ class DeltaEpochSink:
         one, so if no commit ever takes it the orphan sweep removes it (a restart sweeps what is above
         the committed epoch; below it, a folder no commit names). Not under the commit lock: staging
         runs beside the epochs. A failed or cancelled write leaves nothing behind; :meth:`discard`
-        removes a staged folder that will not be committed.
+        removes a staged folder that will not be committed. ``on_folder(folder)`` is called before the
+        write starts (whoever watches the write's progress looks there).
         """
         if self.mode != "append":
             msg = "staged files need the delta-rs append path (files written, then committed)"
@@ -481,6 +486,8 @@ class DeltaEpochSink:
         try:
             folder.mkdir(parents=True)
             (folder / MARKER).touch()
+            if on_folder is not None:
+                on_folder(folder)
             write(folder)
             self._check_file_schemas(folder)
             _, rows = self._collect_adds(folder)
@@ -490,10 +497,17 @@ class DeltaEpochSink:
             raise
         return StagedFiles(folder, rows)
 
-    def stage_dataframe(self, df: DataFrame, after_epoch: int) -> StagedFiles:
-        """:meth:`stage_files` with Spark writing ``df`` (the table's columns) as the files."""
-        return self.stage_files(lambda folder: self._conform(df).write.mode("append").parquet(str(folder)),
-                                after_epoch)
+    def stage_dataframe(self, df: DataFrame, after_epoch: int,
+                        on_folder: Callable[[Path], None] | None = None) -> StagedFiles:
+        """:meth:`stage_files` with Spark writing ``df`` (the table's columns) as the files.
+
+        A file holds at most :data:`STAGED_FILE_ROWS` rows, so files close as the write goes.
+        """
+        def write(folder: Path) -> None:
+            (self._conform(df).write.mode("append").option("maxRecordsPerFile", STAGED_FILE_ROWS)
+             .parquet(str(folder)))
+
+        return self.stage_files(write, after_epoch, on_folder)
 
     def _check_file_schemas(self, folder: Path) -> None:
         """Every Parquet file in ``folder`` has the table's columns with the table's types."""

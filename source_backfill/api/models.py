@@ -53,17 +53,28 @@ class SplitView(BaseModel):
     backfilled_offset: int | None
     target_offset: int | None
     rows: int
+    #: Offsets still to read: ``target_offset`` minus the higher of ``backfilled_offset`` and
+    #: ``read_ahead_offset``.
     lag: int | None
-    #: Fraction of the split's backfill done, ``(backfilled_offset + 1) / (target_offset + 1)``; 1.0 once
-    #: finished (or caught up); ``None`` while the target is unknown.
+    #: Fraction of the split's history read, ``(offset + 1) / (target_offset + 1)`` where ``offset`` is the
+    #: higher of ``backfilled_offset`` (committed) and ``read_ahead_offset`` (copied by a read ahead, its
+    #: commit waiting for an epoch); 1.0 once finished (or caught up); ``None`` while the target is
+    #: unknown.
     progress: float | None
+    #: The last offset copied by reads ahead not committed yet (running ones too), and their rows.
+    read_ahead_offset: int | None = None
+    rows_read_ahead: int = 0
 
     @classmethod
     def of(cls, s: SplitProgress) -> SplitView:
         """The view of one split's published progress."""
+        read = s.backfilled_offset
+        if s.read_ahead_offset is not None:
+            read = max(-1 if read is None else read, s.read_ahead_offset)
         return cls(split=s.split, stage=s.stage, backfilled_offset=s.backfilled_offset,
                    target_offset=s.target_offset, rows=s.rows, lag=s.lag,
-                   progress=split_fraction(s.stage, s.backfilled_offset, s.target_offset))
+                   progress=split_fraction(s.stage, read, s.target_offset),
+                   read_ahead_offset=s.read_ahead_offset, rows_read_ahead=s.rows_read_ahead)
 
 
 def split_fraction(stage: str, backfilled_offset: int | None, target_offset: int | None) -> float | None:
@@ -97,6 +108,8 @@ class JobView(BaseModel):
     epoch: int | None
     rows_history: int
     rows_live: int
+    #: History rows copied by reads ahead (running ones too) that no epoch committed yet.
+    rows_read_ahead: int = 0
     history_rows_per_s: float | None
     splits_total: int
     splits_finished: int
@@ -133,6 +146,7 @@ class JobView(BaseModel):
             epoch=progress.epoch if progress is not None else None,
             rows_history=progress.rows_history if progress is not None else 0,
             rows_live=progress.rows_live if progress is not None else 0,
+            rows_read_ahead=progress.rows_read_ahead if progress is not None else 0,
             history_rows_per_s=progress.history_rows_per_s if progress is not None else None,
             splits_total=len(splits),
             splits_finished=sum(1 for s in splits if s.stage == "finished"),

@@ -19,21 +19,33 @@ class JobProgressSummary:
     eta_seconds: float | None
 
 
-def split_lag(state: SplitState) -> int | None:
-    """Offsets still to backfill (target - backfilled offset); 0 once past Backfilling; None if unknown."""
+def split_lag(state: SplitState, read_ahead_to: int | None = None) -> int | None:
+    """Offsets still to backfill (target - backfilled offset); 0 once past Backfilling; None if unknown.
+
+    ``read_ahead_to``: the last offset a read ahead has copied for the split, not committed yet (it
+    counts as read: the copy is done, only its commit waits for an epoch).
+    """
     if state.stage is not Stage.BACKFILLING:
         return 0
     if state.target_offset is None:
         return None
     done = -1 if state.offset is None else state.offset
+    if read_ahead_to is not None:
+        done = max(done, read_ahead_to)
     return max(0, state.target_offset - done)
 
 
 def job_progress(
-    states: Mapping[SplitId, SplitState], history_rows_per_s: float | None = None
+    states: Mapping[SplitId, SplitState], history_rows_per_s: float | None = None,
+    read_ahead_to: Mapping[SplitId, int] | None = None,
 ) -> JobProgressSummary:
-    """Summarise ``states``; the ETA is remaining offsets over the measured history rate."""
-    remaining = sum(split_lag(s) or 0 for s in states.values())
+    """Summarise ``states``; the ETA is remaining offsets over the measured history rate.
+
+    ``read_ahead_to``: per split, the last offset read ahead and not committed yet (see
+    :func:`split_lag`); the remaining offsets and the ETA count it as read.
+    """
+    ahead = read_ahead_to or {}
+    remaining = sum(split_lag(s, ahead.get(split)) or 0 for split, s in states.items())
     finished = sum(1 for s in states.values() if s.stage is Stage.FINISHED)
     eta: float | None
     if remaining == 0:

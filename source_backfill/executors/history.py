@@ -16,7 +16,7 @@ read that fails raises, and the job decides (back off, or fail on data loss).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -68,24 +68,28 @@ class HistoryReader:
                                  max_read_tasks(self.spark, self.source.max_read_tasks))
         return session.read.format(KAFKA_FORMAT).options(**options).option("ranges", json.dumps(spec)).load()
 
-    def stage(self, sink: DeltaEpochSink, ranges: Sequence[HistoryRange],
-              after_epoch: int) -> tuple[StagedFiles, dict[str, int]]:
+    def stage(self, sink: DeltaEpochSink, ranges: Sequence[HistoryRange], after_epoch: int,
+              on_folder: Callable[[Path], None] | None = None) -> tuple[StagedFiles, dict[str, int]]:
         """Copy ``ranges`` into staged files of ``sink``'s table; the files and the rows per split.
 
         Runs as ``READ_AHEAD_TASKS`` Spark tasks (the caller picks the job group and the FAIR pool).
+        ``on_folder(folder)``: where the files go, told before the copy starts (its files close as it
+        goes: :class:`StagedProgress` reads what they hold).
         """
         if self.source.connector == "spark":
-            return self._stage_spark(sink, ranges, after_epoch)
-        return self._stage_python(sink, ranges, after_epoch)
+            return self._stage_spark(sink, ranges, after_epoch, on_folder)
+        return self._stage_python(sink, ranges, after_epoch, on_folder)
 
-    def _stage_spark(self, sink: DeltaEpochSink, ranges: Sequence[HistoryRange],
-                     after_epoch: int) -> tuple[StagedFiles, dict[str, int]]:
+    def _stage_spark(self, sink: DeltaEpochSink, ranges: Sequence[HistoryRange], after_epoch: int,
+                     on_folder: Callable[[Path], None] | None) -> tuple[StagedFiles, dict[str, int]]:
         rows = self.rows(ranges).coalesce(READ_AHEAD_TASKS)
-        staged = sink.stage_dataframe(rows, after_epoch)
-        return staged, _rows_per_split(staged.folder)
+        staged = sink.stage_dataframe(rows, after_epoch, on_folder)
+        progress = StagedProgress()
+        progress.folder = staged.folder
+        return staged, {split: n for split, (n, _) in progress.read().items()}
 
-    def _stage_python(self, sink: DeltaEpochSink, ranges: Sequence[HistoryRange],
-                      after_epoch: int) -> tuple[StagedFiles, dict[str, int]]:
+    def _stage_python(self, sink: DeltaEpochSink, ranges: Sequence[HistoryRange], after_epoch: int,
+                      on_folder: Callable[[Path], None] | None) -> tuple[StagedFiles, dict[str, int]]:
         """The Python connector's reader and pyarrow's Parquet writer in Spark tasks.
 
         The rows need no transform, so they skip Spark's row conversion (a third of the CPU of a
@@ -113,7 +117,7 @@ class HistoryReader:
                 for split, n in rows.items():
                     counts[split] = counts.get(split, 0) + n
 
-        staged = sink.stage_files(write, after_epoch)
+        staged = sink.stage_files(write, after_epoch, on_folder)
         return staged, {s: n for s, n in counts.items() if n}
 
     def _check_log_start(self, ranges: Sequence[HistoryRange]) -> None:
@@ -125,19 +129,43 @@ class HistoryReader:
         check_log_start(ranges, self.admin.earliest_offsets(sorted({r.split for r in ranges})))
 
 
-def _rows_per_split(folder: Path) -> dict[str, int]:
-    """Rows per split of the Parquet files in ``folder`` (two columns read back: cheap)."""
-    import pyarrow.parquet as pq
+class StagedProgress:
+    """What a read ahead has copied so far: rows and the last offset per split, from its closed files.
 
-    from source_backfill.core import split_id
+    A staged copy writes Parquet files that close as it goes (Spark's connector: every
+    ``STAGED_FILE_ROWS`` rows; Python's: every range). A closed file has a footer; the one being
+    written has none yet and is skipped. Each file is read once (three columns), then remembered.
+    """
 
-    files = sorted(folder.rglob("*.parquet"))
-    if not files:
-        return {}
-    counts: dict[str, int] = {}
-    for file in files:
-        grouped = pq.read_table(file, columns=["topic", "partition"]).group_by(["topic", "partition"])
-        for row in grouped.aggregate([([], "count_all")]).to_pylist():
-            sid = split_id(row["topic"], row["partition"])
-            counts[sid] = counts.get(sid, 0) + int(row["count_all"])
-    return counts
+    def __init__(self) -> None:
+        self.folder: Path | None = None
+        #: By file name: a Spark task writes under ``_temporary`` and moves its files up when it ends.
+        self._files: dict[str, dict[str, tuple[int, int]]] = {}
+
+    def read(self) -> dict[str, tuple[int, int]]:
+        """``split -> (rows, last offset)`` over the closed files found now (empty before the copy)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from source_backfill.core import split_id
+
+        folder = self.folder
+        if folder is not None:
+            for file in sorted(folder.rglob("*.parquet")):
+                if file.name in self._files:
+                    continue
+                try:
+                    table = pq.read_table(file, columns=["topic", "partition", "offset"])
+                except (OSError, pa.ArrowInvalid):
+                    continue  # still being written (no footer yet), or moved away meanwhile
+                grouped = table.group_by(["topic", "partition"]).aggregate(
+                    [([], "count_all"), ("offset", "max")])
+                self._files[file.name] = {split_id(r["topic"], r["partition"]): (int(r["count_all"]),
+                                                                            int(r["offset_max"]))
+                                     for r in grouped.to_pylist()}
+        total: dict[str, tuple[int, int]] = {}
+        for stats in self._files.values():
+            for split, (n, last) in stats.items():
+                rows, top = total.get(split, (0, -1))
+                total[split] = (rows + n, max(top, last))
+        return total

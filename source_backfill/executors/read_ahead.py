@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from source_backfill import metrics
 from source_backfill.core import HistoryRange
+from source_backfill.executors.history import StagedProgress
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -44,6 +45,8 @@ class ReadAhead:
     #: Thrown away while its job ran: the thread removes what it staged.
     dropped: bool = False
     thread: threading.Thread | None = None
+    #: What the copy holds so far (its closed files), while it runs and once done.
+    progress: StagedProgress = field(default_factory=StagedProgress)
 
     @property
     def rows(self) -> int:
@@ -97,6 +100,21 @@ class ReadsAhead:
         """Every listed read's ranges, in order (where a new read continues from)."""
         with self.lock:
             return [r for a in self._reads for r in a.ranges]
+
+    def copied(self) -> dict[str, tuple[int, int]]:
+        """``split -> (rows, last offset)`` copied by the listed reads, running ones included.
+
+        The reads chain (each continues where the one before it ends), so a split's last offset is the
+        highest any of them reached.
+        """
+        with self.lock:
+            reads = [a for a in self._reads if not a.dropped and a.error is None]
+        total: dict[str, tuple[int, int]] = {}
+        for read in reads:  # Parquet footers: read outside the lock, epochs need it
+            for split, (n, last) in read.progress.read().items():
+                rows, top = total.get(split, (0, -1))
+                total[split] = (rows + n, max(top, last))
+        return total
 
     def may_start(self) -> bool:
         """No read running, fewer than ``MAX_READS_AHEAD`` staged, not closed."""

@@ -422,8 +422,17 @@ class SourceBackfillJob:
                 self._reads.next_at = time.monotonic() + offsets / self.rate_limit
             self._count_data_loss(ranges)
             after = self.committed_epoch if self.committed_epoch is not None else -1
-            self._reads.start(ranges, lambda read: self.history.stage(self.sink, read.ranges, after),
-                              self._read_done)
+            self._reads.start(ranges, self._stage_read(after), self._read_done)
+
+    def _stage_read(self, after_epoch: int) -> Any:
+        """A read ahead's copy: its ranges into staged files, watched as they close."""
+        def stage(read: ReadAhead) -> Any:
+            def watch(folder: Any) -> None:
+                read.progress.folder = folder
+
+            return self.history.stage(self.sink, read.ranges, after_epoch, on_folder=watch)
+
+        return stage
 
     def _read_done(self, read: ReadAhead) -> None:
         """A read ahead ended: its throughput sizes the next one, which starts now (they chain)."""
@@ -593,8 +602,10 @@ class SourceBackfillJob:
             metrics.SPLIT_STAGE.labels(self.name, split).set(metrics.STAGE_VALUES[state.stage.value])
             lag = split_lag(state)
             metrics.SPLIT_LAG.labels(self.name, split).set(lag or 0)
-        progress = self.progress()
+        ahead = self.read_ahead()
+        progress = self.progress(ahead)
         metrics.JOB_ROWS.labels(self.name, "history").set(self._rates.rows_history)
+        metrics.JOB_ROWS.labels(self.name, "read_ahead").set(sum(n for n, _ in ahead.values()))
         metrics.JOB_ROWS.labels(self.name, "live").set(self._rates.rows_live)
         for stage in ("backfilling", "source_caching_up", "finished"):
             metrics.JOB_SPLITS.labels(self.name, stage).set(
@@ -609,9 +620,18 @@ class SourceBackfillJob:
         )
 
     # -- observability ---------------------------------------------------------------------------------
-    def progress(self) -> Any:
-        """Pure progress summary of the current states (core.job_progress)."""
-        return job_progress(self.states or {}, self._rates.ahead_rows_per_s or self._rates.history_rows_per_s)
+    def read_ahead(self) -> dict[str, tuple[int, int]]:
+        """``split -> (rows, last offset)`` copied by reads ahead and not committed yet (running too)."""
+        return self._reads.copied() if self.reads_ahead else {}
+
+    def progress(self, read_ahead: Mapping[str, tuple[int, int]] | None = None) -> Any:
+        """Pure progress summary of the current states (core.job_progress), reads ahead counted as read.
+
+        ``read_ahead``: :meth:`read_ahead` if the caller has it already.
+        """
+        ahead = self.read_ahead() if read_ahead is None else read_ahead
+        return job_progress(self.states or {}, self._rates.ahead_rows_per_s or self._rates.history_rows_per_s,
+                            {split: last for split, (_, last) in ahead.items()})
 
     @property
     def finish_reported(self) -> bool:

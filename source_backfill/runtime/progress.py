@@ -26,9 +26,11 @@ def to_job_progress(job: SourceBackfillJob) -> JobProgress:
         status = "finished"
     else:
         status = "backfilling"
-    summary = job.progress()
+    ahead = job.read_ahead()
+    summary = job.progress(ahead)
     splits = []
     for split, state in sorted((states or {}).items()):
+        rows_ahead, last_ahead = ahead.get(split, (0, None))
         splits.append(
             SplitProgress(
                 split=split,
@@ -36,7 +38,9 @@ def to_job_progress(job: SourceBackfillJob) -> JobProgress:
                 backfilled_offset=state.offset,
                 target_offset=state.target_offset,
                 rows=state.num_consumed_rows,
-                lag=split_lag(state),
+                lag=split_lag(state, last_ahead),
+                read_ahead_offset=last_ahead,
+                rows_read_ahead=rows_ahead,
             )
         )
     return JobProgress(
@@ -48,6 +52,7 @@ def to_job_progress(job: SourceBackfillJob) -> JobProgress:
         finish_reported=job.finish_reported,
         eta_seconds=summary.eta_seconds,
         history_rows_per_s=job._rates.history_rows_per_s,  # noqa: SLF001 - same package, read-only
+        rows_read_ahead=sum(n for n, _ in ahead.values()),
         last_error=job.last_error,
     )
 

@@ -111,6 +111,10 @@ class SplitProgress:
     rows: int
     #: Offsets still to backfill (``target - backfilled``); 0 once finished; ``None`` while unknown.
     lag: int | None
+    #: The last offset copied by reads ahead and not committed yet (``None``: none in flight), and
+    #: their rows: the backfill's progress before an epoch commits it.
+    read_ahead_offset: int | None = None
+    rows_read_ahead: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +148,8 @@ class JobProgress:
     finish_reported: bool = False
     eta_seconds: float | None = None
     history_rows_per_s: float | None = None
+    #: History rows copied by reads ahead (running ones too) that no epoch committed yet.
+    rows_read_ahead: int = 0
     #: The last history read error while the job backs off (None after a good read).
     last_error: str | None = None
     #: Jobs on a ``delta`` source: their table-backfill progress (no splits).

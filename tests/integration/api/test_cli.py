@@ -250,6 +250,11 @@ def test_console_script(live_api) -> None:
          "topic:0  [##########] 100.0%  10/10  finished"),
         ({"split": "topic:0", "stage": "finished", "backfilled_offset": None, "target_offset": None},
          "topic:0  [##########] 100.0%  -  finished"),
+        # copied by a read ahead, its commit waiting for an epoch: counted, drawn apart
+        ({"split": "topic:0", "stage": "backfilling", "backfilled_offset": 1999, "read_ahead_offset": 5199,
+          "target_offset": 9999}, "topic:0  [##===-----]  52.0%  5200/10000  backfilling"),
+        ({"split": "topic:0", "stage": "backfilling", "backfilled_offset": None, "read_ahead_offset": 4,
+          "target_offset": 9}, "topic:0  [=====-----]  50.0%  5/10  backfilling"),
     ],
 )
 def test_split_bar(split, line) -> None:

@@ -297,13 +297,13 @@ def test_history_read_failures_keep_live_committing_then_backfill_resumes_exactl
     if read_ahead:  # the copy's files are written, then the copy fails: they must not reach the table
         original_stage = DeltaEpochSink.stage_files
 
-        def failing_stage(self, write, after_epoch):
+        def failing_stage(self, write, after_epoch, on_folder=None):
             def write_then_fail(folder):
                 write(folder)
                 if errors() < before + 3:
                     raise RuntimeError("injected history copy failure")
 
-            return original_stage(self, write_then_fail, after_epoch)
+            return original_stage(self, write_then_fail, after_epoch, on_folder)
 
         monkeypatch.setattr(DeltaEpochSink, "stage_files", failing_stage)
     else:
@@ -394,3 +394,32 @@ def test_max_rows_per_epoch_holds_when_reads_ahead_pile_up_between_epochs(
     exactly_once(tmp_path / "j", kafka_bootstrap, [topic])
     per_epoch = _history_offsets_per_commit(tmp_path / "j")
     assert sum(per_epoch) == 6000 and max(per_epoch) <= 600, per_epoch
+
+
+def test_a_read_ahead_reports_the_rows_it_copied_while_it_runs(
+    daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path, monkeypatch
+):
+    # One read ahead copies the whole history (its first size is 1M offsets). Its staged files close
+    # every 20k rows, so while it runs the job's progress counts what the closed files hold: the API
+    # shows rows read ahead and a split fraction that moves before any epoch has committed history.
+    from connectors.delta import sink
+
+    monkeypatch.setattr(sink, "STAGED_FILE_ROWS", 20_000)
+    topic = new_topic(1)
+    total = 400_000
+    producer_for(topic).send(total, 1)
+    d = daemon_factory([topic], [job_spec("j", tmp_path)])
+    seen: list[tuple[int, int, int | None]] = []
+
+    def sample() -> bool:
+        p = d.registry.progress("j")
+        if p is not None and p.splits:
+            seen.append((p.rows_history, p.rows_read_ahead, p.splits[0].read_ahead_offset))
+        return finished(d, "j")
+
+    wait_for(sample, interval=0.05, what="finished")
+    exactly_once(tmp_path / "j", kafka_bootstrap, [topic])
+    before_any_commit = [(ahead, last) for history, ahead, last in seen if history == 0 and ahead]
+    assert any(0 < ahead < total for ahead, _ in before_any_commit), seen[-20:]
+    for ahead, last in before_any_commit:  # the closed files' rows are the offsets up to the last one
+        assert last is not None and ahead == last + 1 <= total

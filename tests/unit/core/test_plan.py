@@ -97,6 +97,12 @@ def test_finish_reported_vs_done_and_progress():
     p = job_progress(states, history_rows_per_s=5.0)
     assert (p.splits_total, p.splits_finished, p.rows_backfilled, p.remaining_offsets) == (3, 1, 12, 10)
     assert p.eta_seconds == 2.0
+    # offsets copied by a read ahead, not committed yet, count as read (never past the target; a
+    # split past backfilling has nothing left either way)
+    p = job_progress(states, history_rows_per_s=5.0, read_ahead_to={"t:2": 6, "t:0": 99})
+    assert (p.remaining_offsets, p.eta_seconds) == (5, 1.0)
+    assert job_progress(states, read_ahead_to={"t:2": 50}).remaining_offsets == 0
+    assert job_progress(states, read_ahead_to={"t:2": 0}).remaining_offsets == 10  # behind the commit
 
 
 def test_unchanged_states_are_the_same_objects():
