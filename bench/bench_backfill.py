@@ -29,6 +29,7 @@ import threading
 import time
 from pathlib import Path
 
+from bench import plots
 from bench.records import fill, live
 
 RECORDS = int(os.environ.get("BENCH_BACKFILL_RECORDS", "1000000"))
@@ -66,7 +67,8 @@ def _pct(values: list[float], q: float) -> float:
 
 def _fresh_query(spark, bootstrap: str, topic: str, splits: list[str], admin, work: Path):  # noqa: ANN001, ANN202
     """A new Structured Streaming query from ``earliest`` (Spark's Kafka source, Delta sink), timed until
-    its committed offsets reach the live position it started at; (seconds, window start, end in ms)."""
+    its committed offsets reach the live position it started at; (seconds, window start, end in ms,
+    ``(seconds, rows committed so far)`` at the end of each of its batches)."""
     target = admin.end_offsets(splits)
     c0 = time.time() * 1000
     t = time.monotonic()
@@ -88,9 +90,22 @@ def _fresh_query(spark, bootstrap: str, topic: str, splits: list[str], admin, wo
             if query.exception() is not None:
                 raise RuntimeError(str(query.exception()))
             time.sleep(0.2)
-        return time.monotonic() - t, c0, time.time() * 1000
+        seconds, c1 = time.monotonic() - t, time.time() * 1000
+        return seconds, c0, c1, _batch_rows(query.recentProgress, c0)
     finally:
         query.stop()
+
+
+def _batch_rows(progress: list[dict], start_ms: float) -> list[tuple[float, int]]:
+    """``(seconds since start, rows so far)`` at the end of each batch of a query's progress."""
+    from datetime import datetime
+
+    out, rows = [], 0
+    for p in sorted(progress, key=lambda p: p["batchId"]):
+        began = datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp() * 1000
+        rows += int(p.get("numInputRows") or 0)
+        out.append(((began + p["durationMs"].get("triggerExecution", 0) - start_ms) / 1000, rows))
+    return out
 
 
 def main() -> dict[str, float]:
@@ -155,15 +170,19 @@ def main() -> dict[str, float]:
         t = time.monotonic()
         daemon.registry.create(JobSpec(name="bf", source="bench", sink_path=str(work / "bf")))
         b0 = time.time() * 1000
+        backfilled = []  # (seconds, history rows as the API shows them: committed + read ahead)
         while "bf" not in source.jobs or not source.jobs["bf"].backfill_done:
             time.sleep(0.25)
+            p = daemon.registry.progress("bf")
+            if p is not None:
+                backfilled.append((time.monotonic() - t, p.rows_history + p.rows_read_ahead))
         backfill_s = time.monotonic() - t
         b1 = time.time() * 1000
         print(f"backfill while live: {backfill_s:.1f}s ({RECORDS / backfill_s:,.0f} rows/s)", flush=True)
         time.sleep(3)
 
         # -- what a user does instead: a new streaming query from earliest into a Delta table ---------
-        fresh_s, c0, c1 = _fresh_query(spark, bootstrap, topic, splits, admin, work)
+        fresh_s, c0, c1, fresh_rows = _fresh_query(spark, bootstrap, topic, splits, admin, work)
         print(f"fresh query from earliest until caught up: {fresh_s:.1f}s", flush=True)
         time.sleep(3)
         stop.set()
@@ -175,6 +194,14 @@ def main() -> dict[str, float]:
         with_bf = _latencies(str(work / "live"), b0, b1)
         with_fresh = _latencies(str(work / "live"), c0, c1)
     shutil.rmtree(work, ignore_errors=True)
+    backfilled.append((backfill_s, RECORDS))
+    plots.rows_per_s({"backfill (the service, live stream running)": backfilled,
+                      "fresh query from earliest (what a user does instead)": fresh_rows},
+                     f"History of {RECORDS:,} records: rows/s over time", "backfill_rows_per_s.png")
+    plots.cdfs({"no concurrent work": without, "while the backfill runs": with_bf,
+                "while the fresh query runs instead": with_fresh},
+               "Live latency of a Finished job (produce -> visible in its Delta table)",
+               "live_latency_cdf.png", "milliseconds")
 
     p99_a, p99_b, p99_c = _pct(without, 0.99), _pct(with_bf, 0.99), _pct(with_fresh, 0.99)
     ok = p99_a == p99_a and p99_a > 0

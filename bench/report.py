@@ -1,0 +1,140 @@
+"""The README's table of goals, written from ``bench/results/latest.json``: ``python -m bench.report``.
+
+``make bench`` calls it after a full run. It rewrites what sits between the two markers below in
+README.md: one row per goal with the figure measured last, when it was measured, and plainly whether the
+goal is met. Figures a run did not produce are shown as "not measured", never left stale without saying
+so. The hand-written tables after it keep the context (earlier runs, variants tried).
+``python -m bench.report RUN.json ...`` writes the table from several runs' ``latest.json`` instead:
+each goal's median, with its range and the number of runs, judged on the median.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench import RESULTS
+
+README = Path(__file__).parent.parent / "README.md"
+BEGIN = "<!-- bench-goals:begin (written by python -m bench.report from bench/results/latest.json) -->"
+END = "<!-- bench-goals:end -->"
+
+
+@dataclass(frozen=True)
+class Goal:
+    """One goal: the figure's key, what it measures, the goal as text, and the test of a figure."""
+
+    key: str
+    what: str
+    goal: str
+    met: Callable[[float, Mapping[str, Any]], bool]
+
+
+def _at_least(bound: float) -> Callable[[float, Mapping[str, Any]], bool]:
+    return lambda v, _: v >= bound
+
+
+def _at_most(bound: float) -> Callable[[float, Mapping[str, Any]], bool]:
+    return lambda v, _: v <= bound
+
+
+def _below_fresh_query(v: float, figures: Mapping[str, Any]) -> bool:
+    other = figures.get("live_p99.ratio_with_fresh_query")
+    return v <= 1.2 and isinstance(other, int | float) and v < other
+
+
+GOALS = (
+    Goal("planner.mixed_planner_ms", "planner, 10,000 splits, mixed stages: ms per epoch", "< 5 ms",
+         lambda v, _: v < 5),
+    Goal("kafka_read.ratio_vs_raw", "history read of 1M records into the job's table (Spark's connector) "
+         "vs a raw confluent-kafka consume", "≥ 0.6", _at_least(0.6)),
+    Goal("trigger.caught_up_p50_s", "caught-up trigger, 2 Finished jobs, 200 rows/s: median seconds",
+         "≤ 0.25 s", _at_most(0.25)),
+    Goal("startup.ready_s", "daemon start to `/ready`: seconds", "≤ 12 s", _at_most(12)),
+    Goal("backfill.ratio_vs_batch_copy", "backfill of 1M records with a live producer vs a batch copy",
+         "≥ 0.9", _at_least(0.9)),
+    Goal("backfill.ratio_vs_fresh_query", "the same vs a new streaming query from `earliest` (what a "
+         "user does instead)", "≥ 1.0", _at_least(1.0)),
+    Goal("live_p99.ratio_with_backfill", "live p99 of a Finished job while the backfill runs, vs none",
+         "≤ 1.2 and below the fresh query's", _below_fresh_query),
+    Goal("live_p99.ratio_with_fresh_query", "the same while the fresh query runs instead", "(reference)",
+         lambda v, _: True),
+    *(Goal(f"table_backfill.{s}.ratio_vs_plain_read", f"table backfill `{s}` of a changing 1M-row table vs a "
+           "plain Spark read", "≥ 0.7", _at_least(0.7)) for s in ("snapshot", "arrangement", "chain")),
+    Goal("memory.rss_ratio_5m_vs_1m", "peak RSS backfilling 5M vs 1M records", "≤ 1.10", _at_most(1.10)),
+)
+
+
+def _measured_at(key: str, figures: Mapping[str, Any]) -> str:
+    module = {"kafka_read": "kafka_read", "live_p99": "backfill", "backfill": "backfill",
+              "table_backfill": "table", "startup": "trigger", "trigger": "trigger", "memory": "load",
+              "planner": "planner"}.get(key.split(".")[0], key.split(".")[0])
+    return str(figures.get("_measured_at", {}).get(module, "?"))[:10]
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and value == value  # not NaN
+
+
+def combine(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Figures of several runs as one: each goal's median, its values under ``_runs``, the latest dates."""
+    out: dict[str, Any] = {"_measured_at": {}, "_runs": {}}
+    for run in runs:
+        for module, at in run.get("_measured_at", {}).items():
+            out["_measured_at"][module] = max(at, out["_measured_at"].get(module, at))
+    for g in GOALS:
+        values = [float(r[g.key]) for r in runs if _number(r.get(g.key))]
+        if values:
+            out[g.key] = round(statistics.median(values), 3)
+            out["_runs"][g.key] = values
+    return out
+
+
+def render(figures: Mapping[str, Any]) -> str:
+    """The markdown table of every goal against ``figures`` (a ``latest.json``)."""
+    lines = ["| goal | key | last figure | measured | goal | met |", "|---|---|---|---|---|---|"]
+    for g in GOALS:
+        value = figures.get(g.key)
+        if not _number(value):
+            lines.append(f"| {g.what} | `{g.key}` | not measured | — | {g.goal} | — |")
+            continue
+        verdict = "yes" if g.met(float(value), figures) else "**missed**"
+        spread = figures.get(g.key.rsplit(".", 1)[0] + ".ratio_range")
+        shown = f"{value:g}" + (f" (runs: {', '.join(f'{r:g}' for r in spread)})"
+                                if isinstance(spread, list) and g.key.endswith("ratio_vs_plain_read") else "")
+        runs = figures.get("_runs", {}).get(g.key, [])
+        if len(runs) > 1:
+            shown = f"{value:g} (median of {len(runs)} runs: {min(runs):g}–{max(runs):g})"
+        lines.append(f"| {g.what} | `{g.key}` | {shown} | {_measured_at(g.key, figures)} | {g.goal} | "
+                     f"{verdict} |")
+    return "\n".join(lines)
+
+
+def update(readme: Path = README, results: Path | Sequence[Path] = RESULTS) -> bool:
+    """Rewrite the table between the markers of ``readme``; False when the file has no markers.
+
+    ``results``: one ``latest.json``, or several runs' (:func:`combine`).
+    """
+    text = readme.read_text()
+    if BEGIN not in text or END not in text:
+        return False
+    if isinstance(results, Path):
+        figures = json.loads(results.read_text()) if results.exists() else {}
+    else:
+        figures = combine([json.loads(p.read_text()) for p in results])
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    readme.write_text(f"{head}{BEGIN}\n{render(figures)}\n{END}{tail}")
+    return True
+
+
+if __name__ == "__main__":
+    if not update(README, [Path(a) for a in sys.argv[1:]] if sys.argv[1:] else RESULTS):
+        print(f"no markers in {README}: nothing written", file=sys.stderr)
+        sys.exit(1)
+    print(f"goals table written into {README}")
