@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -71,6 +72,8 @@ class LiveSource(JobHost):
         self._lock = threading.Lock()
         self._query: StreamingQuery | None = None
         self._supervisor: threading.Thread | None = None
+        #: The driver's consumer of small live batches (made at the first one, closed at stop).
+        self._consumer: Any = None
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -96,6 +99,9 @@ class LiveSource(JobHost):
                 query.stop()
             except Exception as exc:  # noqa: BLE001 - stopping a failed query may raise; we are leaving
                 logger.debug('query stop raised source="%s" error="%s"', self.name, exc)
+        if acquired and self._consumer is not None:  # no epoch reads with it any more
+            self._consumer.close()
+            self._consumer = None
 
     def _start_query(self) -> StreamingQuery:
         self.checkpoint.mkdir(parents=True, exist_ok=True)
@@ -170,11 +176,11 @@ class LiveSource(JobHost):
         read: tuple[pa.Table | None, dict[str, LiveStats]] | None = None
         try:
             if self._reads_batch(start):  # before the mutations: a failing batch leaves them queued
-                read = _rows_and_stats(batch, start, end)
+                read = _rows_and_stats(batch, start, end, self._read_small)
             pending, self._deferred = self._deferred + self.registry.drain(self.name), []
             applied = self._apply_mutations(pending, batch_id)
             if self._reads_batch(start):  # a mutation may have brought a job with a position
-                rows, live = read or (read := _rows_and_stats(batch, start, end))
+                rows, live = read or (read := _rows_and_stats(batch, start, end, self._read_small))
                 inp = EpochInput(epoch=batch_id, batch=batch, live=live, start=start, end=end,
                                  interval_s=self.config.trigger_interval_s, rows=rows)
                 for job in list(self.jobs.values()):
@@ -186,6 +192,31 @@ class LiveSource(JobHost):
         finally:
             if read is not None and read[0] is None:
                 batch.unpersist()
+
+    def _read_small(self, start: dict[str, int], end: dict[str, int]) -> pa.Table:
+        """The records of a small live batch, ``[start, end)`` per split of its offset log, on the driver.
+
+        One consumer kept by the source reads them with the Python connector's range reader (its rows,
+        offsets, transaction markers and aborted records are the ones of Spark's source: the contract
+        suite, ``tests/integration/kafka/test_contract.py``). The batch's DataFrame is never run: no
+        Spark job per trigger.
+        """
+        import pyarrow as pa
+
+        from connectors.kafka.source import KafkaRange, kafka_arrow_schema, range_consumer, read_range
+        from source_backfill.core import parse_split_id
+
+        if self._consumer is None:
+            # the batch's records are in the log already: no long fetches (range_consumer says why)
+            self._consumer = range_consumer(self.bootstrap_servers, dict(self.config.kafka), fetch_wait_ms=1)
+        batches = []
+        for split, stop in sorted(end.items()):
+            topic, partition = parse_split_id(split)
+            rng = KafkaRange(topic, partition, start.get(split, stop), stop, check_loss=False)
+            batches.extend(read_range(rng, self.bootstrap_servers, dict(self.config.kafka),
+                                      fail_on_data_loss=self.config.fail_on_data_loss,
+                                      poll_timeout_s=self.config.poll_timeout_s, consumer=self._consumer))
+        return pa.Table.from_batches(batches, schema=kafka_arrow_schema())
 
     def _reads_batch(self, start: dict[str, int] | None) -> bool:
         """Whether a job reads this batch: its start is known, or a job has a position already."""
@@ -226,24 +257,19 @@ def live_stream(spark: SparkSession, config: SourceConfig, bootstrap_servers: st
 SMALL_BATCH_ROWS = 100_000
 
 
-def _small_batch_rows(
-    batch: DataFrame, start: dict[str, int] | None, end: dict[str, int]
-) -> pa.Table | None:
-    """The rows of a live batch bounded (by its offsets) to ``SMALL_BATCH_ROWS``, on the driver."""
-    bound = None if start is None else sum(max(0, e - start.get(s, 0)) for s, e in end.items())
-    if bound is None or bound > SMALL_BATCH_ROWS:
-        return None
-    return batch.toArrow()
-
-
 def _rows_and_stats(
-    batch: DataFrame, start: dict[str, int] | None, end: dict[str, int]
+    batch: DataFrame, start: dict[str, int] | None, end: dict[str, int],
+    read_small: Callable[[dict[str, int], dict[str, int]], pa.Table],
 ) -> tuple[pa.Table | None, dict[str, LiveStats]]:
     """The batch's rows on the driver when small, and its per-split stats.
 
-    A larger batch is persisted instead (every job reads it: once from Kafka); the caller unpersists it.
+    A batch bounded (by its offsets) to ``SMALL_BATCH_ROWS`` is read by ``read_small(start, end)``. A
+    larger one (or one whose start is not known) is persisted instead (every job reads it: once from
+    Kafka); the caller unpersists it.
     """
-    rows = _small_batch_rows(batch, start, end)
+    bound = None if start is None else sum(max(0, e - start.get(s, 0)) for s, e in end.items())
+    rows = read_small(start, end) if start is not None and bound is not None and bound <= SMALL_BATCH_ROWS \
+        else None
     if rows is not None:
         return rows, _live_stats(batch, end, rows)
     batch.persist()

@@ -21,14 +21,22 @@ def test_small_batch_stats_on_the_driver_equal_the_spark_aggregation(spark, monk
         "a:1": LiveStats(first=5, last=5, count=1, end=6),
         "b:0": LiveStats(first=3, last=8, count=6, end=9),
     }
-    rows = live_source._small_batch_rows(batch, start, end)  # noqa: SLF001 - bound 16 rows: on the driver
-    assert rows is not None and rows.num_rows == 11
-    assert live_source._live_stats(batch, end, rows) == expected  # noqa: SLF001 - from the driver's rows
-    assert live_source._small_batch_rows(batch, None, end) is None  # noqa: SLF001 - start unknown: Spark
-    assert live_source._live_stats(batch, end, None) == expected  # noqa: SLF001 - Spark's groupBy
-    monkeypatch.setattr(live_source, "SMALL_BATCH_ROWS", 15)
-    assert live_source._small_batch_rows(batch, start, end) is None  # noqa: SLF001 - over the bound
+    asked = []
 
+    def read_small(s, e):  # stands in for LiveSource._read_small: the batch's records, read on the driver
+        asked.append((s, e))
+        return batch.toArrow()
+
+    rows, stats = live_source._rows_and_stats(batch, start, end, read_small)  # noqa: SLF001 - 16 rows: small
+    assert asked == [(start, end)] and rows is not None and rows.num_rows == 11
+    assert stats == expected  # from the driver's rows
+    rows, stats = live_source._rows_and_stats(batch, None, end, read_small)  # noqa: SLF001 - start unknown
+    assert rows is None and stats == expected and len(asked) == 1  # Spark's groupBy over the persisted batch
+    batch.unpersist()
+    monkeypatch.setattr(live_source, "SMALL_BATCH_ROWS", 15)
+    rows, stats = live_source._rows_and_stats(batch, start, end, read_small)  # noqa: SLF001 - over the bound
+    assert rows is None and stats == expected and len(asked) == 1
+    batch.unpersist()
 
 def test_the_live_filter_on_the_driver_keeps_what_sparks_filter_keeps(spark):
     from source_backfill.executors.live_filter import live_rows_arrow
