@@ -30,7 +30,7 @@ SPLIT_STAGE = Gauge(
 )
 SPLIT_LAG = Gauge(
     PREFIX + "split_lag_offsets",
-    "Offsets still to backfill per split (target - backfilled offset).",
+    "Offsets still to backfill per split (target - backfilled offset; a read ahead's copy counts as read).",
     ["job", "split"],
 )
 SPLIT_CHANGES = Counter(

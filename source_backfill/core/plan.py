@@ -46,6 +46,11 @@ class HistoryRange:
     start: int
     end: int
 
+    @property
+    def size(self) -> int:
+        """Offsets the range covers (records read may be fewer: markers, compaction)."""
+        return self.end - self.start
+
 
 @dataclass(frozen=True, slots=True)
 class SplitChange:

@@ -56,7 +56,7 @@ class ReadAhead:
     @property
     def offsets(self) -> int:
         """Offsets the ranges span (what the per-epoch cap counts)."""
-        return sum(r.end - r.start for r in self.ranges)
+        return sum(r.size for r in self.ranges)
 
 
 @dataclass(frozen=True)

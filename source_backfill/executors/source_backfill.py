@@ -254,7 +254,7 @@ class SourceBackfillJob:
         if self.reads_ahead:
             states, ahead = self._adopt_reads(inp, states, budget)
         # the cap holds for the epoch: what it adopted counts against its own history read
-        budget = max(0, budget - sum(r.end - r.start for r in ahead.ranges))
+        budget = max(0, budget - sum(r.size for r in ahead.ranges))
         plan = plan_epoch(states, inp.live, budget, inp.end)
         if self.reads_ahead and plan.history and not self._reads_inline(plan, budget, ahead):
             plan = plan_epoch(states, inp.live, 0, inp.end)  # the reads ahead take the history
@@ -418,7 +418,7 @@ class SourceBackfillJob:
             if not ranges:
                 return
             if self.rate_limit:  # one read per budget's worth of time keeps the rate
-                offsets = sum(r.end - r.start for r in ranges)
+                offsets = sum(r.size for r in ranges)
                 self._reads.next_at = time.monotonic() + offsets / self.rate_limit
             self._count_data_loss(ranges)
             after = self.committed_epoch if self.committed_epoch is not None else -1
@@ -598,11 +598,11 @@ class SourceBackfillJob:
         if committed:
             metrics.COMMITS.labels(self.name).inc()
         assert self.states is not None  # noqa: S101
+        ahead = self.read_ahead()
         for split, state in self.states.items():
             metrics.SPLIT_STAGE.labels(self.name, split).set(metrics.STAGE_VALUES[state.stage.value])
-            lag = split_lag(state)
+            lag = split_lag(state, ahead.get(split, (0, None))[1])  # a copy done counts as read
             metrics.SPLIT_LAG.labels(self.name, split).set(lag or 0)
-        ahead = self.read_ahead()
         progress = self.progress(ahead)
         metrics.JOB_ROWS.labels(self.name, "history").set(self._rates.rows_history)
         metrics.JOB_ROWS.labels(self.name, "read_ahead").set(sum(n for n, _ in ahead.values()))
@@ -707,7 +707,7 @@ def _range_sizes(ranges: Any) -> dict[str, int]:
     """Offsets per split of the planned ranges: an upper bound of the records they hold."""
     sizes: dict[str, int] = {}
     for r in ranges:
-        sizes[r.split] = sizes.get(r.split, 0) + r.end - r.start
+        sizes[r.split] = sizes.get(r.split, 0) + r.size
     return sizes
 
 
