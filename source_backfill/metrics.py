@@ -9,9 +9,6 @@ from prometheus_client import Counter, Gauge, Histogram
 
 PREFIX = "source_backfill_"
 
-#: Numeric value of each split stage on :data:`SPLIT_STAGE`.
-STAGE_VALUES = {"backfilling": 0, "source_caching_up": 1, "finished": 2}
-
 # -- source backfill rows (RW: source_backfill_row_count, stream_source_output_rows_counts) ------------
 HISTORY_ROWS = Counter(
     PREFIX + "history_rows",
@@ -25,7 +22,7 @@ LIVE_ROWS = Counter(
 )
 SPLIT_STAGE = Gauge(
     PREFIX + "split_stage",
-    "Backfill stage per split: 0 backfilling, 1 source_caching_up, 2 finished.",
+    "Backfill stage per split: 0 backfilling, 1 source_caching_up, 2 finished (core.columnar's codes).",
     ["job", "split"],
 )
 SPLIT_LAG = Gauge(

@@ -1,14 +1,5 @@
 """The pure core: split state machines, the epoch planner, budgets, progress. No I/O."""
 
-from source_backfill.core.batch import (
-    HistoryBatchResult,
-    LiveBatchResult,
-    LiveDecision,
-    apply_history_batch,
-    apply_live_batch,
-    decide_live,
-    live_threshold,
-)
 from source_backfill.core.budget import (
     WAIT_EPOCH_MULTIPLE,
     EpochCost,
@@ -47,11 +38,8 @@ from source_backfill.core.vnode import vnode
 __all__ = [
     "WAIT_EPOCH_MULTIPLE",
     "EpochPlan",
-    "HistoryBatchResult",
     "HistoryRange",
     "JobProgressSummary",
-    "LiveBatchResult",
-    "LiveDecision",
     "LiveStats",
     "SplitChange",
     "SplitId",
@@ -59,10 +47,7 @@ __all__ = [
     "Stage",
     "adopt_history",
     "ahead_of",
-    "apply_history_batch",
-    "apply_live_batch",
     "attach",
-    "decide_live",
     "finish_epoch",
     "history_budget",
     "read_ahead_budget",
@@ -71,7 +56,6 @@ __all__ = [
     "is_backfill_done",
     "is_finish_reported",
     "job_progress",
-    "live_threshold",
     "on_history_row",
     "on_live_row",
     "parse_split_id",

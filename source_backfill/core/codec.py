@@ -6,6 +6,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from source_backfill.core.columnar import SplitTable
 from source_backfill.core.splits import SplitId, SplitState, Stage, parse_split_id
 from source_backfill.errors import StateFormatError
 
@@ -14,18 +15,7 @@ FORMAT_VERSION = 1
 
 def states_to_json(states: Mapping[SplitId, SplitState]) -> dict[str, Any]:
     """A JSON-able dict of ``states`` (sorted by split)."""
-    return {
-        "version": FORMAT_VERSION,
-        "splits": {
-            split: {
-                "stage": s.stage.value,
-                "offset": s.offset,
-                "num_consumed_rows": s.num_consumed_rows,
-                "target_offset": s.target_offset,
-            }
-            for split, s in sorted(states.items())
-        },
-    }
+    return {"version": FORMAT_VERSION, "splits": SplitTable.from_states(states).to_json_rows()}
 
 
 def states_from_json(obj: Any) -> dict[SplitId, SplitState]:

@@ -1,15 +1,18 @@
-"""The epoch planner over columns: the same decisions as :mod:`~source_backfill.core.plan`, in numpy.
+"""A job's split states as columns: what the planner computes on, one numpy array per field.
 
-For sources with thousands of splits the per-split Python of the readable planner costs milliseconds
-per epoch; here every rule is one vectorized expression over arrays aligned with ``SplitTable.splits``.
-A property test proves :func:`plan_table` + :func:`finish_table` equal to :func:`plan_epoch` +
-:func:`finish_epoch` on arbitrary inputs. ``NONE`` stands for a missing offset.
+A source may have thousands of splits; the planner (:mod:`~source_backfill.core.plan`) decides every
+epoch for all of them, so per-split Python (a :class:`SplitState` built per split and per step) would
+cost tens of milliseconds an epoch. :class:`SplitTable` keeps the states as arrays aligned with
+``splits`` and is, for everything else (the API, the tests, the per-split rules of reads ahead), a
+read-only ``Mapping[SplitId, SplitState]`` whose values are built on access. ``NONE`` stands for a
+missing offset.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+import itertools
+from collections.abc import ItemsView, Iterable, Iterator, Mapping, ValuesView
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -17,131 +20,145 @@ import numpy.typing as npt
 from source_backfill.core.splits import SplitId, SplitState, Stage
 
 I64 = npt.NDArray[np.int64]
+I8 = npt.NDArray[np.int8]
+#: A missing offset (``None`` in :class:`SplitState`): below every real offset, -1 included.
 NONE = np.iinfo(np.int64).min
-_BACKFILLING, _CACHING_UP, _FINISHED = 0, 1, 2
-_CODES = {Stage.BACKFILLING: _BACKFILLING, Stage.SOURCE_CACHING_UP: _CACHING_UP, Stage.FINISHED: _FINISHED}
-_STAGES = {v: k for k, v in _CODES.items()}
+BACKFILLING, CACHING_UP, FINISHED = 0, 1, 2
+CODES = {Stage.BACKFILLING: BACKFILLING, Stage.SOURCE_CACHING_UP: CACHING_UP, Stage.FINISHED: FINISHED}
+STAGES = (Stage.BACKFILLING, Stage.SOURCE_CACHING_UP, Stage.FINISHED)
 
 
 def _opt(value: int | None) -> int:
     return NONE if value is None else value
 
 
-def _py(value: np.int64) -> int | None:
-    return None if value == NONE else int(value)
+class SplitTable(Mapping[SplitId, SplitState]):
+    """Split states as columns: stage code, backfilled offset, consumed rows, target offset.
 
+    Immutable by convention: every operation returns a new table (the arrays are never written after
+    construction). As a mapping it iterates ``splits`` in order and builds a :class:`SplitState` per
+    lookup; :meth:`to_states` builds them all once.
+    """
 
-@dataclass(frozen=True)
-class SplitTable:
-    """Split states as columns: stage code, backfilled offset, consumed rows, target offset."""
+    __slots__ = ("_index", "_states", "offset", "rows", "splits", "stage", "target")
 
-    splits: tuple[SplitId, ...]
-    stage: npt.NDArray[np.int8]
-    offset: I64
-    rows: I64
-    target: I64
+    def __init__(self, splits: tuple[SplitId, ...], stage: I8, offset: I64, rows: I64, target: I64) -> None:
+        self.splits = splits
+        self.stage = stage
+        self.offset = offset
+        self.rows = rows
+        self.target = target
+        self._index: dict[SplitId, int] | None = None
+        self._states: dict[SplitId, SplitState] | None = None
 
     @classmethod
     def from_states(cls, states: Mapping[SplitId, SplitState]) -> SplitTable:
-        """Columns of ``states`` (in its iteration order)."""
+        """Columns of ``states`` (in its iteration order); a table is returned as it is."""
+        if isinstance(states, SplitTable):
+            return states
         values = list(states.values())
         return cls(
             tuple(states),
-            np.array([_CODES[s.stage] for s in values], dtype=np.int8),
+            np.array([CODES[s.stage] for s in values], dtype=np.int8),
             np.array([_opt(s.offset) for s in values], dtype=np.int64),
             np.array([s.num_consumed_rows for s in values], dtype=np.int64),
             np.array([_opt(s.target_offset) for s in values], dtype=np.int64),
         )
 
+    @property
+    def index(self) -> dict[SplitId, int]:
+        """Position of each split in the columns."""
+        if self._index is None:
+            self._index = {s: i for i, s in enumerate(self.splits)}
+        return self._index
+
+    def _row(self, i: int) -> SplitState:
+        offset, target = int(self.offset[i]), int(self.target[i])
+        return SplitState(STAGES[self.stage[i]], None if offset == NONE else offset, int(self.rows[i]),
+                          None if target == NONE else target)
+
+    def __getitem__(self, split: SplitId) -> SplitState:
+        if self._states is not None:
+            return self._states[split]
+        return self._row(self.index[split])
+
+    def __iter__(self) -> Iterator[SplitId]:
+        return iter(self.splits)
+
+    def __len__(self) -> int:
+        return len(self.splits)
+
+    def __contains__(self, split: object) -> bool:
+        return split in self.index
+
+    def items(self) -> ItemsView[SplitId, SplitState]:
+        """``(split, state)`` pairs, from :meth:`to_states`."""
+        return self.to_states().items()
+
+    def values(self) -> ValuesView[SplitState]:
+        """The states, from :meth:`to_states`."""
+        return self.to_states().values()
+
+    def __repr__(self) -> str:
+        return f"SplitTable({self.to_states()!r})"
+
     def to_states(self) -> dict[SplitId, SplitState]:
-        """Back to one :class:`SplitState` per split."""
+        """One :class:`SplitState` per split (built once per table)."""
+        if self._states is None:
+            offsets, targets = self.offset.tolist(), self.target.tolist()
+            self._states = {
+                split: SplitState(STAGES[st], None if o == NONE else o, r, None if t == NONE else t)
+                for split, st, o, r, t in zip(self.splits, self.stage.tolist(), offsets, self.rows.tolist(),
+                                              targets, strict=True)
+            }
+        return self._states
+
+    def with_states(self, changed: Mapping[SplitId, SplitState]) -> SplitTable:
+        """A new table: these states, those of ``changed`` (splits it has) replaced."""
+        if not changed:
+            return self
+        stage, offset = self.stage.copy(), self.offset.copy()
+        rows, target = self.rows.copy(), self.target.copy()
+        for split, s in changed.items():
+            i = self.index[split]
+            stage[i], offset[i] = CODES[s.stage], _opt(s.offset)
+            rows[i], target[i] = s.num_consumed_rows, _opt(s.target_offset)
+        return SplitTable(self.splits, stage, offset, rows, target)
+
+    def column(self, values: Mapping[SplitId, int], default: int = NONE) -> I64:
+        """``values`` as an array aligned with ``splits`` (``default`` for splits it lacks)."""
+        if len(values) == len(self.splits) and tuple(values) == self.splits:  # aligned: the usual case
+            return np.fromiter(values.values(), np.int64, len(values))
+        out = np.full(len(self.splits), default, dtype=np.int64)
+        if values:
+            at = self.positions(values)
+            known = at >= 0
+            out[at[known]] = np.fromiter(values.values(), np.int64, len(values))[known]
+        return out
+
+    def positions(self, splits: Iterable[SplitId]) -> npt.NDArray[np.intp]:
+        """Position of each of ``splits`` in the columns (-1: not in the table)."""
+        keys = list(splits)
+        return np.fromiter(map(self.index.get, keys, itertools.repeat(-1)), np.intp, len(keys))
+
+    def lags(self, read_ahead_to: Mapping[SplitId, int] | None = None) -> I64:
+        """Per split :func:`~source_backfill.core.progress.split_lag` (an unknown lag counts 0)."""
+        done = np.where(self.offset == NONE, -1, self.offset)
+        if read_ahead_to:
+            done = np.maximum(done, self.column(read_ahead_to))
+        known = (self.stage == BACKFILLING) & (self.target != NONE)
+        return np.where(known, np.maximum(0, self.target - done), 0)
+
+    def count(self, stage: Stage) -> int:
+        """How many splits are in ``stage``."""
+        return int(np.count_nonzero(self.stage == CODES[stage]))
+
+    def to_json_rows(self) -> dict[SplitId, dict[str, Any]]:
+        """The codec's per-split objects, sorted by split."""
+        offsets, targets = self.offset.tolist(), self.target.tolist()
+        rows = zip(self.splits, self.stage.tolist(), offsets, self.rows.tolist(), targets, strict=True)
         return {
-            split: SplitState(_STAGES[int(st)], _py(o), int(r), _py(t))
-            for split, st, o, r, t in zip(self.splits, self.stage, self.offset, self.rows, self.target,
-                                          strict=True)
+            split: {"stage": STAGES[st].value, "offset": None if o == NONE else o, "num_consumed_rows": r,
+                    "target_offset": None if t == NONE else t}
+            for split, st, o, r, t in sorted(rows)
         }
-
-
-@dataclass(frozen=True)
-class TablePlan:
-    """Per split: state after the live rows, ``emit_above`` (NONE: emit none), history ``[start, end)``."""
-
-    table: SplitTable
-    emit_above: I64
-    history_start: I64
-    history_end: I64
-    end: I64
-
-
-def plan_table(
-    table: SplitTable, first: I64, last: I64, count: I64, end: I64, budget: int
-) -> TablePlan:
-    """Vectorized :func:`~source_backfill.core.plan.plan_epoch` (``count`` 0: no live rows)."""
-    stage, b, target = table.stage, table.offset, table.target
-    has = count > 0
-    fin = stage == _FINISHED
-    bf = stage == _BACKFILLING
-    drop_all = has & bf & (first > b)  # NONE is below every offset: Backfilling(None) drops too
-    moved = has & ~fin & ~drop_all
-    reach = moved & (last >= b)
-    below = moved & (last < b)
-    new_stage = np.where(reach, _FINISHED, np.where(below, _CACHING_UP, stage)).astype(np.int8)
-    new_target = np.where(drop_all, last, target)
-    emit_above = np.where(fin, -1, np.where(reach, b, NONE))
-    after = SplitTable(table.splits, new_stage, b, table.rows, new_target)
-
-    want = np.zeros(len(b), dtype=np.int64)
-    active = (new_stage == _BACKFILLING) & (new_target != NONE)
-    lo = np.where(b == NONE, 0, b + 1)
-    want[active] = new_target[active] - lo[active] + 1
-    want = np.maximum(want, 0)
-    give = np.minimum(want, _level(want[want > 0], budget))
-    return TablePlan(after, emit_above, lo, lo + give, end)
-
-
-def _level(wants: I64, budget: int) -> int:
-    if budget <= 0 or wants.size == 0:
-        return 0
-    if int(wants.sum()) <= budget:
-        return int(wants.max())
-    ordered = np.sort(wants)
-    k = ordered.size
-    prefix = np.concatenate(([0], np.cumsum(ordered)[:-1]))
-    levels = (budget - prefix) // (k - np.arange(k))
-    j = int(np.argmax(levels < ordered))
-    return int(levels[j])
-
-
-def finish_table(plan: TablePlan, counts: I64) -> SplitTable:
-    """Vectorized :func:`~source_backfill.core.plan.finish_epoch` (``counts``: history rows per split)."""
-    t = plan.table
-    stage, b, target = t.stage.copy(), t.offset.copy(), t.target
-    read = (plan.history_end > plan.history_start) & (stage == _BACKFILLING)
-    rows = np.where(read, t.rows + counts, t.rows)
-    last = plan.history_end - 1
-    complete = read & (target != NONE) & (last >= target)
-    partial = read & ~complete
-    stage[complete] = _CACHING_UP
-    b[complete] = target[complete]
-    b[partial] = last[partial]
-    passed = ~read & (stage == _BACKFILLING) & (b != NONE) & (target != NONE) & (b >= target)
-    stage[passed] = _CACHING_UP
-    done = (stage == _CACHING_UP) & (plan.end != NONE) & (plan.end > b)
-    stage[done] = _FINISHED
-    return SplitTable(t.splits, stage, b, rows, target)
-
-
-def live_columns(
-    splits: Sequence[SplitId], live: Mapping[SplitId, tuple[int, int, int]], end: Mapping[SplitId, int]
-) -> tuple[I64, I64, I64, I64]:
-    """Arrays ``first, last, count, end`` aligned with ``splits`` from per-split live stats."""
-    n = len(splits)
-    first, last, count = np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64)
-    ends = np.full(n, NONE, dtype=np.int64)
-    for i, split in enumerate(splits):
-        stats = live.get(split)
-        if stats is not None:
-            first[i], last[i], count[i] = stats
-        if split in end:
-            ends[i] = end[split]
-    return first, last, count, ends

@@ -3,7 +3,7 @@
 One epoch of one job, in three steps:
 
 1. :func:`plan_epoch` applies the live batch to the committed states ``S(e-1)`` (per split only its
-   first/last offset matter, see :func:`~source_backfill.core.batch.decide_live`) and plans the history
+   first/last offset matter: offsets increase, so the live rows emitted are a suffix) and plans the history
    ranges ``[b+1, min(target, b+share)]``, the job's budget shared fairly over the splits;
 2. the I/O layer filters the live batch with ``emit_above``, reads every planned range whole (each of
    its records is emitted: a range never passes the target, so no history row is read only to be
@@ -22,9 +22,15 @@ handoff at the live position, and it lets a job finish on an idle topic.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cached_property
+from operator import attrgetter, itemgetter
+from typing import NamedTuple
 
-from source_backfill.core.batch import live_threshold
+import numpy as np
+import numpy.typing as npt
+
+from source_backfill.core.columnar import BACKFILLING, CACHING_UP, FINISHED, I64, NONE, SplitTable
 from source_backfill.core.splits import SplitId, SplitState, Stage
 
 
@@ -38,9 +44,8 @@ class LiveStats:
     end: int
 
 
-@dataclass(frozen=True, slots=True)
-class HistoryRange:
-    """History to read for one split: offsets ``[start, end)``."""
+class HistoryRange(NamedTuple):
+    """History to read for one split: offsets ``[start, end)`` (a tuple: an epoch may plan thousands)."""
 
     split: SplitId
     start: int
@@ -60,14 +65,43 @@ class SplitChange:
     kind: str  # "added" | "removed"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class EpochPlan:
-    """What one epoch does: live thresholds, history ranges, and the states after the live rows."""
+    """What one epoch does, per split (columns aligned with ``states.splits``).
 
-    states: Mapping[SplitId, SplitState]
-    emit_above: Mapping[SplitId, int | None]
-    history: tuple[HistoryRange, ...]
+    ``states``: after the live rows; ``emit_at``: the live threshold (``-1`` emit all, ``NONE`` none);
+    ``[history_start, history_end)``: the history to read (empty: none); ``end_at``: the live stream's
+    next position (``end`` as given).
+    """
+
+    states: SplitTable
+    emit_at: I64
+    history_start: I64
+    history_end: I64
+    end_at: I64
     end: Mapping[SplitId, int]
+
+    @cached_property
+    def emit_above(self) -> dict[SplitId, int | None]:
+        """Per split: emit its live rows above this offset (``-1``: all; None: none)."""
+        return {s: None if e == NONE else e for s, e in zip(self.states.splits, self.emit_at.tolist(),
+                                                             strict=True)}
+
+    @cached_property
+    def history(self) -> tuple[HistoryRange, ...]:
+        """The history ranges to read, in split order."""
+        at = np.flatnonzero(self.history_end > self.history_start)
+        if at.size == 0:
+            return ()
+        splits = self.states.splits
+        names = splits if at.size == len(splits) else [splits[i] for i in at.tolist()] if at.size == 1 \
+            else itemgetter(*at.tolist())(splits)
+        return tuple(map(HistoryRange._make, zip(names, self.history_start[at].tolist(),
+                                                 self.history_end[at].tolist(), strict=True)))
+
+    def without_history(self) -> EpochPlan:
+        """The same plan reading no history (a read that failed: no range may complete)."""
+        return replace(self, history_end=self.history_start)
 
 
 def attach(
@@ -122,12 +156,14 @@ def rejoin(
 
 def reconcile_splits(
     states: Mapping[SplitId, SplitState], current: Iterable[SplitId]
-) -> tuple[dict[SplitId, SplitState], list[SplitChange]]:
+) -> tuple[Mapping[SplitId, SplitState], list[SplitChange]]:
     """Follow the source's split set: new splits are Finished, vanished ones trimmed, others resumed.
 
     A new partition is read by the live stream from its earliest offset, so it needs no backfill.
     """
     current = list(current)
+    if len(current) == len(states) and all(a == b for a, b in zip(current, states, strict=False)):
+        return states, []  # the same splits in the same order: the hot path, the states as they are
     out: dict[SplitId, SplitState] = {}
     changes: list[SplitChange] = []
     for split in current:
@@ -139,8 +175,6 @@ def reconcile_splits(
             out[split] = state
     keep = set(current)
     changes.extend(SplitChange(s, "removed") for s in states if s not in keep)
-    if not changes:
-        return dict(states), changes
     return out, changes
 
 
@@ -153,59 +187,98 @@ def plan_epoch(
 ) -> EpochPlan:
     """Apply the live batch to ``states`` and plan at most ``budget`` offsets of history reads.
 
-    Per split: the live rule (:func:`~source_backfill.core.batch.live_threshold`) gives ``emit_above``
-    and the state after the live rows; a split still Backfilling(b) with a target wants the history
-    ``[b+1, target]``, and gets the part of it its fair share of ``budget`` allows. ``starts`` gives
-    where ``Backfilling(None)`` splits begin (default 0). A split without a known target reads nothing:
-    without it history could read rows the live stream then delivers too. Splits absent from ``live``
-    (no rows this epoch) are planned all the same.
+    Per split, the live rule over a batch from ``first`` to ``last`` (the row rules folded: Finished
+    emits all; Backfilling(None), or Backfilling(b) with ``first > b``, emits none and moves the target
+    to ``last``; otherwise ``last >= b`` emits the rows above ``b`` and finishes, ``last < b`` emits none
+    and caches up) gives ``emit_above`` and the state after the live rows; a split still Backfilling(b)
+    with a target wants the history ``[b+1, target]``, and gets the part of it its fair share of
+    ``budget`` allows (water-filling). ``starts`` gives where ``Backfilling(None)`` splits begin
+    (default 0). A split without a known target reads nothing: without it history could read rows the
+    live stream then delivers too. Splits absent from ``live`` (no rows this epoch) are planned all the same.
 
     Invariant: every planned range ends at or before the split's target, which is at most the last
     live offset seen, so each of its records is emitted by the history rule.
     """
-    after: dict[SplitId, SplitState] = {}
-    emit_above: dict[SplitId, int | None] = {}
-    demand: list[tuple[int, SplitId, int]] = []
-    first_offsets = starts or {}
-    for split, state in states.items():
-        if state.stage is Stage.FINISHED:  # the hot path of a caught-up job: emit all, read nothing
-            after[split] = state
-            emit_above[split] = -1
-            continue
-        stats = live.get(split)
-        if stats is not None and stats.count > 0:
-            emit_above[split], state = live_threshold(state, stats.first, stats.last)
-        else:
-            emit_above[split] = None
-        after[split] = state
-        target = state.target_offset
-        if state.stage is Stage.BACKFILLING and target is not None:
-            lo = state.offset + 1 if state.offset is not None else first_offsets.get(split, 0)
-            if target >= lo:
-                demand.append((target - lo + 1, split, lo))
-    return EpochPlan(after, emit_above, _share(demand, budget), dict(end))
+    table = SplitTable.from_states(states)
+    first, last, has = _live_columns(table, live)
+    stage, b, target = table.stage, table.offset, table.target
+    fin = stage == FINISHED
+    drop_all = has & (stage == BACKFILLING) & (first > b)  # NONE is below every offset: B(None) drops too
+    moved = has & ~fin & ~drop_all
+    reach = moved & (last >= b)
+    below = moved & (last < b)
+    new_stage = np.where(reach, FINISHED, np.where(below, CACHING_UP, stage)).astype(np.int8)
+    new_target = np.where(drop_all, last, target)
+    emit_at = np.where(fin, -1, np.where(reach, b, NONE))
+    after = SplitTable(table.splits, new_stage, b, table.rows, new_target)
+
+    lo = np.where(b == NONE, table.column(starts or {}, 0), b + 1)
+    want = np.where((new_stage == BACKFILLING) & (new_target != NONE), new_target - lo + 1, 0)
+    want = np.maximum(want, 0)
+    give = np.minimum(want, _water_level(want[want > 0], budget))
+    return EpochPlan(after, emit_at, lo, lo + give, table.column(end), end)
+
+
+def _live_columns(
+    table: SplitTable, live: Mapping[SplitId, LiveStats]
+) -> tuple[I64, I64, npt.NDArray[np.bool_]]:
+    """First and last live offset per split of ``table``, and which splits had live rows."""
+    n = len(table)
+    first, last = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    has = np.zeros(n, dtype=bool)
+    if not live:
+        return first, last, has
+    stats = list(live.values())
+
+    def field(name: str) -> I64:
+        return np.fromiter(map(attrgetter(name), stats), np.int64, len(stats))
+
+    if len(live) == n and tuple(live) == table.splits:  # aligned with the table: the usual case
+        return field("first"), field("last"), field("count") > 0
+    at = table.positions(live)
+    known = at >= 0
+    at = at[known]
+    first[at], last[at], has[at] = field("first")[known], field("last")[known], field("count")[known] > 0
+    return first, last, has
+
+
+def _water_level(wants: I64, budget: int) -> int:
+    """The largest ``L`` with ``sum(min(w, L)) <= budget`` over ``wants`` (all > 0).
+
+    Every split gets ``min(want, L)``: what small splits do not need goes to the others; at most
+    ``len(wants) - 1`` offsets of the budget stay unused.
+    """
+    if budget <= 0 or wants.size == 0:
+        return 0
+    if int(wants.sum()) <= budget:
+        return int(wants.max())
+    ordered = np.sort(wants)
+    k = ordered.size
+    prefix = np.concatenate(([0], np.cumsum(ordered)[:-1]))
+    levels = (budget - prefix) // (k - np.arange(k))
+    return int(levels[int(np.argmax(levels < ordered))])
 
 
 def ahead_of(
     states: Mapping[SplitId, SplitState], ranges: Iterable[HistoryRange]
-) -> dict[SplitId, SplitState]:
+) -> Mapping[SplitId, SplitState]:
     """``states`` as they will be once ``ranges`` (read but not committed yet) are committed.
 
     Each range completes its split (:func:`complete_range`, no rows counted, no boundary rule): what a
     history read started now plans from, to continue where the reads still in flight end. A range that
     does not continue its split is ignored here; :func:`adopt_history` refuses it later.
     """
-    out = dict(states)
+    changed: dict[SplitId, SplitState] = {}
     for r in ranges:
-        state = out.get(r.split)
+        state = changed.get(r.split) or states.get(r.split)
         if state is not None and state.stage is Stage.BACKFILLING and _next_offset(state) == r.start:
-            out[r.split] = complete_range(state, r.end - 1, 0)
-    return out
+            changed[r.split] = complete_range(state, r.end - 1, 0)
+    return _with(states, changed)
 
 
 def adopt_history(
     states: Mapping[SplitId, SplitState], ranges: Iterable[HistoryRange], counts: Mapping[SplitId, int]
-) -> dict[SplitId, SplitState] | None:
+) -> Mapping[SplitId, SplitState] | None:
     """``states`` after history ``ranges`` read ahead of this epoch, or None when they no longer fit.
 
     The ranges were planned from older states of the job (they may chain: one split's ranges follow each
@@ -219,10 +292,9 @@ def adopt_history(
     :func:`plan_epoch`, so every record of the ranges is emitted by the history rule. ``counts`` holds
     the records read per split (absent: 0).
     """
-    out = dict(states)
     last: dict[SplitId, int] = {}
     for r in ranges:
-        state = out.get(r.split)
+        state = states.get(r.split)
         if state is None or r.end <= r.start:
             return None
         expected = last[r.split] + 1 if r.split in last else _next_offset(state)
@@ -233,9 +305,16 @@ def adopt_history(
         last[r.split] = r.end - 1
     if not last:
         return None
-    for split, offset in last.items():
-        out[split] = complete_range(out[split], offset, counts.get(split, 0))
-    return out
+    return _with(states, {split: complete_range(states[split], offset, counts.get(split, 0))
+                          for split, offset in last.items()})
+
+
+def _with(states: Mapping[SplitId, SplitState], changed: Mapping[SplitId, SplitState]
+          ) -> Mapping[SplitId, SplitState]:
+    """``states`` with the splits of ``changed`` replaced (a table stays a table)."""
+    if isinstance(states, SplitTable):
+        return states.with_states(changed)
+    return {**states, **changed}
 
 
 def _next_offset(state: SplitState) -> int:
@@ -243,49 +322,26 @@ def _next_offset(state: SplitState) -> int:
     return state.offset + 1 if state.offset is not None else 0
 
 
-def _share(demand: list[tuple[int, SplitId, int]], budget: int) -> tuple[HistoryRange, ...]:
-    """Water-filling: every split gets ``min(want, L)`` for the largest equal cap ``L`` within budget.
-
-    What small splits do not need goes to the others; at most ``len(demand) - 1`` offsets stay unused.
-    """
-    if budget <= 0 or not demand:
-        return ()
-    level = water_level(sorted(d[0] for d in demand), budget)
-    return tuple(HistoryRange(split, lo, lo + min(want, level)) for want, split, lo in demand
-                 if min(want, level) > 0)
-
-
-def water_level(wants_sorted: list[int], budget: int) -> int:
-    """The largest ``L`` with ``sum(min(w, L)) <= budget`` (``wants_sorted`` ascending, all > 0)."""
-    if sum(wants_sorted) <= budget:
-        return wants_sorted[-1] if wants_sorted else 0
-    prefix = 0
-    k = len(wants_sorted)
-    for j, want in enumerate(wants_sorted):
-        level = (budget - prefix) // (k - j)
-        if level < want:
-            return level
-        prefix += want
-    return wants_sorted[-1]  # pragma: no cover - the total exceeds the budget, so the loop returns
-
-
-def finish_epoch(plan: EpochPlan, history_counts: Mapping[SplitId, int]) -> dict[SplitId, SplitState]:
+def finish_epoch(plan: EpochPlan, history_counts: Mapping[SplitId, int]) -> SplitTable:
     """``S(e)``: complete the ranges read (each of them whole) and apply the epoch-boundary rule.
 
-    ``history_counts`` holds the records read per split (absent: 0); they all count as consumed.
-    States that no rule changes are returned as the same objects.
+    ``history_counts`` holds the records read per split (absent: 0); they all count as consumed. The
+    rules are :func:`complete_range` and :func:`at_boundary`, over columns.
     """
-    out = dict(plan.states)
-    for r in plan.history:
-        state = out.get(r.split)
-        if state is not None and state.stage is Stage.BACKFILLING:
-            out[r.split] = complete_range(state, r.end - 1, history_counts.get(r.split, 0))
-    for split, state in out.items():
-        if state.stage is not Stage.FINISHED:
-            new = at_boundary(state, plan.end.get(split))
-            if new is not state:
-                out[split] = new  # same keys: updating while iterating is safe
-    return out
+    t = plan.states
+    stage, b, target = t.stage.copy(), t.offset.copy(), t.target
+    read = (plan.history_end > plan.history_start) & (stage == BACKFILLING)
+    rows = np.where(read, t.rows + t.column(history_counts, 0), t.rows)
+    last = plan.history_end - 1
+    complete = read & (target != NONE) & (last >= target)
+    partial = read & ~complete
+    stage[complete] = CACHING_UP
+    b[complete] = target[complete]
+    b[partial] = last[partial]
+    passed = (stage == BACKFILLING) & (b != NONE) & (target != NONE) & (b >= target)
+    stage[passed] = CACHING_UP
+    stage[(stage == CACHING_UP) & (plan.end_at != NONE) & (plan.end_at > b)] = FINISHED
+    return SplitTable(t.splits, stage, b, rows, target)
 
 
 def complete_range(state: SplitState, last: int, count: int) -> SplitState:
@@ -324,9 +380,9 @@ def at_boundary(state: SplitState, end: int | None) -> SplitState:
 
 def is_finish_reported(states: Mapping[SplitId, SplitState]) -> bool:
     """Every split is SourceCachingUp or Finished: the job reports its backfill finished."""
-    return all(s.stage is not Stage.BACKFILLING for s in states.values())
+    return SplitTable.from_states(states).count(Stage.BACKFILLING) == 0
 
 
 def is_backfill_done(states: Mapping[SplitId, SplitState]) -> bool:
     """Every split is Finished: the job leaves backfill mode."""
-    return all(s.stage is Stage.FINISHED for s in states.values())
+    return SplitTable.from_states(states).count(Stage.FINISHED) == len(states)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from source_backfill.core.columnar import SplitTable
 from source_backfill.core.splits import SplitId, SplitState, Stage
 
 
@@ -44,9 +45,9 @@ def job_progress(
     ``read_ahead_to``: per split, the last offset read ahead and not committed yet (see
     :func:`split_lag`); the remaining offsets and the ETA count it as read.
     """
-    ahead = read_ahead_to or {}
-    remaining = sum(split_lag(s, ahead.get(split)) or 0 for split, s in states.items())
-    finished = sum(1 for s in states.values() if s.stage is Stage.FINISHED)
+    table = SplitTable.from_states(states)
+    remaining = int(table.lags(read_ahead_to).sum())
+    finished = table.count(Stage.FINISHED)
     eta: float | None
     if remaining == 0:
         eta = 0.0
@@ -55,9 +56,9 @@ def job_progress(
     else:
         eta = None
     return JobProgressSummary(
-        splits_total=len(states),
+        splits_total=len(table),
         splits_finished=finished,
-        rows_backfilled=sum(s.num_consumed_rows for s in states.values()),
+        rows_backfilled=int(table.rows.sum()),
         remaining_offsets=remaining,
         eta_seconds=eta,
     )

@@ -26,7 +26,6 @@ epoch reads it itself and the job finishes.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import time
@@ -35,6 +34,8 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from source_backfill import metrics
 from source_backfill.config import (
@@ -65,10 +66,10 @@ from source_backfill.core import (
     reconcile_splits,
     rejoin,
     split_id,
-    split_lag,
     states_from_json,
     states_to_json,
 )
+from source_backfill.core.columnar import SplitTable
 from source_backfill.errors import DataLossError, JobError, SourceBackfillError, one_line
 from source_backfill.executors.history import HistoryReader
 from source_backfill.executors.live_filter import live_rows, live_rows_arrow
@@ -150,7 +151,10 @@ class SourceBackfillJob:
         self.failed: str | None = None
         #: The last history read error while backing off (None after a good read).
         self.last_error: str | None = None
-        self.states: dict[str, SplitState] | None = None
+        #: The committed split states, as columns (the planner's form; a mapping for everything else).
+        self.states: SplitTable | None = None
+        #: The per-split series last published: (splits, stage codes, lags), to set only what changed.
+        self._published: tuple[tuple[str, ...], Any, Any] | None = None
         self.committed_epoch: int | None = None
         #: Live positions after the job's last committed epoch (what it has covered), for rejoining.
         self._covered_to: dict[str, int] = {}
@@ -165,10 +169,10 @@ class SourceBackfillJob:
         self._reads = ReadsAhead(spec.name, spark, self.sink)
         recovered = self.sink.recover()
         if recovered is not None:
-            self.states = states_from_json(recovered.state)
+            self.states = SplitTable.from_states(states_from_json(recovered.state))
             self.committed_epoch = recovered.epoch
             self._covered_to = dict((recovered.plan or {}).get("end", {}))
-            self._rates.rows_history = sum(s.num_consumed_rows for s in self.states.values())
+            self._rates.rows_history = int(self.states.rows.sum())
             logger.info(
                 'job recovered job="%s" epoch=%d splits=%d finished=%s',
                 spec.name, recovered.epoch, len(self.states), is_backfill_done(self.states),
@@ -202,8 +206,8 @@ class SourceBackfillJob:
         splits = sorted(inp.end)
         positions = {s: inp.start.get(s, 0) for s in splits}
         starts = self._start_offsets(splits, positions)
-        self.states = attach(splits, positions, starts)
-        finished = sum(1 for s in self.states.values() if s.stage is Stage.FINISHED)
+        self.states = SplitTable.from_states(attach(splits, positions, starts))
+        finished = self.states.count(Stage.FINISHED)
         logger.info(
             'job attached job="%s" epoch=%d splits=%d nothing_to_backfill=%d',
             self.name, inp.epoch, len(splits), finished,
@@ -238,13 +242,14 @@ class SourceBackfillJob:
         if self.states is None:
             self.attach(inp)
         assert self.states is not None  # noqa: S101 - set by attach
-        states = self.states
+        states: SplitTable = self.states
         if self.committed_epoch is not None and self.committed_epoch < inp.epoch - 1 and inp.start:
             # the job missed epochs (dropped and re-created on its table, say): history covers them
-            states = rejoin(states, self._covered_to, inp.start)
+            states = SplitTable.from_states(rejoin(states, self._covered_to, inp.start))
             logger.info('job rejoins job="%s" last_epoch=%d epoch=%d', self.name, self.committed_epoch,
                         inp.epoch)
-        states, changes = reconcile_splits(states, sorted(inp.end))
+        reconciled, changes = reconcile_splits(states, sorted(inp.end))
+        states = SplitTable.from_states(reconciled)
         for change, count in _count_changes(changes).items():
             metrics.SPLIT_CHANGES.labels(self.name, change).inc(count)
 
@@ -273,7 +278,7 @@ class SourceBackfillJob:
             plan.history, observe=observe, session=live.sparkSession
         )
         if history is None:
-            plan = dataclasses.replace(plan, history=())  # nothing read: no range may complete
+            plan = plan.without_history()  # nothing read: no range may complete
             out = live
         else:
             out = live.unionByName(history)
@@ -314,7 +319,7 @@ class SourceBackfillJob:
             raise
         return self._committed(inp, plan, result, new_states, ahead, {}, 0.0, t0)
 
-    def _committed(self, inp: EpochInput, plan: Any, result: Any, new_states: dict[str, SplitState],
+    def _committed(self, inp: EpochInput, plan: Any, result: Any, new_states: SplitTable,
                    ahead: Adopted, counts: dict[str, int], read_s: float, t0: float) -> bool:
         """After the commit (or its skip): states, adopted reads, accounting, the next read ahead."""
         if result.committed:
@@ -328,7 +333,7 @@ class SourceBackfillJob:
                 self._reads.drop()
             recovered = self.sink.recover()
             if recovered is not None:
-                self.states = states_from_json(recovered.state)
+                self.states = SplitTable.from_states(states_from_json(recovered.state))
         self.committed_epoch = inp.epoch
         self._covered_to = dict(inp.end)
         elapsed = time.monotonic() - t0
@@ -357,8 +362,8 @@ class SourceBackfillJob:
 
     # -- read-ahead ------------------------------------------------------------------------------------
     def _adopt_reads(
-        self, inp: EpochInput, states: dict[str, SplitState], budget: int
-    ) -> tuple[dict[str, SplitState], Adopted]:
+        self, inp: EpochInput, states: SplitTable, budget: int
+    ) -> tuple[SplitTable, Adopted]:
         """The states after the reads ahead done by now (they apply before this epoch's live batch).
 
         Reads that no longer fit (or one that failed) are thrown away with those chained on them; at
@@ -382,7 +387,7 @@ class SourceBackfillJob:
             return states, Adopted()
         self._history_ok()
         staged = [a.staged for a in taken if a.staged is not None]
-        return adopted, Adopted(taken, staged, counts, ranges)
+        return SplitTable.from_states(adopted), Adopted(taken, staged, counts, ranges)
 
     def _reads_inline(self, plan: Any, budget: int, ahead: Adopted) -> bool:
         """Read this epoch's planned history in the epoch: only the tail of a backfill, all of it.
@@ -450,7 +455,7 @@ class SourceBackfillJob:
     def _commit_observed(
         self, inp: EpochInput, plan: Any, budget: int, out: DataFrame, live: DataFrame, observation: Any,
         ahead: Adopted,
-    ) -> tuple[Any, Any, dict[str, int], dict[str, SplitState], float]:
+    ) -> tuple[Any, Any, dict[str, int], SplitTable, float]:
         """Commit an epoch whose history counts its rows while written; the state is taken after the write.
 
         A write that fails before it finished is taken for a history read error: the epoch then commits
@@ -475,7 +480,7 @@ class SourceBackfillJob:
             if isinstance(exc, SourceBackfillError) or "states" in done:
                 raise  # the rows were written (or the sink refused): not the history read's fault
             self._history_error(exc)  # data loss: the job fails here
-            live_only = dataclasses.replace(plan, history=())
+            live_only = plan.without_history()
             states = finish_epoch(live_only, {})
             result = self.sink.commit_epoch(inp.epoch, self.transform(live), states_to_json(states),
                                             plan=_plan_summary(live_only, budget, ahead.ranges),
@@ -599,18 +604,13 @@ class SourceBackfillJob:
             metrics.COMMITS.labels(self.name).inc()
         assert self.states is not None  # noqa: S101
         ahead = self.read_ahead()
-        for split, state in self.states.items():
-            metrics.SPLIT_STAGE.labels(self.name, split).set(metrics.STAGE_VALUES[state.stage.value])
-            lag = split_lag(state, ahead.get(split, (0, None))[1])  # a copy done counts as read
-            metrics.SPLIT_LAG.labels(self.name, split).set(lag or 0)
+        self._publish_splits(self.states, ahead)
         progress = self.progress(ahead)
         metrics.JOB_ROWS.labels(self.name, "history").set(self._rates.rows_history)
         metrics.JOB_ROWS.labels(self.name, "read_ahead").set(sum(n for n, _ in ahead.values()))
         metrics.JOB_ROWS.labels(self.name, "live").set(self._rates.rows_live)
-        for stage in ("backfilling", "source_caching_up", "finished"):
-            metrics.JOB_SPLITS.labels(self.name, stage).set(
-                sum(1 for s in self.states.values() if s.stage.value == stage)
-            )
+        for stage in Stage:
+            metrics.JOB_SPLITS.labels(self.name, stage.value).set(self.states.count(stage))
         metrics.JOB_ETA.labels(self.name).set(progress.eta_seconds or 0)
         metrics.JOB_BACKFILLING.labels(self.name).set(0 if is_backfill_done(self.states) else 1)
         logger.info(
@@ -618,6 +618,24 @@ class SourceBackfillJob:
             self.name, inp.epoch, history_rows, live_rows, elapsed,
             progress.splits_finished, progress.splits_total,
         )
+
+    def _publish_splits(self, table: SplitTable, ahead: Mapping[str, tuple[int, int]]) -> None:
+        """Each split's stage and lag (a read ahead's copy counts as read) as metrics, where they changed.
+
+        Thousands of splits would cost a labelled series update each per epoch; a caught-up job changes
+        none of them.
+        """
+        stages, lags = table.stage, table.lags({split: last for split, (_, last) in ahead.items()})
+        last = self._published
+        if last is None or last[0] != table.splits:
+            changed = range(len(table))
+        else:
+            changed = np.flatnonzero((stages != last[1]) | (lags != last[2])).tolist()
+        for i in changed:
+            split = table.splits[i]
+            metrics.SPLIT_STAGE.labels(self.name, split).set(int(stages[i]))
+            metrics.SPLIT_LAG.labels(self.name, split).set(int(lags[i]))
+        self._published = (table.splits, stages, lags)
 
     # -- observability ---------------------------------------------------------------------------------
     def read_ahead(self) -> dict[str, tuple[int, int]]:

@@ -1,11 +1,21 @@
-"""The columnar planner makes exactly the decisions of the readable one, on arbitrary inputs."""
+"""The planner over columns makes, split by split, the decisions of the row rules; the table is a mapping."""
 
-import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from source_backfill.core import LiveStats, finish_epoch, plan_epoch
-from source_backfill.core.columnar import NONE, SplitTable, finish_table, live_columns, plan_table
+from source_backfill.core import (
+    LiveStats,
+    SplitState,
+    Stage,
+    finish_epoch,
+    on_history_row,
+    on_live_row,
+    plan_epoch,
+    states_from_json,
+    states_to_json,
+)
+from source_backfill.core.columnar import SplitTable
+from source_backfill.core.plan import at_boundary
 from tests.unit.core.strategies import states
 
 
@@ -19,30 +29,49 @@ def epochs(draw):
         if draw(st.booleans()):
             first = draw(st.integers(0, 60))
             last = draw(st.integers(first, 80))
-            live[s] = LiveStats(first, last, draw(st.integers(1, last - first + 1)), last + 1)
+            live[s] = LiveStats(first, last, last - first + 1, last + 1)
         if draw(st.booleans()):
             end[s] = draw(st.integers(0, 90))
     return table, live, end, draw(st.integers(0, 120))
 
 
 @settings(max_examples=500)
-@given(epochs(), st.randoms())
-def test_columnar_plan_and_finish_equal_the_readable_planner(epoch, rnd):
+@given(epochs(), st.booleans())
+def test_plan_and_finish_equal_the_row_rules_split_by_split(epoch, as_table):
     states_, live, end, budget = epoch
-    plan = plan_epoch(states_, live, budget, end)
-    counts = {r.split: rnd.randint(0, r.end - r.start) for r in plan.history}
-    expected = finish_epoch(plan, counts)
+    plan = plan_epoch(SplitTable.from_states(states_) if as_table else states_, live, budget, end)
+    counts = {r.split: r.end - r.start for r in plan.history}  # every offset a record
+    got = finish_epoch(plan, counts)
+    assert sum(r.end - r.start for r in plan.history) <= budget
+    for split, state in states_.items():
+        stats = live.get(split)
+        emitted = []
+        for o in range(stats.first, stats.last + 1) if stats else ():
+            emit, state = on_live_row(state, o)
+            if emit:
+                emitted.append(o)
+        above = plan.emit_above[split]
+        assert emitted == ([] if above is None or stats is None else
+                           [o for o in range(stats.first, stats.last + 1) if o > above])
+        assert plan.states[split] == state
+        for r in plan.history:
+            if r.split == split:
+                for o in range(r.start, r.end):
+                    emit, state = on_history_row(state, o)
+                    assert emit, f"planned history row {split}@{o} would be dropped"
+        if state.stage is not Stage.FINISHED:
+            state = at_boundary(state, end.get(split))
+        assert got[split] == state
 
+
+@given(epochs())
+def test_a_table_is_the_mapping_of_its_states(epoch):
+    states_ = epoch[0]
     table = SplitTable.from_states(states_)
-    stats = {s: (v.first, v.last, v.count) for s, v in live.items()}
-    first, last, count, ends = live_columns(table.splits, stats, end)
-    tplan = plan_table(table, first, last, count, ends, budget)
-    assert tplan.table.to_states() == plan.states
-    for i, s in enumerate(table.splits):
-        above = int(tplan.emit_above[i])
-        assert (None if above == NONE else above) == plan.emit_above[s]
-    got_ranges = {s: (int(a), int(b)) for s, a, b in zip(table.splits, tplan.history_start,
-                                                        tplan.history_end, strict=True) if b > a}
-    assert got_ranges == {r.split: (r.start, r.end) for r in plan.history}
-    cnt = np.array([counts.get(s, 0) for s in table.splits], dtype=np.int64)
-    assert finish_table(tplan, cnt).to_states() == expected
+    assert table == states_ and dict(table) == states_ and len(table) == len(states_)
+    assert list(table) == list(states_) and all(s in table for s in states_) and "x:9" not in table
+    assert table.to_states() == states_
+    assert states_from_json(states_to_json(table)) == states_
+    changed = {"t:0": SplitState.finished(5, 5, 7)}
+    assert table.with_states(changed) == {**states_, **changed}
+    assert table == states_  # unchanged: a table is never written

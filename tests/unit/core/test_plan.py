@@ -14,6 +14,7 @@ from source_backfill.core import (
     reconcile_splits,
     rejoin,
 )
+from source_backfill.core.columnar import SplitTable
 
 B, C, F = SplitState.backfilling, SplitState.caching_up, SplitState.finished
 
@@ -105,11 +106,13 @@ def test_finish_reported_vs_done_and_progress():
     assert job_progress(states, read_ahead_to={"t:2": 0}).remaining_offsets == 10  # behind the commit
 
 
-def test_unchanged_states_are_the_same_objects():
-    states = {"t:0": F(9), "t:1": C(20, 20), "t:2": B(3, 9)}
+def test_states_stay_columns_from_epoch_to_epoch():
+    states = SplitTable.from_states({"t:0": F(9), "t:1": C(20, 20), "t:2": B(3, 9)})
     plan = plan_epoch(states, {"t:0": LiveStats(10, 14, 5, 15)}, 0, {"t:0": 15, "t:1": 20, "t:2": 10})
     out = finish_epoch(plan, {})
-    assert all(out[s] is states[s] for s in states)
+    assert isinstance(out, SplitTable) and out.splits is states.splits
+    assert out == {"t:0": F(9), "t:1": C(20, 20), "t:2": B(3, 9)}  # the live rows changed nothing
+    assert plan.without_history().history == () and isinstance(ahead_of(out, []), SplitTable)
 
 
 def test_backfilling_at_its_target_with_nothing_to_read_caches_up_then_finishes():
