@@ -5,7 +5,7 @@ Two ways to take a range, one per use:
 * :meth:`HistoryReader.rows` — a DataFrame of the ranges, for an epoch that reads its history itself
   (it is written with the live rows and the transform in the epoch's commit);
 * :meth:`HistoryReader.stage` — the ranges copied into staged Parquet files of the job's table, for a
-  read ahead that a later epoch adopts.
+  read ahead that a later epoch adopts (a job's transform applied by Spark as it copies).
 
 ``connector = "spark"`` reads with Spark's Kafka source (:mod:`connectors.kafka.spark_kafka`);
 ``connector = "python"`` with the project's data source (:mod:`connectors.kafka.source`), whose read
@@ -16,11 +16,14 @@ read that fails raises, and the job decides (back off, or fail on data loss).
 from __future__ import annotations
 
 import json
+import threading
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from source_backfill.core import HistoryRange, parse_split_id
+from source_backfill.errors import SourceBackfillError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -37,6 +40,10 @@ READ_AHEAD_TASKS = 1
 #: on a busy machine the live stream's work gets the CPU first; on an idle one the copy runs at full speed.
 #: bench_backfill, three runs each: niceness 10 kept live p99 at 1.05-1.15x, niceness 0 at 1.05-1.56x.
 READ_AHEAD_NICENESS = 10
+#: How long the observed history counts may take to arrive after the write finished (in an epoch; a
+#: read ahead waits less: its counts only feed the rows shown).
+OBSERVE_TIMEOUT_S = 60.0
+READ_AHEAD_OBSERVE_TIMEOUT_S = 10.0
 
 
 class HistoryReader:
@@ -69,13 +76,18 @@ class HistoryReader:
         return session.read.format(KAFKA_FORMAT).options(**options).option("ranges", json.dumps(spec)).load()
 
     def stage(self, sink: DeltaEpochSink, ranges: Sequence[HistoryRange], after_epoch: int,
-              on_folder: Callable[[Path], None] | None = None) -> tuple[StagedFiles, dict[str, int]]:
-        """Copy ``ranges`` into staged files of ``sink``'s table; the files and the rows per split.
+              on_folder: Callable[[Path], None] | None = None,
+              transform: Callable[[DataFrame], DataFrame] | None = None,
+              ) -> tuple[StagedFiles, dict[str, int]]:
+        """Copy ``ranges`` into staged files of ``sink``'s table; the files and the records per split.
 
         Runs as ``READ_AHEAD_TASKS`` Spark tasks (the caller picks the job group and the FAIR pool).
         ``on_folder(folder)``: where the files go, told before the copy starts (its files close as it
-        goes: :class:`StagedProgress` reads what they hold).
+        goes: :class:`StagedProgress` reads what they hold). ``transform``: the job's transform, applied
+        by Spark to the records as they are copied (either connector).
         """
+        if transform is not None:
+            return self._stage_transformed(sink, ranges, after_epoch, on_folder, transform)
         if self.source.connector == "spark":
             return self._stage_spark(sink, ranges, after_epoch, on_folder)
         return self._stage_python(sink, ranges, after_epoch, on_folder)
@@ -87,6 +99,27 @@ class HistoryReader:
         progress = StagedProgress()
         progress.folder = staged.folder
         return staged, {split: n for split, (n, _) in progress.read().items()}
+
+    def _stage_transformed(
+        self, sink: DeltaEpochSink, ranges: Sequence[HistoryRange], after_epoch: int,
+        on_folder: Callable[[Path], None] | None, transform: Callable[[DataFrame], DataFrame],
+    ) -> tuple[StagedFiles, dict[str, int]]:
+        """The transformed records; the Kafka records per split are counted before the transform.
+
+        A transform may drop or filter rows and columns, so the files cannot tell how many records were
+        read; an observation on the records does. When it does not come (a transform that lets Spark
+        prune the scan, say) the counts are the ranges' sizes: they feed only the rows shown.
+        """
+        counted, observation = count_per_split(self.rows(ranges).coalesce(READ_AHEAD_TASKS), ranges,
+                                               "read-ahead")
+        staged = sink.stage_dataframe(transform(counted), after_epoch, on_folder)
+        try:
+            observed_counts = observed(observation, timeout_s=READ_AHEAD_OBSERVE_TIMEOUT_S)
+        except SourceBackfillError:
+            observed_counts = {}
+            for r in ranges:
+                observed_counts[r.split] = observed_counts.get(r.split, 0) + r.size
+        return staged, {s: int(n) for s, n in observed_counts.items() if n}
 
     def _stage_python(self, sink: DeltaEpochSink, ranges: Sequence[HistoryRange], after_epoch: int,
                       on_folder: Callable[[Path], None] | None) -> tuple[StagedFiles, dict[str, int]]:
@@ -129,6 +162,48 @@ class HistoryReader:
         check_log_start(ranges, self.admin.earliest_offsets(sorted({r.split for r in ranges})))
 
 
+def count_per_split(rows: DataFrame, ranges: Sequence[HistoryRange], name: str) -> tuple[DataFrame, Any]:
+    """``rows`` counting its records per split of ``ranges`` as an action runs it (one pass).
+
+    Returns the observed DataFrame and the observation (read it with :func:`observed` after the
+    action). An observation only sees actions of the session of ``rows``.
+    """
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F  # noqa: N812
+
+    observation = Observation(f"history-{name}-{uuid.uuid4().hex}")
+    per_split = []
+    for split in dict.fromkeys(r.split for r in ranges):
+        topic, partition = parse_split_id(split)
+        cond = (F.col("topic") == topic) & (F.col("partition") == partition)
+        per_split.append(F.count_if(cond).alias(split))
+    return rows.observe(observation, *per_split), observation
+
+
+def observed(observation: Any, timeout_s: float = OBSERVE_TIMEOUT_S) -> dict[str, Any]:
+    """``observation.get`` (which has no deadline) bounded by ``timeout_s``.
+
+    Past it :class:`~source_backfill.errors.SourceBackfillError` (not a JobError: the job is fine).
+    """
+    box: dict[str, Any] = {}
+
+    def get() -> None:
+        try:
+            box["value"] = observation.get
+        except Exception as exc:  # noqa: BLE001 - handed to the caller
+            box["error"] = exc
+
+    waiter = threading.Thread(target=get, name="observation-get", daemon=True)
+    waiter.start()
+    waiter.join(timeout_s)
+    if "error" in box:
+        raise box["error"]
+    if "value" not in box:
+        msg = f"history row counts not observed within {timeout_s:.0f}s after the write"
+        raise SourceBackfillError(msg)
+    return dict(box["value"])
+
+
 class StagedProgress:
     """What a read ahead has copied so far: rows and the last offset per split, from its closed files.
 
@@ -155,6 +230,9 @@ class StagedProgress:
                 if file.name in self._files:
                     continue
                 try:
+                    if not {"topic", "partition", "offset"} <= set(pq.read_schema(file).names):
+                        self._files[file.name] = {}  # a transform's output without the Kafka columns
+                        continue
                     table = pq.read_table(file, columns=["topic", "partition", "offset"])
                 except (OSError, pa.ArrowInvalid):
                     continue  # still being written (no footer yet), or moved away meanwhile

@@ -13,10 +13,11 @@ stream) :meth:`SourceBackfillJob.run_epoch`:
 A history-read error never stops the live stream: the epoch commits its live part with the history
 states unchanged, the error is counted, and history resumes after a backoff from the committed offsets.
 
-Read-ahead (the default for a job without a transform): step 3 moves out of the epoch. A background
-Spark job (FAIR pool ``history``, one task) copies the next ranges, planned from the committed states,
-from Kafka into staged Parquet files of the table with the connector's reader and pyarrow (the rows
-need no transform, so they skip Spark's row conversion: a third of the CPU). The next epoch adopts
+Read-ahead (the default): step 3 moves out of the epoch. A background Spark job (FAIR pool
+``history``, one task) copies the next ranges, planned from the committed states, from Kafka into
+staged Parquet files of the table (Spark's Kafka source written by Spark, the job's transform applied
+on the way; the Python connector without a transform copies with its reader and pyarrow, skipping
+Spark's row conversion: a third of the CPU). The next epoch adopts
 the reads that are done (:func:`core.adopt_history` checks they still continue every split) and
 commits their files with its live rows and ``S(e)`` in one transaction. Reads chain (each continues
 where the one before it ends), so history is read while the live stream waits for its trigger; a read
@@ -27,9 +28,7 @@ epoch reads it itself and the job finishes.
 from __future__ import annotations
 
 import logging
-import threading
 import time
-import uuid
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -60,7 +59,6 @@ from source_backfill.core import (
     is_backfill_done,
     is_finish_reported,
     job_progress,
-    parse_split_id,
     plan_epoch,
     read_ahead_budget,
     reconcile_splits,
@@ -71,7 +69,7 @@ from source_backfill.core import (
 )
 from source_backfill.core.columnar import SplitTable
 from source_backfill.errors import DataLossError, JobError, SourceBackfillError, one_line
-from source_backfill.executors.history import HistoryReader
+from source_backfill.executors.history import HistoryReader, count_per_split, observed
 from source_backfill.executors.live_filter import live_rows, live_rows_arrow
 from source_backfill.executors.read_ahead import Adopted, ReadAhead, ReadsAhead, within_cap
 from source_backfill.executors.transform import apply_transform, check_transform
@@ -88,8 +86,6 @@ logger = logging.getLogger(__name__)
 _SMALL_OUTPUT_ROWS = 50_000
 #: History epochs the budget's cost model is fitted on.
 _COST_SAMPLES = 8
-#: How long the observed history counts may take to arrive after the write finished.
-_OBSERVE_TIMEOUT_S = 60.0
 #: History-read error backoff (seconds): doubles per consecutive error up to the cap.
 _BACKOFF_BASE_S = 1.0
 _BACKOFF_CAP_S = 60.0
@@ -165,7 +161,7 @@ class SourceBackfillJob:
         self.history = HistoryReader(spark, source, admin, bootstrap_servers=bootstrap_servers)
         self.sink = DeltaEpochSink(spec.sink_path, spec.name, self.output_schema(), writer=spec.writer,
                                    on_conflict=metrics.COMMIT_CONFLICTS.labels(spec.name).inc)
-        self.reads_ahead = spec.read_ahead and spec.transform is None and self.sink.writes_before_commit()
+        self.reads_ahead = spec.read_ahead and self.sink.writes_before_commit()
         self._reads = ReadsAhead(spec.name, spark, self.sink)
         recovered = self.sink.recover()
         if recovered is not None:
@@ -435,7 +431,8 @@ class SourceBackfillJob:
             def watch(folder: Any) -> None:
                 read.progress.folder = folder
 
-            return self.history.stage(self.sink, read.ranges, after_epoch, on_folder=watch)
+            return self.history.stage(self.sink, read.ranges, after_epoch, on_folder=watch,
+                                      transform=self.transform if self.spec.transform else None)
 
         return stage
 
@@ -468,7 +465,8 @@ class SourceBackfillJob:
 
         def state_after_write() -> dict[str, Any]:
             # the counts are known once the rows are written; the state commits with them
-            done["counts"] = {s: int(n) for s, n in _observed(observation).items() if n}
+            # past the timeout the epoch fails and replays instead of stalling the source
+            done["counts"] = {s: int(n) for s, n in observed(observation).items() if n}
             done["states"] = finish_epoch(plan, done["counts"])
             return states_to_json(done["states"])
 
@@ -512,16 +510,8 @@ class SourceBackfillJob:
             self._history_error(exc)
             return None, {}, 0.0, None
         if observe:
-            from pyspark.sql import Observation
-            from pyspark.sql import functions as F  # noqa: N812
-
-            observation = Observation(f"history-{self.name}-{uuid.uuid4().hex}")
-            per_split = []
-            for r in ranges:
-                topic, partition = parse_split_id(r.split)
-                cond = (F.col("topic") == topic) & (F.col("partition") == partition)
-                per_split.append(F.count_if(cond).alias(r.split))
-            return rows.observe(observation, *per_split), {}, 0.0, observation
+            counted, observation = count_per_split(rows, ranges, self.name)
+            return counted, {}, 0.0, observation
         try:
             df = rows.persist()
             counted = df.groupBy("topic", "partition").count().collect()
@@ -695,30 +685,6 @@ def _output_rows_bound(inp: EpochInput, plan: Any, counts: Mapping[str, int]) ->
     """At most how many rows the epoch writes: the live rows of emitting splits plus the history read."""
     live = sum(stats.count for split, stats in inp.live.items() if plan.emit_above.get(split) is not None)
     return live + sum(counts.values())
-
-
-def _observed(observation: Any, timeout_s: float = _OBSERVE_TIMEOUT_S) -> dict[str, Any]:
-    """``observation.get`` (which has no deadline) bounded by ``timeout_s``.
-
-    Past it the epoch fails and replays (not a JobError: the job is fine) instead of stalling the source.
-    """
-    box: dict[str, Any] = {}
-
-    def get() -> None:
-        try:
-            box["value"] = observation.get
-        except Exception as exc:  # noqa: BLE001 - handed to the caller
-            box["error"] = exc
-
-    waiter = threading.Thread(target=get, name="observation-get", daemon=True)
-    waiter.start()
-    waiter.join(timeout_s)
-    if "error" in box:
-        raise box["error"]
-    if "value" not in box:
-        msg = f"history row counts not observed within {timeout_s:.0f}s after the write"
-        raise SourceBackfillError(msg)
-    return dict(box["value"])
 
 
 def _range_sizes(ranges: Any) -> dict[str, int]:

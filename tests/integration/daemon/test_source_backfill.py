@@ -365,14 +365,25 @@ def test_a_job_with_a_transform_writes_the_transformed_rows_exactly_once(
 ):
     from deltalake import DeltaTable
 
+    from connectors.kafka.admin import KafkaAdmin
+
     topic = new_topic(2)
     p = producer_for(topic)
     p.send(3000, 2)
     p.stream(2, per_second=100)
     sql = "SELECT topic, partition, offset, upper(CAST(value AS STRING)) AS v FROM {source}"
-    d = daemon_factory([topic], [job_spec("t", tmp_path, transform=sql, max_rows_per_epoch=1000)])
-    wait_for(lambda: finished(d, "t"), what="the transform job finished")
-    assert not job_of(d, "t").reads_ahead  # a transform reads its history inside the epochs
+    # "u" keeps no Kafka column: its staged files cannot say what they hold, only the observation can
+    only_v = "SELECT upper(CAST(value AS STRING)) AS v FROM {source} WHERE offset >= 0"
+    d = daemon_factory([topic], [job_spec("t", tmp_path, transform=sql, max_rows_per_epoch=1000),
+                                 job_spec("u", tmp_path, transform=only_v, max_rows_per_epoch=1000)])
+    wait_for(lambda: finished(d, "t") and finished(d, "u"), what="the transform jobs finished")
+    assert job_of(d, "t").reads_ahead and job_of(d, "u").reads_ahead  # one history path: read ahead
+    assert _reads_ahead("t", "adopted") > 0 and _reads_ahead("u", "adopted") > 0
+    # the records read are counted before the transform (a fresh topic has no gaps: history holds the
+    # offsets up to each split's target)
+    states = job_of(d, "u").states
+    assert all(s.num_consumed_rows == s.target_offset + 1 for s in states.values()), dict(states)
+    assert job_of(d, "u").rows[0] == sum(s.num_consumed_rows for s in states.values()) >= 3000
     p.stop()
     exactly_once(tmp_path / "t", kafka_bootstrap, [topic])
     rows = DeltaTable(str(tmp_path / "t")).to_pyarrow_table()
@@ -380,6 +391,11 @@ def test_a_job_with_a_transform_writes_the_transformed_rows_exactly_once(
     values = rows.column("v").to_pylist()
     assert sum(v.startswith("V") for v in values) == 3000  # history: "v<i>" upper-cased
     assert all(v.startswith(("V", "LIVE")) and v == v.upper() for v in values)  # live: "live<i>"
+    end = sum(KafkaAdmin(kafka_bootstrap).end_offsets([f"{topic}:0", f"{topic}:1"]).values())
+    wait_for(lambda: DeltaTable(str(tmp_path / "u")).to_pyarrow_table().num_rows == end,
+             what="u has every record once")
+    u = DeltaTable(str(tmp_path / "u")).to_pyarrow_table().column("v").to_pylist()
+    assert sorted(u) == sorted(values)  # the same records, each once, without the Kafka columns
 
 
 def test_max_rows_per_epoch_holds_when_reads_ahead_pile_up_between_epochs(
