@@ -16,14 +16,16 @@ read that fails raises, and the job decides (back off, or fail on data loss).
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from source_backfill import metrics
 from source_backfill.core import HistoryRange, parse_split_id
-from source_backfill.errors import SourceBackfillError
+from source_backfill.errors import DataLossError, SourceBackfillError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -31,6 +33,8 @@ if TYPE_CHECKING:
     from connectors.delta.sink import DeltaEpochSink, StagedFiles
     from connectors.kafka.admin import KafkaAdmin
     from source_backfill.config import SourceConfig
+
+logger = logging.getLogger(__name__)
 
 #: Spark tasks of one read ahead. One task copies 1M records in ~1.6 s alone and leaves the other task
 #: slots to the live stream. With two on ``local[2]``, the live stream's tasks queued behind history for
@@ -55,6 +59,8 @@ class HistoryReader:
         self.source = source
         self.admin = admin
         self.bootstrap_servers = bootstrap_servers
+        #: Per split, the offset below which lost history (under the log start) is already counted.
+        self._lost_to: dict[str, int] = {}
 
     def rows(self, ranges: Sequence[HistoryRange], session: SparkSession | None = None) -> DataFrame:
         """The records of ``ranges`` as a DataFrame of ``session`` (default: the reader's)."""
@@ -153,6 +159,25 @@ class HistoryReader:
         staged = sink.stage_files(write, after_epoch, on_folder)
         return staged, {s: n for s, n in counts.items() if n}
 
+    def count_data_loss(self, job: str, ranges: Iterable[HistoryRange]) -> None:
+        """With ``fail_on_data_loss = false`` the readers skip history below the log start: count it.
+
+        Counted when the read is planned, from the log start then (one ListOffsets); offsets a deletion
+        removes while a read is already running are skipped by the reader but not counted.
+        """
+        ranges = list(ranges)
+        if self.source.fail_on_data_loss or not ranges:
+            return
+        log_start = self.admin.earliest_offsets(sorted({r.split for r in ranges}))
+        for r in ranges:
+            first = max(r.start, self._lost_to.get(r.split, r.start))
+            lost_end = min(log_start.get(r.split, r.start), r.end)
+            if lost_end > first:
+                self._lost_to[r.split] = lost_end
+                metrics.DATA_LOSS_OFFSETS.labels(job, r.split).inc(lost_end - first)
+                logger.warning('history lost, skipped job="%s" split="%s" offsets="%d..%d" log_start=%d',
+                               job, r.split, first, lost_end - 1, lost_end)
+
     def _check_log_start(self, ranges: Sequence[HistoryRange]) -> None:
         """``fail_on_data_loss``: a range under its split's log start fails before the read, clearly."""
         if not self.source.fail_on_data_loss or not ranges:
@@ -160,6 +185,18 @@ class HistoryReader:
         from connectors.kafka.spark_kafka import check_log_start
 
         check_log_start(ranges, self.admin.earliest_offsets(sorted({r.split for r in ranges})))
+
+
+def is_data_loss(exc: BaseException) -> bool:
+    """``exc`` (or an exception it was raised from) says history is below the log start."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, DataLossError) or "DataLossError" in str(current):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def count_per_split(rows: DataFrame, ranges: Sequence[HistoryRange], name: str) -> tuple[DataFrame, Any]:

@@ -29,12 +29,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-
-import numpy as np
 
 from source_backfill import metrics
 from source_backfill.config import (
@@ -68,8 +65,9 @@ from source_backfill.core import (
     states_to_json,
 )
 from source_backfill.core.columnar import SplitTable
-from source_backfill.errors import DataLossError, JobError, SourceBackfillError, one_line
-from source_backfill.executors.history import HistoryReader, count_per_split, observed
+from source_backfill.errors import JobError, SourceBackfillError, one_line
+from source_backfill.executors.accounting import JobMetrics, Rates
+from source_backfill.executors.history import HistoryReader, count_per_split, is_data_loss, observed
 from source_backfill.executors.live_filter import live_rows, live_rows_arrow
 from source_backfill.executors.read_ahead import Adopted, ReadAhead, ReadsAhead, within_cap
 from source_backfill.executors.transform import apply_transform, check_transform
@@ -84,8 +82,6 @@ logger = logging.getLogger(__name__)
 
 #: An epoch writing at most this many rows writes them as one file (one Spark task).
 _SMALL_OUTPUT_ROWS = 50_000
-#: History epochs the budget's cost model is fitted on.
-_COST_SAMPLES = 8
 #: History-read error backoff (seconds): doubles per consecutive error up to the cap.
 _BACKOFF_BASE_S = 1.0
 _BACKOFF_CAP_S = 60.0
@@ -104,23 +100,6 @@ class EpochInput:
     interval_s: float
     #: The live batch's rows on the driver when the batch is small (None: only ``batch``).
     rows: pa.Table | None = None
-
-
-@dataclass
-class _Rates:
-    """Measured history throughput and epoch cost, input of the adaptive budget."""
-
-    history_rows_per_s: float | None = None
-    #: Throughput of the reads ahead (one background job each), input of their size.
-    ahead_rows_per_s: float | None = None
-    last_epoch_s: float | None = None
-    #: (rows, seconds) of the last history epochs: the budget's cost model is fitted on them.
-    samples: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=_COST_SAMPLES))
-    errors_in_a_row: int = 0
-    backoff_until: float = 0.0
-    rows_history: int = 0
-    rows_live: int = 0
-    started_at: float = field(default_factory=time.monotonic)
 
 
 class SourceBackfillJob:
@@ -149,15 +128,12 @@ class SourceBackfillJob:
         self.last_error: str | None = None
         #: The committed split states, as columns (the planner's form; a mapping for everything else).
         self.states: SplitTable | None = None
-        #: The per-split series last published: (splits, stage codes, lags), to set only what changed.
-        self._published: tuple[tuple[str, ...], Any, Any] | None = None
         self.committed_epoch: int | None = None
         #: Live positions after the job's last committed epoch (what it has covered), for rejoining.
         self._covered_to: dict[str, int] = {}
-        self._rates = _Rates()
+        self._rates = Rates()
+        self._metrics = JobMetrics(spec.name)
         self._interval_s = source.trigger_interval_s
-        #: Per split, the offset below which lost history (under the log start) is already counted.
-        self._lost_to: dict[str, int] = {}
         self.history = HistoryReader(spark, source, admin, bootstrap_servers=bootstrap_servers)
         self.sink = DeltaEpochSink(spec.sink_path, spec.name, self.output_schema(), writer=spec.writer,
                                    on_conflict=metrics.COMMIT_CONFLICTS.labels(spec.name).inc)
@@ -260,7 +236,7 @@ class SourceBackfillJob:
         if self.reads_ahead and plan.history and not self._reads_inline(plan, budget, ahead):
             plan = plan_epoch(states, inp.live, 0, inp.end)  # the reads ahead take the history
 
-        self._count_data_loss(plan.history)
+        self.history.count_data_loss(self.name, plan.history)
         if inp.rows is not None and not plan.history and self.spec.transform is None \
                 and self.sink.writes_before_commit():
             # the live batch is on the driver already (a small batch): its rows are written with
@@ -421,7 +397,7 @@ class SourceBackfillJob:
             if self.rate_limit:  # one read per budget's worth of time keeps the rate
                 offsets = sum(r.size for r in ranges)
                 self._reads.next_at = time.monotonic() + offsets / self.rate_limit
-            self._count_data_loss(ranges)
+            self.history.count_data_loss(self.name, ranges)
             after = self.committed_epoch if self.committed_epoch is not None else -1
             self._reads.start(ranges, self._stage_read(after), self._read_done)
 
@@ -438,8 +414,8 @@ class SourceBackfillJob:
 
     def _read_done(self, read: ReadAhead) -> None:
         """A read ahead ended: its throughput sizes the next one, which starts now (they chain)."""
-        if read.error is None and read.rows and read.seconds > 0:
-            self._rates.ahead_rows_per_s = _ema(self._rates.ahead_rows_per_s, read.rows / read.seconds)
+        if read.error is None:
+            self._rates.read_ahead(read.rows, read.seconds)
         if read.error is None and not read.dropped:
             logger.debug('history read ahead job="%s" rows=%d seconds=%.3f', self.name, read.rows,
                          read.seconds)
@@ -522,31 +498,12 @@ class SourceBackfillJob:
         counts = {split_id(row['topic'], row['partition']): int(row["count"]) for row in counted}
         return df, counts, time.monotonic() - t0, None
 
-    def _count_data_loss(self, ranges: Iterable[HistoryRange]) -> None:
-        """With ``fail_on_data_loss = false`` the readers skip history below the log start: count it.
-
-        Counted when the read is planned, from the log start then (one ListOffsets); offsets a deletion
-        removes while a read is already running are skipped by the reader but not counted.
-        """
-        ranges = list(ranges)
-        if self.source.fail_on_data_loss or not ranges:
-            return
-        log_start = self.admin.earliest_offsets(sorted({r.split for r in ranges}))
-        for r in ranges:
-            first = max(r.start, self._lost_to.get(r.split, r.start))
-            lost_end = min(log_start.get(r.split, r.start), r.end)
-            if lost_end > first:
-                self._lost_to[r.split] = lost_end
-                metrics.DATA_LOSS_OFFSETS.labels(self.name, r.split).inc(lost_end - first)
-                logger.warning('history lost, skipped job="%s" split="%s" offsets="%d..%d" log_start=%d',
-                               self.name, r.split, first, lost_end - 1, lost_end)
-
     def _history_ok(self) -> None:
         """A history read worked: the error streak and its backoff message end."""
         self._rates.errors_in_a_row, self.last_error = 0, None
 
     def _history_error(self, exc: Exception) -> None:
-        if _is_data_loss(exc) and self.source.fail_on_data_loss:
+        if is_data_loss(exc) and self.source.fail_on_data_loss:
             self.failed = (
                 f"history offsets are below the log start (retention removed them): {one_line(exc)}. "
                 "Set fail_on_data_loss=false on the source to skip forward."
@@ -567,65 +524,23 @@ class SourceBackfillJob:
         self, inp: EpochInput, plan: Any, counts: Mapping[str, int], inline: tuple[int, float],
         elapsed: float, *, committed: bool,
     ) -> None:
-        """Rates, metrics and the epoch's log line.
+        """Rates, metrics and the epoch's log line (``executors/accounting.py``).
 
-        ``inline``: (rows, seconds) of the history read in the epoch itself; it fits the epoch's cost
-        model (reads ahead are measured where they run). ``counts`` has the adopted reads' rows too.
+        ``inline``: (rows, seconds) of the history read in the epoch itself. ``counts`` has the adopted
+        reads' rows too.
         """
         history_rows = sum(counts.values())
-        rows, seconds = inline
-        if rows > 0 and seconds > 0:
-            self._rates.samples.append((rows, seconds))
-            self._rates.history_rows_per_s = _ema(self._rates.history_rows_per_s, rows / seconds)
-        self._rates.last_epoch_s = elapsed
-        self._rates.rows_history += history_rows
-        live_rows = 0
-        for split, stats in inp.live.items():
-            threshold = plan.emit_above.get(split)
-            if threshold is None:
-                continue
-            emitted = stats.count if threshold < stats.first else _estimate_above(stats, threshold)
-            live_rows += emitted
-            metrics.LIVE_ROWS.labels(self.name, split).inc(emitted)
-        self._rates.rows_live += live_rows
-        for split, n in counts.items():
-            metrics.HISTORY_ROWS.labels(self.name, split).inc(n)
-        if committed:
-            metrics.COMMITS.labels(self.name).inc()
+        live_rows = self._metrics.rows(inp.live, plan.emit_above, counts)
+        self._rates.epoch(inline, elapsed, history_rows, live_rows)
         assert self.states is not None  # noqa: S101
         ahead = self.read_ahead()
-        self._publish_splits(self.states, ahead)
         progress = self.progress(ahead)
-        metrics.JOB_ROWS.labels(self.name, "history").set(self._rates.rows_history)
-        metrics.JOB_ROWS.labels(self.name, "read_ahead").set(sum(n for n, _ in ahead.values()))
-        metrics.JOB_ROWS.labels(self.name, "live").set(self._rates.rows_live)
-        for stage in Stage:
-            metrics.JOB_SPLITS.labels(self.name, stage.value).set(self.states.count(stage))
-        metrics.JOB_ETA.labels(self.name).set(progress.eta_seconds or 0)
-        metrics.JOB_BACKFILLING.labels(self.name).set(0 if is_backfill_done(self.states) else 1)
+        self._metrics.state(self.states, ahead, self._rates, progress.eta_seconds, committed=committed)
         logger.info(
             'epoch committed job="%s" epoch=%d history_rows=%d live_rows=%d seconds=%.3f finished=%d/%d',
             self.name, inp.epoch, history_rows, live_rows, elapsed,
             progress.splits_finished, progress.splits_total,
         )
-
-    def _publish_splits(self, table: SplitTable, ahead: Mapping[str, tuple[int, int]]) -> None:
-        """Each split's stage and lag (a read ahead's copy counts as read) as metrics, where they changed.
-
-        Thousands of splits would cost a labelled series update each per epoch; a caught-up job changes
-        none of them.
-        """
-        stages, lags = table.stage, table.lags({split: last for split, (_, last) in ahead.items()})
-        last = self._published
-        if last is None or last[0] != table.splits:
-            changed = range(len(table))
-        else:
-            changed = np.flatnonzero((stages != last[1]) | (lags != last[2])).tolist()
-        for i in changed:
-            split = table.splits[i]
-            metrics.SPLIT_STAGE.labels(self.name, split).set(int(stages[i]))
-            metrics.SPLIT_LAG.labels(self.name, split).set(int(lags[i]))
-        self._published = (table.splits, stages, lags)
 
     # -- observability ---------------------------------------------------------------------------------
     def read_ahead(self) -> dict[str, tuple[int, int]]:
@@ -638,7 +553,7 @@ class SourceBackfillJob:
         ``read_ahead``: :meth:`read_ahead` if the caller has it already.
         """
         ahead = self.read_ahead() if read_ahead is None else read_ahead
-        return job_progress(self.states or {}, self._rates.ahead_rows_per_s or self._rates.history_rows_per_s,
+        return job_progress(self.states or {}, self._rates.history_rate,
                             {split: last for split, (_, last) in ahead.items()})
 
     @property
@@ -667,18 +582,6 @@ def _add_counts(into: dict[str, int], more: Mapping[str, int]) -> dict[str, int]
     for split, n in more.items():
         into[split] = into.get(split, 0) + n
     return into
-
-
-def _ema(previous: float | None, value: float) -> float:
-    return value if previous is None else 0.5 * previous + 0.5 * value
-
-
-def _estimate_above(stats: LiveStats, threshold: int) -> int:
-    """Rows of a batch above ``threshold``, assuming offsets spread evenly (metrics only)."""
-    if threshold >= stats.last:
-        return 0
-    width = max(1, stats.last - stats.first + 1)
-    return round(stats.count * (stats.last - threshold) / width)
 
 
 def _output_rows_bound(inp: EpochInput, plan: Any, counts: Mapping[str, int]) -> int:
@@ -710,14 +613,3 @@ def _plan_summary(plan: Any, budget: int, history: Iterable[HistoryRange] = ()) 
         "history": [[r.split, r.start, r.end] for r in (*history, *plan.history)],
         "end": dict(plan.end),
     }
-
-
-def _is_data_loss(exc: BaseException) -> bool:
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, DataLossError) or "DataLossError" in str(current):
-            return True
-        current = current.__cause__ or current.__context__
-    return False
