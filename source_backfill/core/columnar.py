@@ -11,7 +11,7 @@ missing offset.
 from __future__ import annotations
 
 import itertools
-from collections.abc import ItemsView, Iterable, Iterator, Mapping, ValuesView
+from collections.abc import ItemsView, Iterator, Mapping, ValuesView
 from typing import Any
 
 import numpy as np
@@ -127,19 +127,22 @@ class SplitTable(Mapping[SplitId, SplitState]):
 
     def column(self, values: Mapping[SplitId, int], default: int = NONE) -> I64:
         """``values`` as an array aligned with ``splits`` (``default`` for splits it lacks)."""
-        if len(values) == len(self.splits) and tuple(values) == self.splits:  # aligned: the usual case
-            return np.fromiter(values.values(), np.int64, len(values))
-        out = np.full(len(self.splits), default, dtype=np.int64)
-        if values:
-            at = self.positions(values)
-            known = at >= 0
-            out[at[known]] = np.fromiter(values.values(), np.int64, len(values))[known]
-        return out
+        return self.scatter(values, np.fromiter(values.values(), np.int64, len(values)), default)
 
-    def positions(self, splits: Iterable[SplitId]) -> npt.NDArray[np.intp]:
-        """Position of each of ``splits`` in the columns (-1: not in the table)."""
-        keys = list(splits)
-        return np.fromiter(map(self.index.get, keys, itertools.repeat(-1)), np.intp, len(keys))
+    def scatter(self, keys: Mapping[SplitId, Any], values: I64, default: int = NONE) -> I64:
+        """``values`` (one per key of ``keys``, in its order) placed at their splits' positions.
+
+        Splits ``keys`` lacks get ``default``; keys the table lacks are dropped. Keys in the table's own
+        order (the usual case) are ``values`` as they are.
+        """
+        if len(keys) == len(self.splits) and tuple(keys) == self.splits:
+            return values
+        out = np.full(len(self.splits), default, dtype=np.int64)
+        if keys:
+            at = np.fromiter(map(self.index.get, keys, itertools.repeat(-1)), np.intp, len(keys))
+            known = at >= 0
+            out[at[known]] = values[known]
+        return out
 
     def lags(self, read_ahead_to: Mapping[SplitId, int] | None = None) -> I64:
         """Per split :func:`~source_backfill.core.progress.split_lag` (an unknown lag counts 0)."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 from typing import NamedTuple
 
 import numpy as np
@@ -94,8 +94,7 @@ class EpochPlan:
         if at.size == 0:
             return ()
         splits = self.states.splits
-        names = splits if at.size == len(splits) else [splits[i] for i in at.tolist()] if at.size == 1 \
-            else itemgetter(*at.tolist())(splits)
+        names = splits if at.size == len(splits) else [splits[i] for i in at.tolist()]
         return tuple(map(HistoryRange._make, zip(names, self.history_start[at].tolist(),
                                                  self.history_end[at].tolist(), strict=True)))
 
@@ -162,7 +161,7 @@ def reconcile_splits(
     A new partition is read by the live stream from its earliest offset, so it needs no backfill.
     """
     current = list(current)
-    if len(current) == len(states) and all(a == b for a, b in zip(current, states, strict=False)):
+    if current == list(states):
         return states, []  # the same splits in the same order: the hot path, the states as they are
     out: dict[SplitId, SplitState] = {}
     changes: list[SplitChange] = []
@@ -223,23 +222,12 @@ def _live_columns(
     table: SplitTable, live: Mapping[SplitId, LiveStats]
 ) -> tuple[I64, I64, npt.NDArray[np.bool_]]:
     """First and last live offset per split of ``table``, and which splits had live rows."""
-    n = len(table)
-    first, last = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
-    has = np.zeros(n, dtype=bool)
-    if not live:
-        return first, last, has
     stats = list(live.values())
 
     def field(name: str) -> I64:
-        return np.fromiter(map(attrgetter(name), stats), np.int64, len(stats))
+        return table.scatter(live, np.fromiter(map(attrgetter(name), stats), np.int64, len(stats)), 0)
 
-    if len(live) == n and tuple(live) == table.splits:  # aligned with the table: the usual case
-        return field("first"), field("last"), field("count") > 0
-    at = table.positions(live)
-    known = at >= 0
-    at = at[known]
-    first[at], last[at], has[at] = field("first")[known], field("last")[known], field("count")[known] > 0
-    return first, last, has
+    return field("first"), field("last"), field("count") > 0
 
 
 def _water_level(wants: I64, budget: int) -> int:

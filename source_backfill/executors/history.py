@@ -122,9 +122,7 @@ class HistoryReader:
         try:
             observed_counts = observed(observation, timeout_s=READ_AHEAD_OBSERVE_TIMEOUT_S)
         except SourceBackfillError:
-            observed_counts = {}
-            for r in ranges:
-                observed_counts[r.split] = observed_counts.get(r.split, 0) + r.size
+            observed_counts = range_sizes(ranges)
         return staged, {s: int(n) for s, n in observed_counts.items() if n}
 
     def _stage_python(self, sink: DeltaEpochSink, ranges: Sequence[HistoryRange], after_epoch: int,
@@ -185,6 +183,14 @@ class HistoryReader:
         from connectors.kafka.spark_kafka import check_log_start
 
         check_log_start(ranges, self.admin.earliest_offsets(sorted({r.split for r in ranges})))
+
+
+def range_sizes(ranges: Iterable[HistoryRange]) -> dict[str, int]:
+    """Offsets per split of ``ranges``: an upper bound of the records they hold."""
+    sizes: dict[str, int] = {}
+    for r in ranges:
+        sizes[r.split] = sizes.get(r.split, 0) + r.size
+    return sizes
 
 
 def is_data_loss(exc: BaseException) -> bool:

@@ -67,7 +67,13 @@ from source_backfill.core import (
 from source_backfill.core.columnar import SplitTable
 from source_backfill.errors import JobError, SourceBackfillError, one_line
 from source_backfill.executors.accounting import JobMetrics, Rates
-from source_backfill.executors.history import HistoryReader, count_per_split, is_data_loss, observed
+from source_backfill.executors.history import (
+    HistoryReader,
+    count_per_split,
+    is_data_loss,
+    observed,
+    range_sizes,
+)
 from source_backfill.executors.live_filter import live_rows, live_rows_arrow
 from source_backfill.executors.read_ahead import Adopted, ReadAhead, ReadsAhead, within_cap
 from source_backfill.executors.transform import apply_transform, check_transform
@@ -234,7 +240,7 @@ class SourceBackfillJob:
         budget = max(0, budget - sum(r.size for r in ahead.ranges))
         plan = plan_epoch(states, inp.live, budget, inp.end)
         if self.reads_ahead and plan.history and not self._reads_inline(plan, budget, ahead):
-            plan = plan_epoch(states, inp.live, 0, inp.end)  # the reads ahead take the history
+            plan = plan.without_history()  # the reads ahead take the history
 
         self.history.count_data_loss(self.name, plan.history)
         if inp.rows is not None and not plan.history and self.spec.transform is None \
@@ -254,7 +260,7 @@ class SourceBackfillJob:
             out = live
         else:
             out = live.unionByName(history)
-        bound = _output_rows_bound(inp, plan, counts if observation is None else _range_sizes(plan.history))
+        bound = _output_rows_bound(inp, plan, counts if observation is None else range_sizes(plan.history))
         if bound <= _SMALL_OUTPUT_ROWS:
             out = out.coalesce(1)  # one task and one file instead of one per split for a small epoch
         try:
@@ -588,14 +594,6 @@ def _output_rows_bound(inp: EpochInput, plan: Any, counts: Mapping[str, int]) ->
     """At most how many rows the epoch writes: the live rows of emitting splits plus the history read."""
     live = sum(stats.count for split, stats in inp.live.items() if plan.emit_above.get(split) is not None)
     return live + sum(counts.values())
-
-
-def _range_sizes(ranges: Any) -> dict[str, int]:
-    """Offsets per split of the planned ranges: an upper bound of the records they hold."""
-    sizes: dict[str, int] = {}
-    for r in ranges:
-        sizes[r.split] = sizes.get(r.split, 0) + r.size
-    return sizes
 
 
 def _count_changes(changes: Any) -> dict[str, int]:
