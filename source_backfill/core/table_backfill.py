@@ -11,6 +11,8 @@ three ways (DESIGN 7; RisingWave's snapshot backfill, arrangement backfill and r
   epoch began) and raises ``pos`` to the chunk's last pk; a chunk shorter than asked completes the vnode.
   Then the epoch's live changes are forwarded only where ``pk <= pos`` of their vnode (Completed: all;
   NotStarted: none). A dropped change is not lost: a later chunk reads its row from a later version.
+  Into a merged (copy-on-write) table, an epoch that would merge a chunk with changes to held keys
+  copies at its cursor first and merges the changes the next epoch (:func:`arrangement_step`).
 * **snapshot** — pin the version ``V`` delivered at attach; read the snapshot of ``V`` per vnode in chunks
   (``Consuming(last pk)`` / ``Consumed``), ignoring live changes; then replay the change feed from
   ``V + 1`` in bounded batches of versions, each epoch replaying more versions than arrived, so the
@@ -130,6 +132,43 @@ def plan_chunks(vnodes: VnodeSet, budget_rows: int | None, *, chunk_rows: int = 
         return dict.fromkeys(todo[:budget_rows], 1)
     share, extra = divmod(budget_rows, len(todo))
     return {v: min(chunk_rows, share + (1 if i < extra else 0)) for i, v in enumerate(todo)}
+
+
+class ArrangementStep(StrEnum):
+    """What an arrangement epoch does while it copies, when its table is merged (:func:`arrangement_step`)."""
+
+    #: read the planned chunks and forward the live changes (the default, and every changelog epoch)
+    FOLLOW = "follow"
+    #: read the planned chunks at the job's version, and leave the live changes to the next epoch
+    COPY_AT_CURSOR = "copy_at_cursor"
+    #: forward the live changes, with one row per unfinished vnode
+    FOLLOW_MERGED = "follow_merged"
+
+
+def arrangement_step(*, merged: bool, changes_held: bool, copied_last: bool,
+                     budget_rows: int | None) -> ArrangementStep:
+    """How an arrangement epoch splits its work so a chunk is never merged into the job's table.
+
+    A job whose output is merged by key into a copy-on-write Delta table rewrites every file a merge
+    touches, so an epoch that copies a chunk and also forwards a change to a key the job's table holds
+    (``changes_held``) would pay for a merge of the whole chunk. Such an epoch is split in two: first the
+    chunks, read at the job's version (its cursor does not move: the live changes wait in the source
+    table's log, nothing is dropped), appended; then the live changes, merged with one row per unfinished
+    vnode — every epoch still reads from every unfinished vnode, so the copy never stalls. Epochs with no
+    change to a held key, changelog output (always appended) and paused copies (``budget_rows == 0``) just
+    follow.
+    """
+    if not merged or not changes_held or budget_rows == 0:
+        return ArrangementStep.FOLLOW
+    return ArrangementStep.FOLLOW_MERGED if copied_last else ArrangementStep.COPY_AT_CURSOR
+
+
+def step_budget(step: ArrangementStep, vnodes: VnodeSet, budget_rows: int | None) -> int | None:
+    """The rows an arrangement epoch of ``step`` may copy: one per unfinished vnode when it merges."""
+    if step is not ArrangementStep.FOLLOW_MERGED:
+        return budget_rows
+    todo = len(vnodes.unfinished())
+    return todo if budget_rows is None else min(budget_rows, todo)
 
 
 # -- versions: the replay of the log store and the hand-over to the live stream --------------------------

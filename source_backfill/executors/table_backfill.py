@@ -24,11 +24,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from source_backfill import metrics
 from source_backfill.core.budget import table_budget
 from source_backfill.core.table_backfill import (
+    ArrangementStep,
     Phase,
     Strategy,
     TableBackfillState,
+    arrangement_step,
     plan_chunks,
     replay_end,
+    step_budget,
 )
 from source_backfill.core.vnode import VNODE_COUNT, key_vnode
 
@@ -97,6 +100,10 @@ class TableBackfillJob:
         #: index is of the cursor's version, or there is none), and what the epoch being committed holds.
         self._unsent: pa.Table | None = None
         self._unsent_next: pa.Table | None = None
+        #: Arrangement into a merged table: the last committed epoch copied at its cursor
+        #: (:func:`arrangement_step`; in memory only, a restart starts over with a plain epoch).
+        self._copied_last = False
+        self._step = ArrangementStep.FOLLOW
 
     def _conflict(self) -> None:
         metrics.COMMIT_CONFLICTS.labels(self.name).inc()
@@ -152,6 +159,7 @@ class TableBackfillJob:
         budget = table_budget(paused=self.paused, rate_limit_rows_per_s=self.rate_limit,
                               interval_s=self.interval_s, max_rows_per_epoch=self.spec.max_rows_per_epoch)
         parts: list[_Part] = []
+        self._step = ArrangementStep.FOLLOW
         if state.phase is Phase.CONSUMING_SNAPSHOT:
             state = self._copy(state, budget, delivered, live, parts)
         elif state.strategy is Strategy.ARRANGEMENT:
@@ -171,6 +179,7 @@ class TableBackfillJob:
         committed = self._commit(epoch, state, parts, delivered)
         # arrangement's held changes move on with the commit; a replayed epoch starts them over
         self._unsent = self._unsent_next if committed else None
+        self._copied_last = committed and self._step is ArrangementStep.COPY_AT_CURSOR
         if not committed:
             self._index = None
         self._unsent_next = None
@@ -189,13 +198,22 @@ class TableBackfillJob:
             parts.append(_Part(stage, _inserts(self._snapshot(state.pinned).rows), new_keys=True))
             self._index = None
             return state.snapshot_done()
+        step = ArrangementStep.FOLLOW
         if state.strategy is Strategy.SNAPSHOT:
             assert state.pinned is not None
             index = self._snapshot(state.pinned)
+            live_changes = None
         else:
+            live_changes = self._after(live, state.cursor, delivered)
+            held = any(state.vnodes.of(key_vnode(k, self.vnode_count)).forwards(k)
+                       for k in self._keys(live_changes))
+            step = arrangement_step(merged=self.mode == "merge", changes_held=held,
+                                    copied_last=self._copied_last, budget_rows=budget)
             index = self._arranged(state)
+        self._step = step
         runs = []
         chunks = {}
+        budget = step_budget(step, state.vnodes, budget)
         for vn, asked in plan_chunks(state.vnodes, budget, chunk_rows=self.chunk_rows).items():
             found = index.chunk(vn, state.vnodes.of(vn).pos, asked)
             if found:  # a vnode's rows sit together in the index: a chunk is a slice of it
@@ -204,12 +222,13 @@ class TableBackfillJob:
         if runs:
             parts.append(_Part(stage, _inserts(pa.concat_tables(runs)), new_keys=True))
         vnodes = state.vnodes.with_chunks(chunks)
-        if state.strategy is Strategy.ARRANGEMENT:
+        if live_changes is not None:
             # forwarded: changes of keys at or below their vnode's position after this epoch's chunks;
             # those above the position before them are keys the job's table does not hold yet. The
             # others wait with the index's version (their rows are read from it, the changes after it
-            # are applied over them once a chunk covers their keys).
-            changes = self._after(live, state.cursor, delivered)
+            # are applied over them once a chunk covers their keys). An epoch that copies at its cursor
+            # takes no live change: they wait in the source table's log for the next epoch.
+            changes = live_changes.slice(0, 0) if step is ArrangementStep.COPY_AT_CURSOR else live_changes
             if self._unsent is not None:
                 changes = _ordered(pa.concat_tables([self._unsent, changes], promote_options="permissive"))
             old, new, wait = [], [], []
@@ -223,7 +242,9 @@ class TableBackfillJob:
             parts.append(_Part(stage, changes.filter(pa.array(old, pa.bool_()))))
             parts.append(_Part(stage, changes.filter(pa.array(new, pa.bool_())), new_keys=True))
             self._unsent_next = changes.filter(pa.array(wait, pa.bool_()))
-            state = replace(state, vnodes=vnodes).followed(delivered)
+            state = replace(state, vnodes=vnodes)
+            if step is not ArrangementStep.COPY_AT_CURSOR:
+                state = state.followed(delivered)
         else:
             state = replace(state, vnodes=vnodes)
         if vnodes.done:

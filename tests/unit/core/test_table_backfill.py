@@ -14,21 +14,25 @@ from __future__ import annotations
 import json
 import random
 import zlib
+from collections import Counter
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from source_backfill.core.table_backfill import (
+    ArrangementStep,
     Phase,
     Strategy,
     TableBackfillState,
     VnodeProgress,
     VnodeSet,
     VnodeStage,
+    arrangement_step,
     forwards_version,
     plan_chunks,
     replay_end,
+    step_budget,
 )
 from source_backfill.errors import StateFormatError
 
@@ -107,11 +111,18 @@ class StrictSink:
 
 
 def _epoch(state: TableBackfillState, up: Upstream, a: int, b: int, budget: int | None,
-           max_versions: int, chunk_rows: int) -> tuple[TableBackfillState, list[Change]]:
-    """One epoch of a job over the live batch of versions ``(a, b]``: its new state and its output."""
+           max_versions: int, chunk_rows: int,
+           step: ArrangementStep = ArrangementStep.FOLLOW) -> tuple[TableBackfillState, list[Change]]:
+    """One epoch of a job over the live batch of versions ``(a, b]``: its new state and its output.
+
+    ``step``: how an arrangement epoch splits its work (:func:`arrangement_step`).
+    """
     out: list[Change] = []
     assert state.cursor is not None
     live = up.changes(state.cursor + 1, b)  # each job takes the versions after its own cursor
+    if step is ArrangementStep.COPY_AT_CURSOR:  # the chunks at the job's version; the live changes wait
+        live, b = [], state.cursor
+    budget = step_budget(step, state.vnodes, budget)
     if state.phase is Phase.CONSUMING_SNAPSHOT:
         if state.strategy is Strategy.CHAIN:
             if budget != 0:  # the one-pass read finished during this epoch
@@ -147,8 +158,8 @@ def _epoch(state: TableBackfillState, up: Upstream, a: int, b: int, budget: int 
     return state.replayed(b, b), out
 
 
-def _run(strategy: Strategy, seed: int, rows: int, epochs: int, crash_rate: float) -> tuple[Upstream,
-                                                                                            StrictSink]:
+def _run(strategy: Strategy, seed: int, rows: int, epochs: int, crash_rate: float,
+         merged: bool | None = None) -> tuple[Upstream, StrictSink, Counter[ArrangementStep]]:
     rng = random.Random(seed)
     up = Upstream(rng, rows)
     for _ in range(rng.randint(0, 3)):
@@ -157,6 +168,10 @@ def _run(strategy: Strategy, seed: int, rows: int, epochs: int, crash_rate: floa
     sink = StrictSink()
     delivered = up.latest
     lags: list[int] = []
+    if merged is None:  # a merged job table: arrangement splits the epochs that would merge a chunk
+        merged = rng.random() < 0.5
+    copied_last = False
+    steps: Counter[ArrangementStep] = Counter()
     for epoch in range(epochs + 400):
         writing = epoch < epochs
         if writing:
@@ -167,11 +182,21 @@ def _run(strategy: Strategy, seed: int, rows: int, epochs: int, crash_rate: floa
         max_versions = rng.randint(1, 3)
         chunk_rows = rng.randint(1, 8)
         while True:
-            new_state, out = _epoch(state, up, a, b, budget, max_versions, chunk_rows)
+            step = ArrangementStep.FOLLOW
+            if state.strategy is Strategy.ARRANGEMENT and state.phase is Phase.CONSUMING_SNAPSHOT:
+                assert state.cursor is not None
+                held = any(state.vnodes.of(_vnode((k,))).forwards((k,))
+                           for _, _, k, _ in up.changes(state.cursor + 1, b))
+                step = arrangement_step(merged=merged, changes_held=held, copied_last=copied_last,
+                                        budget_rows=budget)
+            new_state, out = _epoch(state, up, a, b, budget, max_versions, chunk_rows, step)
             if rng.random() < crash_rate:  # output and state of the epoch lost; it runs again
                 state = TableBackfillState.from_json(json.loads(json.dumps(state.to_json())))
+                copied_last = rng.random() < 0.5  # kept in memory only: a restart may forget it
                 continue
             break
+        copied_last = step is ArrangementStep.COPY_AT_CURSOR
+        steps[step] += 1
         for change in out:
             sink.apply(*change)
         if state.phase is Phase.CONSUMING_LOG_STORE and new_state.phase is Phase.CONSUMING_LOG_STORE:
@@ -183,7 +208,7 @@ def _run(strategy: Strategy, seed: int, rows: int, epochs: int, crash_rate: floa
             break
     assert state.phase is Phase.CONSUME_UPSTREAM, f"{strategy} never reached the live stream: {state}"
     assert all(x > y for x, y in zip(lags, lags[1:], strict=False)) or not lags, lags
-    return up, sink
+    return up, sink, steps
 
 
 @pytest.mark.parametrize("strategy", list(Strategy))
@@ -192,8 +217,36 @@ def _run(strategy: Strategy, seed: int, rows: int, epochs: int, crash_rate: floa
        crash_rate=st.sampled_from([0.0, 0.2]))
 def test_the_sink_equals_the_latest_table_and_no_change_is_lost_or_doubled(strategy, seed, rows, epochs,
                                                                            crash_rate):
-    up, sink = _run(strategy, seed, rows, epochs, crash_rate)
+    up, sink, _ = _run(strategy, seed, rows, epochs, crash_rate)
     assert sink.rows == up.tables[-1]
+
+
+def test_arrangement_into_a_merged_table_splits_the_epochs_that_would_merge_a_chunk():
+    seen: Counter[ArrangementStep] = Counter()
+    for seed in range(30):
+        up, sink, steps = _run(Strategy.ARRANGEMENT, seed, 60, 40, 0.2, merged=True)
+        assert sink.rows == up.tables[-1]
+        seen += steps
+    assert seen[ArrangementStep.COPY_AT_CURSOR] > 0 and seen[ArrangementStep.FOLLOW_MERGED] > 0
+    for seed in range(10):  # a changelog is appended anyway: nothing to split
+        *_, steps = _run(Strategy.ARRANGEMENT, seed, 60, 40, 0.0, merged=False)
+        assert set(steps) == {ArrangementStep.FOLLOW}
+
+
+def test_an_epoch_that_would_merge_a_chunk_copies_first_and_merges_next_with_a_row_per_vnode():
+    def step(**kw):
+        return arrangement_step(**({"merged": True, "changes_held": True, "copied_last": False,
+                                    "budget_rows": None} | kw))
+
+    assert step() is ArrangementStep.COPY_AT_CURSOR
+    assert step(copied_last=True) is ArrangementStep.FOLLOW_MERGED
+    for kw in ({"merged": False}, {"changes_held": False}, {"budget_rows": 0}):
+        assert step(**kw) is ArrangementStep.FOLLOW, kw
+    vnodes = VnodeSet({0: VnodeProgress(VnodeStage.COMPLETED, (1,))}, 4)  # 3 unfinished
+    assert step_budget(ArrangementStep.FOLLOW_MERGED, vnodes, None) == 3
+    assert step_budget(ArrangementStep.FOLLOW_MERGED, vnodes, 2) == 2
+    assert plan_chunks(vnodes, step_budget(ArrangementStep.FOLLOW_MERGED, vnodes, 500)) == {1: 1, 2: 1, 3: 1}
+    assert step_budget(ArrangementStep.COPY_AT_CURSOR, vnodes, None) is None
 
 
 @settings(max_examples=300, deadline=None)
