@@ -75,3 +75,15 @@ def test_a_table_is_the_mapping_of_its_states(epoch):
     changed = {"t:0": SplitState.finished(5, 5, 7)}
     assert table.with_states(changed) == {**states_, **changed}
     assert table == states_  # unchanged: a table is never written
+
+
+@settings(max_examples=300)
+@given(st.dictionaries(st.sampled_from([f"t:{i}" for i in range(6)]), states(), min_size=1),
+       st.dictionaries(st.sampled_from([f"t:{i}" for i in range(8)]), st.integers(-1, 120)))
+def test_the_lag_columns_are_the_lag_of_each_split_alone(states_, read_ahead_to):
+    from source_backfill.core.progress import split_lag
+
+    table = SplitTable.from_states(states_)
+    lags = table.lags(read_ahead_to).tolist()
+    assert lags == [split_lag(s, read_ahead_to.get(k)) or 0 for k, s in table.items()]
+    assert table.lags().tolist() == [split_lag(s) or 0 for s in table.values()]
