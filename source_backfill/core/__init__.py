@@ -3,6 +3,7 @@
 from source_backfill.core.budget import (
     WAIT_EPOCH_MULTIPLE,
     EpochCost,
+    budget_after_adopted,
     fit_epoch_cost,
     history_budget,
     read_ahead_budget,
@@ -49,6 +50,7 @@ __all__ = [
     "ahead_of",
     "attach",
     "finish_epoch",
+    "budget_after_adopted",
     "history_budget",
     "read_ahead_budget",
     "EpochCost",

@@ -91,6 +91,23 @@ def history_budget(
     return _capped(adaptive, rate_limit_rows_per_s, interval_s, max_rows_per_epoch)
 
 
+def budget_after_adopted(
+    budget: int, adopted: int, *, rate_limit_rows_per_s: float | None, interval_s: float,
+    max_rows_per_epoch: int | None,
+) -> int:
+    """History offsets an epoch may still read itself after adopting ``adopted`` offsets read ahead.
+
+    The adopted offsets are this epoch's history: they count against the rate limit and the per-epoch
+    cap. Not against the adaptive share, which keeps the epoch's own reading within its interval: they
+    were copied before the epoch, which only commits their files. So the epoch that adopts the last read
+    ahead also reads the tail when it fits, and the job finishes there instead of one interval later.
+    """
+    if rate_limit_rows_per_s is None and max_rows_per_epoch is None:
+        return budget
+    cap = _capped(2**62, rate_limit_rows_per_s, interval_s, max_rows_per_epoch)
+    return max(0, min(budget, cap - adopted))
+
+
 def read_ahead_budget(
     *,
     rate_limit_rows_per_s: float | None,

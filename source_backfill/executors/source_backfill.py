@@ -50,6 +50,7 @@ from source_backfill.core import (
     adopt_history,
     ahead_of,
     attach,
+    budget_after_adopted,
     finish_epoch,
     fit_epoch_cost,
     history_budget,
@@ -236,8 +237,10 @@ class SourceBackfillJob:
         ahead = Adopted()
         if self.reads_ahead:
             states, ahead = self._adopt_reads(inp, states, budget)
-        # the cap holds for the epoch: what it adopted counts against its own history read
-        budget = max(0, budget - sum(r.size for r in ahead.ranges))
+        # the caps hold for the epoch: what it adopted counts against the rate limit and max rows
+        budget = budget_after_adopted(budget, sum(r.size for r in ahead.ranges),
+                                      rate_limit_rows_per_s=self.rate_limit, interval_s=inp.interval_s,
+                                      max_rows_per_epoch=self.spec.max_rows_per_epoch)
         plan = plan_epoch(states, inp.live, budget, inp.end)
         if self.reads_ahead and plan.history and not self._reads_inline(plan, budget, ahead):
             plan = plan.without_history()  # the reads ahead take the history

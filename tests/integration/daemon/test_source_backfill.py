@@ -83,6 +83,26 @@ def test_job_created_after_data_with_no_further_live_data_finishes(
     assert sum(per_epoch) == 2000 and max(per_epoch) <= 700, per_epoch
 
 
+def test_the_epoch_that_adopts_the_last_read_ahead_reads_the_tail_and_finishes(
+    daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path, monkeypatch
+):
+    from source_backfill.core import budget
+
+    # small first budgets so that 3,000 offsets take one read ahead (2,500) and leave a tail (500) that
+    # fits an epoch's own budget (1,000) but not what is left of it after the adopted 2,500
+    monkeypatch.setattr(budget, "FIRST_EPOCH_BUDGET", 1000)
+    monkeypatch.setattr(budget, "FIRST_READ_AHEAD", 2500)
+    topic = new_topic(4)
+    producer_for(topic).send(3000, 4)
+    before = _reads_ahead("tail", "adopted")
+    d = daemon_factory([topic], [job_spec("tail", tmp_path)])
+    wait_for(lambda: finished(d, "tail"), what="finished")
+    exactly_once(tmp_path / "tail", kafka_bootstrap, [topic])
+    assert _reads_ahead("tail", "adopted") - before == 1
+    # the adopting epoch read the tail itself: one commit holds all the history, none an interval later
+    assert _history_offsets_per_commit(tmp_path / "tail") == [3000]
+
+
 def _history_offsets_per_commit(table):
     """Offsets of history each commit of a job's table took (its plan's ranges)."""
     import json

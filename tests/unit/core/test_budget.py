@@ -4,6 +4,7 @@ from hypothesis import strategies as st
 from source_backfill.core import (
     WAIT_EPOCH_MULTIPLE,
     EpochCost,
+    budget_after_adopted,
     fit_epoch_cost,
     history_budget,
     read_ahead_budget,
@@ -43,6 +44,18 @@ def test_smallest_of_rate_cap_and_adaptive():
     assert budget(measured_rows_per_s=10, interval_s=1) == MIN_ADAPTIVE_BUDGET
     assert budget(rate_limit_rows_per_s=0.1, interval_s=1) == 1  # a tiny rate still progresses
 
+
+
+def test_adopted_reads_count_against_the_caps_not_the_adaptive_share():
+    def left(budget, adopted, rate=None, cap=None, interval_s=1.0):
+        return budget_after_adopted(budget, adopted, rate_limit_rows_per_s=rate, interval_s=interval_s,
+                                    max_rows_per_epoch=cap)
+
+    assert left(50_000, 1_000_000) == 50_000  # no cap: the tail is read in the adopting epoch
+    assert left(700, 600, cap=700) == 100 and left(700, 700, cap=700) == 0  # the cap holds for the epoch
+    assert left(200, 150, rate=100, interval_s=2) == 50  # one interval's worth of the rate limit
+    assert left(50, 10, rate=100, cap=500) == 50  # never above the epoch's own budget
+    assert left(0, 0) == 0 and left(0, 10, cap=5) == 0  # paused / backing off stays at 0
 
 
 def test_read_ahead_is_sized_in_seconds_of_measured_throughput_within_the_limits():
