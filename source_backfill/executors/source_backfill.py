@@ -385,6 +385,12 @@ class SourceBackfillJob:
             if (self.failed is not None or self.states is None or not self._reads.may_start()
                     or time.monotonic() < max(self._reads.next_at, self._rates.backoff_until)):
                 return
+            planned = ahead_of(self.states, self._reads.ranges())
+            epoch_budget = self._budget(self._interval_s)
+            if _tail_fits(planned, epoch_budget):
+                # the next epoch reads the rest itself and finishes: a read ahead of a few offsets costs
+                # a Spark job (~0.6 s) and is in flight when that epoch comes, so it would only delay it
+                return
             budget = read_ahead_budget(
                 rate_limit_rows_per_s=self.rate_limit,
                 interval_s=self._interval_s,
@@ -392,13 +398,10 @@ class SourceBackfillJob:
                 measured_rows_per_s=self._rates.ahead_rows_per_s,
                 last_epoch_s=self._rates.last_epoch_s,
                 paused=self.paused,
+                remaining=job_progress(planned).remaining_offsets,
+                tail_budget=epoch_budget,
             )
             if budget <= 0:
-                return
-            planned = ahead_of(self.states, self._reads.ranges())
-            if _tail_fits(planned, self._budget(self._interval_s)):
-                # the next epoch reads the rest itself and finishes: a read ahead of a few offsets costs
-                # a Spark job (~0.6 s) and is in flight when that epoch comes, so it would only delay it
                 return
             ranges = plan_epoch(planned, {}, budget, {}).history
             if not ranges:

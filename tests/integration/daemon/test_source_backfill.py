@@ -83,22 +83,61 @@ def test_job_created_after_data_with_no_further_live_data_finishes(
     assert sum(per_epoch) == 2000 and max(per_epoch) <= 700, per_epoch
 
 
+def _record_reads(monkeypatch, then=None):
+    """Offsets of each read ahead as it starts (``then()`` runs right after, before it can be adopted)."""
+    from source_backfill.executors.read_ahead import ReadsAhead
+
+    started: list[int] = []
+    real = ReadsAhead.start
+
+    def start(self, ranges, stage, done):
+        started.append(sum(r.size for r in ranges))
+        if then is not None:
+            then()
+        return real(self, ranges, stage, done)
+
+    monkeypatch.setattr(ReadsAhead, "start", start)
+    return started
+
+
+def test_a_read_ahead_that_would_leave_a_tail_one_epoch_reads_takes_it_too(
+    daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path, monkeypatch
+):
+    from source_backfill.core import budget
+
+    # 3,000 offsets: a read ahead of 2,500 would leave 500, which an epoch's own budget (1,000) reads; the
+    # read takes them, and the epoch that adopts it finishes the job without a Spark read of its own
+    monkeypatch.setattr(budget, "FIRST_EPOCH_BUDGET", 1000)
+    monkeypatch.setattr(budget, "FIRST_READ_AHEAD", 2500)
+    started = _record_reads(monkeypatch)
+    topic = new_topic(4)
+    producer_for(topic).send(3000, 4)
+    d = daemon_factory([topic], [job_spec("whole", tmp_path)])
+    wait_for(lambda: finished(d, "whole"), what="finished")
+    exactly_once(tmp_path / "whole", kafka_bootstrap, [topic])
+    assert started == [3000]
+    assert _history_offsets_per_commit(tmp_path / "whole") == [3000]
+
+
 def test_the_epoch_that_adopts_the_last_read_ahead_reads_the_tail_and_finishes(
     daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path, monkeypatch
 ):
     from source_backfill.core import budget
 
-    # small first budgets so that 3,000 offsets take one read ahead (2,500) and leave a tail (500) that
-    # fits an epoch's own budget (1,000) but not what is left of it after the adopted 2,500
-    monkeypatch.setattr(budget, "FIRST_EPOCH_BUDGET", 1000)
+    # 3,000 offsets: when the read ahead (2,500) starts, the 500 after it do not fit an epoch's own budget
+    # (400), so the read leaves them; by its adoption the budget is 1,000: the adopting epoch reads them
+    # itself, though what it adopted is more than that budget (the caps hold for adopted offsets, the
+    # adaptive share only for what the epoch reads)
+    monkeypatch.setattr(budget, "FIRST_EPOCH_BUDGET", 400)
     monkeypatch.setattr(budget, "FIRST_READ_AHEAD", 2500)
+    started = _record_reads(monkeypatch, then=lambda: setattr(budget, "FIRST_EPOCH_BUDGET", 1000))
     topic = new_topic(4)
     producer_for(topic).send(3000, 4)
     before = _reads_ahead("tail", "adopted")
     d = daemon_factory([topic], [job_spec("tail", tmp_path)])
     wait_for(lambda: finished(d, "tail"), what="finished")
     exactly_once(tmp_path / "tail", kafka_bootstrap, [topic])
-    assert _reads_ahead("tail", "adopted") - before == 1
+    assert started == [2500] and _reads_ahead("tail", "adopted") - before == 1
     # the adopting epoch read the tail itself: one commit holds all the history, none an interval later
     assert _history_offsets_per_commit(tmp_path / "tail") == [3000]
 

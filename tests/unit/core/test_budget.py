@@ -74,6 +74,22 @@ def test_read_ahead_is_sized_in_seconds_of_measured_throughput_within_the_limits
     assert ahead(last_epoch_s=WAIT_EPOCH_MULTIPLE + 0.1) == 0  # the live stream struggles: no reads
 
 
+def test_a_read_ahead_takes_the_tail_one_epoch_would_read_after_it_within_the_limits():
+    def ahead(remaining, tail_budget, **kw):
+        args = dict(rate_limit_rows_per_s=None, interval_s=1.0, max_rows_per_epoch=None,
+                    measured_rows_per_s=None, last_epoch_s=None, paused=False)
+        args.update(kw)
+        return read_ahead_budget(remaining=remaining, tail_budget=tail_budget, **args)
+
+    n = FIRST_READ_AHEAD
+    assert ahead(n + 5_900, 50_000) == n + 5_900  # the bench's 1M backfill: one read, no tail epoch
+    assert ahead(n + 50_000, 50_000) == n + 50_000 and ahead(n + 50_001, 50_000) == n  # the bound
+    assert ahead(n // 2, 0) == n  # less left than a read: the plan takes what is there
+    assert ahead(n + 10, 50_000, max_rows_per_epoch=n) == n  # the cap still holds
+    assert ahead(500, 1_000, rate_limit_rows_per_s=100) == 100  # and the rate limit
+    assert ahead(n + 10, 50_000, paused=True) == 0
+
+
 # -- the fitted cost model ------------------------------------------------------------------------------
 @given(
     fixed=st.floats(0.0, 2.0),
