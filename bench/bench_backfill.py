@@ -14,7 +14,9 @@ Measured in one run, on the embedded broker, with the same connector and sink:
   and the Finished job's live p99 while it runs, ``live_p99.ratio_with_fresh_query`` (the backfill's
   should be below it).
 
-Both the batch copy and the service read with the default connector (Spark's Kafka source).
+Both the batch copy and the service read with the default connector (Spark's Kafka source) and the
+options the service passes it (``spark_kafka.reader_options``: ``max.poll.records`` = 10,000 among
+them); the fresh query is started as a user would, with Spark's defaults.
 
 ``BENCH_BACKFILL_RECORDS`` (default 1,000,000) sets the history size.
 """
@@ -112,8 +114,8 @@ def main() -> dict[str, float]:
     from connectors.delta.sink import DeltaEpochSink
     from connectors.kafka.admin import KafkaAdmin
     from connectors.kafka.embedded import EmbeddedBroker
-    from connectors.kafka.spark_kafka import read_ranges
-    from source_backfill.config import load_settings
+    from connectors.kafka.spark_kafka import read_ranges, reader_options
+    from source_backfill.config import SourceConfig, load_settings
     from source_backfill.core import HistoryRange
     from source_backfill.runtime.daemon import Daemon
     from source_backfill.runtime.spark import build_spark
@@ -134,7 +136,7 @@ def main() -> dict[str, float]:
 
         # -- baseline: batch copy of the same offsets with the same connector and sink ----------------
         history = [HistoryRange(s, 0, ends[s]) for s in splits]
-        options = {"kafka.bootstrap.servers": bootstrap, "kafka.isolation.level": "read_committed"}
+        options = reader_options(SourceConfig(name="bench", topics=[topic]), bootstrap)  # the service's
         read_ranges(spark, [HistoryRange(r.split, 0, min(r.end, 1000)) for r in history], options).count()
         t = time.monotonic()
         df = read_ranges(spark, history, options)

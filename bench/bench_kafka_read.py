@@ -212,11 +212,13 @@ def main() -> dict:
             spark.read.format("bench_synthetic_kafka").load().write.mode("overwrite").parquet(str(target))
             return time.perf_counter() - start
 
-        from connectors.kafka.spark_kafka import read_ranges
+        from connectors.kafka.spark_kafka import read_ranges, reader_options
+        from source_backfill.config import SourceConfig
         from source_backfill.core import HistoryRange
 
         history = [HistoryRange(f"{topic}:{p}", 0, ends[f"{topic}:{p}"]) for p in range(PARTITIONS)]
-        spark_options = {"kafka.bootstrap.servers": bootstrap, "kafka.isolation.level": "read_committed"}
+        # the options the service's history reader passes (consumer defaults included)
+        spark_options = reader_options(SourceConfig(name="bench", topics=[topic]), bootstrap)
 
         def run_spark(target: Path, read: list[HistoryRange] = history) -> float:
             start = time.perf_counter()
