@@ -102,7 +102,7 @@ def _synthetic_source(records: int, partitions: int) -> type:
     cloudpickle ships it by value to the Python workers)."""
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-    from connectors.kafka.source import kafka_schema
+    from connectors.kafka.ranges import kafka_schema
 
     per_part = records // partitions
 

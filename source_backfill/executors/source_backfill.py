@@ -165,7 +165,7 @@ class SourceBackfillJob:
     # -- schema and transform ---------------------------------------------------------------------------
     def output_schema(self) -> Any:
         """The schema of the job's table: its transform (checked first) applied to the Kafka schema."""
-        from connectors.kafka.source import kafka_schema
+        from connectors.kafka.ranges import kafka_schema
 
         if self.spec.transform is not None:
             check_transform(self.spark, self.spec.transform)

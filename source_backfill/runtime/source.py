@@ -203,7 +203,7 @@ class LiveSource(JobHost):
         """
         import pyarrow as pa
 
-        from connectors.kafka.source import KafkaRange, kafka_arrow_schema, range_consumer, read_range
+        from connectors.kafka.ranges import KafkaRange, kafka_arrow_schema, range_consumer, read_range
         from source_backfill.core import parse_split_id
 
         if self._consumer is None:

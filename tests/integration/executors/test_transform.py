@@ -30,7 +30,7 @@ REFUSED = [
 
 @pytest.mark.parametrize("sql", ALLOWED)
 def test_queries_over_the_source_pass_and_run(spark, sql):
-    from connectors.kafka.source import kafka_schema
+    from connectors.kafka.ranges import kafka_schema
 
     check_transform(spark, sql)
     apply_transform(spark, sql, spark.createDataFrame([], kafka_schema())).collect()

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from connectors.kafka.admin import KafkaAdmin
-from connectors.kafka.source import kafka_schema
+from connectors.kafka.ranges import kafka_schema
 from connectors.kafka.stream import batch_offsets
 from source_backfill.config import SourceConfig
 from source_backfill.core import HistoryRange

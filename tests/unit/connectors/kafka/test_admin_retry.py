@@ -149,7 +149,7 @@ class FlakyConsumer:
 def test_a_range_reader_retries_its_watermark_query_after_a_reset(monkeypatch, code):
     import confluent_kafka
 
-    from connectors.kafka.source import KafkaRange, read_range
+    from connectors.kafka.ranges import KafkaRange, read_range
 
     monkeypatch.setattr(confluent_kafka, "Consumer", FlakyConsumer)
     monkeypatch.setattr(FlakyConsumer, "first", KafkaError(code, "right after a reset"))
@@ -162,7 +162,7 @@ def test_a_range_reader_retries_its_watermark_query_after_a_reset(monkeypatch, c
 def test_a_range_reader_fails_at_once_on_a_partition_that_does_not_exist(monkeypatch):
     import confluent_kafka
 
-    from connectors.kafka.source import KafkaRange, read_range
+    from connectors.kafka.ranges import KafkaRange, read_range
 
     monkeypatch.setattr(confluent_kafka, "Consumer", FlakyConsumer)
     unknown = KafkaError(KafkaError._UNKNOWN_PARTITION, "Unknown partition")

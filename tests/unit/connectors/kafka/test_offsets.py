@@ -8,14 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from connectors.kafka.ranges import KafkaRange, split_ranges
 from connectors.kafka.source import (
-    KafkaRange,
     KafkaStreamReader,
     ReadMaxRows,
     _resolve_offsets,
     fair_advance,
     parse_ranges,
-    split_ranges,
 )
 from connectors.kafka.stream import batch_offsets
 from source_backfill.errors import DataLossError, KafkaConnectorError, UnknownTopicError
@@ -183,7 +182,7 @@ def test_batch_offsets_reads_the_offset_log(tmp_path):
 @settings(max_examples=200, deadline=None)
 @given(sizes=st.lists(st.integers(1, 1000), max_size=120), max_tasks=st.integers(1, 8))
 def test_group_ranges_makes_at_most_max_tasks_partitions_covering_each_range_once(sizes, max_tasks):
-    from connectors.kafka.source import KafkaRangeGroup, group_ranges
+    from connectors.kafka.ranges import KafkaRangeGroup, group_ranges
 
     ranges = [KafkaRange("t", i, 10, 10 + n) for i, n in enumerate(sizes)]
     parts = group_ranges(ranges, max_tasks)
@@ -197,7 +196,7 @@ def test_group_ranges_makes_at_most_max_tasks_partitions_covering_each_range_onc
 
 
 def test_group_ranges_refuses_zero_tasks():
-    from connectors.kafka.source import group_ranges
+    from connectors.kafka.ranges import group_ranges
     from source_backfill.errors import KafkaConnectorError
 
     with pytest.raises(KafkaConnectorError, match="maxTasks"):
