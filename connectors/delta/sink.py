@@ -5,19 +5,15 @@ Spark executors write Parquet files into an attempt folder *inside* the table
 that also carries ``Transaction(job_id, epoch)`` and the job's new state in the commit metadata. Output
 and state cannot fall out of step: there is no second table.
 
-The attempt folder is deliberately *not* hidden (no leading ``_``): Delta's vacuum skips hidden folders,
-so files there would never be reclaimed after compaction.
-
-Log metadata keys (in each commit's ``commitInfo``; with delta-spark inside ``userMetadata`` as JSON):
-``source_backfill.job``, ``source_backfill.epoch``, ``source_backfill.attempt``,
-``source_backfill.state`` (JSON object), ``source_backfill.plan`` (JSON object, optional).
+The metadata keys the commits carry in the log are in :mod:`connectors.delta.log`. The table's
+maintenance (log checkpoints, the orphan sweep of attempt folders, compaction, vacuum) is in
+:mod:`connectors.delta.maintenance`, a mixin of :class:`DeltaEpochSink`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import shutil
 import threading
 import time
 import uuid
@@ -27,6 +23,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import unquote
 
+from connectors.delta.log import (
+    _HISTORY_STEPS,
+    KEY_ATTEMPT,
+    KEY_EPOCH,
+    KEY_JOB,
+    KEY_PLAN,
+    KEY_STATE,
+    _with_user_metadata,
+)
+from connectors.delta.maintenance import MARKER, STAGING, TableMaintenance, _remove_attempt
 from source_backfill.errors import (
     ConcurrentCommitError,
     DeltaSinkError,
@@ -42,18 +48,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-STAGING = "sb_attempts"
-#: Present in an attempt folder while its writer may still commit it; the orphan sweep deletes it first.
-MARKER = "_ATTEMPT"
-KEY_JOB = "source_backfill.job"
-KEY_EPOCH = "source_backfill.epoch"
-KEY_ATTEMPT = "source_backfill.attempt"
-KEY_STATE = "source_backfill.state"
-KEY_PLAN = "source_backfill.plan"
 CHANGE_TYPE = "_change_type"
-#: How far back the log is searched for the job's last commit (maintenance commits such as OPTIMIZE
-#: carry no state); searched in growing steps, newest first.
-_HISTORY_STEPS = (16, 256, 4096)
 #: How often an epoch's log append is retried after conflicting with another writer's commit.
 COMMIT_RETRIES = 5
 #: A staged Spark write starts a new file every this many rows: a closed file's footer tells what a
@@ -102,7 +97,7 @@ class StagedFiles:
     rows: int
 
 
-class DeltaEpochSink:
+class DeltaEpochSink(TableMaintenance):
     """Commit each epoch of one job to the Delta table at ``path`` exactly once.
 
     One job owns a table (its id is the Delta transaction app id). The sink assumes one live writer per
@@ -658,143 +653,6 @@ class DeltaEpochSink:
             rows = changes.num_rows
         table.update_incremental()
         return CommitResult(epoch, True, int(table.version()), 0, rows)
-
-    # -- maintenance -----------------------------------------------------------------------------------
-    def _maintain(self, version: int) -> None:
-        if self.checkpoint_interval > 0 and version > 0 and version % self.checkpoint_interval == 0:
-            done = Path(self.path) / "_delta_log" / f"{version:020d}.checkpoint.parquet"
-            table = self._dt or self.table()
-            if table is not None and not done.exists():  # delta-rs' own hook may have written it
-                table.create_checkpoint()
-                logger.info('delta checkpoint written path="%s" version=%d', self.path, version)
-
-    def remove_orphans(self) -> int:
-        """Remove attempt folders the log does not reference and never will; returns how many.
-
-        * epochs above the committed one: an attempt there can no longer be committed by a live writer
-          of this (single-writer) job, so it is a crashed attempt;
-        * epochs at or below the committed one still holding the ``_ATTEMPT`` marker (the marker is
-          removed right after a successful commit): the log decides. The folder is removed only when the
-          commit of its epoch names another attempt (a losing duplicate or a crashed retry); if it names
-          this folder the commit landed and only its marker is removed; if that commit cannot be found
-          (older than the history searched) the folder is kept for :meth:`vacuum`.
-
-        A file the log references is never deleted, and a table another job owns is left untouched
-        (:class:`ForeignTableError`): its attempts are not this job's to judge.
-        """
-        staging = Path(self.path) / STAGING
-        if not staging.is_dir():
-            return 0
-        with self._lock:
-            table = self.table()
-            if table is not None:
-                self._last_job_commit(table)  # raises ForeignTableError before anything is removed
-            done = None if table is None else table.transaction_version(self.job_id)
-            removed = 0
-            doubtful: dict[int, list[Path]] = {}
-            for folder in staging.iterdir():
-                head = folder.name.split("-", 1)[0]
-                if not head.isdigit():
-                    continue
-                if done is None or int(head) > done:
-                    _remove_attempt(folder)
-                    removed += 1
-                elif (folder / MARKER).exists():
-                    doubtful.setdefault(int(head), []).append(folder)
-            if doubtful and table is not None:
-                winners = self._attempts_of(table, set(doubtful))
-                for epoch, folders in doubtful.items():
-                    for folder in folders:
-                        if epoch not in winners:
-                            continue
-                        if winners[epoch] == folder.name.split(".", 1)[0]:  # the attempt or its staged
-                            (folder / MARKER).unlink(missing_ok=True)
-                        else:
-                            _remove_attempt(folder)
-                            removed += 1
-        if removed:
-            logger.info('orphan attempts removed path="%s" count=%d committed=%s', self.path, removed, done)
-        return removed
-
-    def _attempts_of(self, table: DeltaTable, epochs: set[int]) -> dict[int, str]:
-        """The committed attempt id of each of ``epochs`` found in the newest commits of this job."""
-        found: dict[int, str] = {}
-        seen = 0
-        for limit in _HISTORY_STEPS:
-            history = table.history(limit)
-            for commit in history[seen:]:
-                commit = _with_user_metadata(commit)
-                epoch = str(commit.get(KEY_EPOCH, ""))
-                attempt = commit.get(KEY_ATTEMPT)
-                if attempt is None or commit.get(KEY_JOB) != self.job_id or not epoch.isdigit():
-                    continue  # (no attempt id logged: nothing is provably unreferenced)
-                if int(epoch) in epochs:
-                    found.setdefault(int(epoch), str(attempt))
-            if len(found) == len(epochs) or len(history) < limit:
-                break
-            seen = len(history)
-        return found
-
-    def checkpoint(self) -> None:
-        """Write a log checkpoint now (readers then start from it instead of replaying every commit)."""
-        with self._lock:
-            table = self.table()
-            if table is not None:
-                table.create_checkpoint()
-
-    def compact(self, target_size: int | None = None) -> dict[str, Any]:
-        """Rewrite small files into larger ones; returns delta-rs' metrics.
-
-        The OPTIMIZE commit carries no state and no data change: recovery and the change feed skip it.
-        """
-        with self._lock:
-            table = self.table()
-            if table is None:
-                return {}
-            metrics = dict(table.optimize.compact(target_size=target_size))
-            self._dt = None
-        logger.info('delta compacted path="%s" added=%s removed=%s', self.path,
-                    metrics.get("numFilesAdded"), metrics.get("numFilesRemoved"))
-        return metrics
-
-    def vacuum(self, retention_hours: int = 168, *, full: bool = True) -> list[str]:
-        """Delete files no version within ``retention_hours`` references; returns them.
-
-        ``full`` also deletes untracked files older than the retention (leftovers of losing or crashed
-        attempts), not only files removed by compaction. Emptied attempt folders are removed too.
-        """
-        with self._lock:
-            table = self.table()
-            if table is None:
-                return []
-            deleted = list(table.vacuum(retention_hours=retention_hours, dry_run=False,
-                                        enforce_retention_duration=False, full=full))
-            staging = Path(self.path) / STAGING
-            if staging.is_dir():
-                for folder in staging.iterdir():
-                    if not any(p.suffix == ".parquet" for p in folder.rglob("*")):
-                        _remove_attempt(folder)
-            self._dt = None
-        logger.info('delta vacuumed path="%s" files=%d', self.path, len(deleted))
-        return deleted
-
-
-def _remove_attempt(folder: Path) -> None:
-    """Remove an attempt folder, its marker first (a writer still in it then refuses to commit)."""
-    (folder / MARKER).unlink(missing_ok=True)
-    shutil.rmtree(folder, ignore_errors=True)
-
-
-def _with_user_metadata(commit: dict[str, Any]) -> dict[str, Any]:
-    """A history entry with delta-spark's ``userMetadata`` JSON (our keys) merged in."""
-    if KEY_JOB not in commit and isinstance(commit.get("userMetadata"), str):
-        try:
-            extra = json.loads(commit["userMetadata"])
-        except ValueError:
-            return commit
-        if isinstance(extra, dict):
-            return {**commit, **extra}
-    return commit
 
 
 def _pa() -> Any:

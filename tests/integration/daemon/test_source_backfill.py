@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from connectors.delta.sink import MARKER, STAGING
+from connectors.delta.maintenance import MARKER, STAGING
 from source_backfill.core import Stage
 from source_backfill.verify import table_offsets
 from tests.integration.daemon.conftest import (
@@ -148,7 +148,7 @@ def _history_offsets_per_commit(table):
 
     from deltalake import DeltaTable
 
-    from connectors.delta.sink import KEY_PLAN
+    from connectors.delta.log import KEY_PLAN
 
     sizes = []
     for commit in DeltaTable(str(table)).history():

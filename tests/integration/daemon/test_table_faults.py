@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from connectors.delta.sink import KEY_STATE
+from connectors.delta.log import KEY_STATE
 from tests.integration.daemon.conftest import exactly_once, finished, job_of, job_spec, metric_total, wait_for
 
 pytestmark = pytest.mark.integration

@@ -8,7 +8,7 @@ import pytest
 from deltalake import DeltaTable
 
 from connectors.delta import DeltaEpochSink
-from connectors.delta.sink import STAGING
+from connectors.delta.maintenance import STAGING
 
 SCHEMA = "id long, name string"
 

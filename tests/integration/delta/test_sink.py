@@ -10,7 +10,8 @@ from deltalake import DeltaTable
 from pyspark.sql import DataFrameWriter
 
 from connectors.delta import DeltaEpochSink, delta_spark_available
-from connectors.delta.sink import KEY_EPOCH, KEY_JOB, KEY_STATE, MARKER, STAGING
+from connectors.delta.log import KEY_EPOCH, KEY_JOB, KEY_STATE
+from connectors.delta.maintenance import MARKER, STAGING
 from source_backfill.errors import DeltaSinkError, ForeignTableError, StateFormatError
 from tests.integration.delta.conftest import attempt_files, referenced_files, table_ids
 

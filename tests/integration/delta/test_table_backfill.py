@@ -87,7 +87,7 @@ def _rows_copied_per_commit(path):
     """``(operation, snapshot rows copied)`` of each commit of a table-backfill job's table, oldest first."""
     import json
 
-    from connectors.delta.sink import KEY_STATE
+    from connectors.delta.log import KEY_STATE
 
     out, before = [], 0
     for commit in reversed(DeltaTable(str(path)).history()):

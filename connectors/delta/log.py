@@ -1,0 +1,35 @@
+"""What the sink's commits carry in Delta's log, and how it is read back.
+
+Log metadata keys (in each commit's ``commitInfo``; with delta-spark inside ``userMetadata`` as JSON):
+``source_backfill.job``, ``source_backfill.epoch``, ``source_backfill.attempt``,
+``source_backfill.state`` (JSON object), ``source_backfill.plan`` (JSON object, optional).
+
+Shared by the sink (:mod:`connectors.delta.sink`: commits, recovery) and its table maintenance
+(:mod:`connectors.delta.maintenance`: the orphan sweep), which both search the log for them.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+KEY_JOB = "source_backfill.job"
+KEY_EPOCH = "source_backfill.epoch"
+KEY_ATTEMPT = "source_backfill.attempt"
+KEY_STATE = "source_backfill.state"
+KEY_PLAN = "source_backfill.plan"
+#: How far back the log is searched for the job's last commit (maintenance commits such as OPTIMIZE
+#: carry no state); searched in growing steps, newest first.
+_HISTORY_STEPS = (16, 256, 4096)
+
+
+def _with_user_metadata(commit: dict[str, Any]) -> dict[str, Any]:
+    """A history entry with delta-spark's ``userMetadata`` JSON (our keys) merged in."""
+    if KEY_JOB not in commit and isinstance(commit.get("userMetadata"), str):
+        try:
+            extra = json.loads(commit["userMetadata"])
+        except ValueError:
+            return commit
+        if isinstance(extra, dict):
+            return {**commit, **extra}
+    return commit

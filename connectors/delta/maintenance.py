@@ -1,0 +1,176 @@
+"""Maintenance of a sink's Delta table: log checkpoints, the orphan sweep, compaction and vacuum.
+
+Commits write their files into attempt folders *inside* the table (``sb_attempts/<epoch>-<attempt id>/``,
+holding an ``_ATTEMPT`` marker while their writer may still commit them); the sweep removes the ones the
+log does not reference and never will. The attempt folder is deliberately *not* hidden (no leading
+``_``): Delta's vacuum skips hidden folders, so files there would never be reclaimed after compaction.
+
+:class:`TableMaintenance` is a mixin of :class:`connectors.delta.sink.DeltaEpochSink` (whose commits
+write a checkpoint every ``checkpoint_interval`` versions through it).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from connectors.delta.log import _HISTORY_STEPS, KEY_ATTEMPT, KEY_EPOCH, KEY_JOB, _with_user_metadata
+
+if TYPE_CHECKING:
+    import threading
+
+    from deltalake import DeltaTable
+
+logger = logging.getLogger(__name__)
+
+STAGING = "sb_attempts"
+#: Present in an attempt folder while its writer may still commit it; the orphan sweep deletes it first.
+MARKER = "_ATTEMPT"
+
+
+class TableMaintenance:
+    """The table maintenance of :class:`connectors.delta.sink.DeltaEpochSink`, as a mixin.
+
+    Needs, from the class it is mixed into: ``path`` (the table), ``job_id``, ``checkpoint_interval``,
+    ``_lock`` (held by every commit), ``_dt`` (the cached snapshot, dropped after compaction and vacuum),
+    ``table()`` (a fresh snapshot, None before the first commit) and ``_last_job_commit(table)``
+    (raises :class:`ForeignTableError` on a table another job owns).
+    """
+
+    if TYPE_CHECKING:  # provided by the class this is mixed into
+        path: str
+        job_id: str
+        checkpoint_interval: int
+        _lock: threading.RLock
+        _dt: DeltaTable | None
+
+        def table(self) -> DeltaTable | None:
+            """A fresh snapshot of the table, or None before its first commit."""
+
+        def _last_job_commit(self, table: DeltaTable) -> dict[str, Any] | None: ...
+
+    def _maintain(self, version: int) -> None:
+        if self.checkpoint_interval > 0 and version > 0 and version % self.checkpoint_interval == 0:
+            done = Path(self.path) / "_delta_log" / f"{version:020d}.checkpoint.parquet"
+            table = self._dt or self.table()
+            if table is not None and not done.exists():  # delta-rs' own hook may have written it
+                table.create_checkpoint()
+                logger.info('delta checkpoint written path="%s" version=%d', self.path, version)
+
+    def remove_orphans(self) -> int:
+        """Remove attempt folders the log does not reference and never will; returns how many.
+
+        * epochs above the committed one: an attempt there can no longer be committed by a live writer
+          of this (single-writer) job, so it is a crashed attempt;
+        * epochs at or below the committed one still holding the ``_ATTEMPT`` marker (the marker is
+          removed right after a successful commit): the log decides. The folder is removed only when the
+          commit of its epoch names another attempt (a losing duplicate or a crashed retry); if it names
+          this folder the commit landed and only its marker is removed; if that commit cannot be found
+          (older than the history searched) the folder is kept for :meth:`vacuum`.
+
+        A file the log references is never deleted, and a table another job owns is left untouched
+        (:class:`ForeignTableError`): its attempts are not this job's to judge.
+        """
+        staging = Path(self.path) / STAGING
+        if not staging.is_dir():
+            return 0
+        with self._lock:
+            table = self.table()
+            if table is not None:
+                self._last_job_commit(table)  # raises ForeignTableError before anything is removed
+            done = None if table is None else table.transaction_version(self.job_id)
+            removed = 0
+            doubtful: dict[int, list[Path]] = {}
+            for folder in staging.iterdir():
+                head = folder.name.split("-", 1)[0]
+                if not head.isdigit():
+                    continue
+                if done is None or int(head) > done:
+                    _remove_attempt(folder)
+                    removed += 1
+                elif (folder / MARKER).exists():
+                    doubtful.setdefault(int(head), []).append(folder)
+            if doubtful and table is not None:
+                winners = self._attempts_of(table, set(doubtful))
+                for epoch, folders in doubtful.items():
+                    for folder in folders:
+                        if epoch not in winners:
+                            continue
+                        if winners[epoch] == folder.name.split(".", 1)[0]:  # the attempt or its staged
+                            (folder / MARKER).unlink(missing_ok=True)
+                        else:
+                            _remove_attempt(folder)
+                            removed += 1
+        if removed:
+            logger.info('orphan attempts removed path="%s" count=%d committed=%s', self.path, removed, done)
+        return removed
+
+    def _attempts_of(self, table: DeltaTable, epochs: set[int]) -> dict[int, str]:
+        """The committed attempt id of each of ``epochs`` found in the newest commits of this job."""
+        found: dict[int, str] = {}
+        seen = 0
+        for limit in _HISTORY_STEPS:
+            history = table.history(limit)
+            for commit in history[seen:]:
+                commit = _with_user_metadata(commit)
+                epoch = str(commit.get(KEY_EPOCH, ""))
+                attempt = commit.get(KEY_ATTEMPT)
+                if attempt is None or commit.get(KEY_JOB) != self.job_id or not epoch.isdigit():
+                    continue  # (no attempt id logged: nothing is provably unreferenced)
+                if int(epoch) in epochs:
+                    found.setdefault(int(epoch), str(attempt))
+            if len(found) == len(epochs) or len(history) < limit:
+                break
+            seen = len(history)
+        return found
+
+    def checkpoint(self) -> None:
+        """Write a log checkpoint now (readers then start from it instead of replaying every commit)."""
+        with self._lock:
+            table = self.table()
+            if table is not None:
+                table.create_checkpoint()
+
+    def compact(self, target_size: int | None = None) -> dict[str, Any]:
+        """Rewrite small files into larger ones; returns delta-rs' metrics.
+
+        The OPTIMIZE commit carries no state and no data change: recovery and the change feed skip it.
+        """
+        with self._lock:
+            table = self.table()
+            if table is None:
+                return {}
+            metrics = dict(table.optimize.compact(target_size=target_size))
+            self._dt = None
+        logger.info('delta compacted path="%s" added=%s removed=%s', self.path,
+                    metrics.get("numFilesAdded"), metrics.get("numFilesRemoved"))
+        return metrics
+
+    def vacuum(self, retention_hours: int = 168, *, full: bool = True) -> list[str]:
+        """Delete files no version within ``retention_hours`` references; returns them.
+
+        ``full`` also deletes untracked files older than the retention (leftovers of losing or crashed
+        attempts), not only files removed by compaction. Emptied attempt folders are removed too.
+        """
+        with self._lock:
+            table = self.table()
+            if table is None:
+                return []
+            deleted = list(table.vacuum(retention_hours=retention_hours, dry_run=False,
+                                        enforce_retention_duration=False, full=full))
+            staging = Path(self.path) / STAGING
+            if staging.is_dir():
+                for folder in staging.iterdir():
+                    if not any(p.suffix == ".parquet" for p in folder.rglob("*")):
+                        _remove_attempt(folder)
+            self._dt = None
+        logger.info('delta vacuumed path="%s" files=%d', self.path, len(deleted))
+        return deleted
+
+
+def _remove_attempt(folder: Path) -> None:
+    """Remove an attempt folder, its marker first (a writer still in it then refuses to commit)."""
+    (folder / MARKER).unlink(missing_ok=True)
+    shutil.rmtree(folder, ignore_errors=True)
