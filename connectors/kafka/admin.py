@@ -21,7 +21,7 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: Consumer settings every reader of this connector uses (see DESIGN.md section 3).
+#: Consumer settings every confluent-kafka reader of this connector uses (the Python connector, the admin).
 CONSUMER_DEFAULTS: dict[str, Any] = {
     "enable.auto.commit": False,
     "enable.auto.offset.store": False,

@@ -7,7 +7,7 @@ range in the schema of Spark's own Kafka source (:func:`kafka_schema`, :func:`ka
 is stateless, so a replayed range reads exactly the same records.
 
 Used by the ``kafka_py`` data source (:mod:`connectors.kafka.source`), the pyarrow copy of ranges into
-Parquet (:mod:`connectors.kafka.copy`) and the runtime's reads of a small live batch on the driver.
+Parquet (:mod:`connectors.kafka.parquet_copy`) and the runtime's reads of a small live batch on the driver.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Kafka as a PySpark Python Data Source (batch over offset ranges + streaming), format ``kafka_py``.
 
 The rows have the schema of Spark's own Kafka source and the options mirror it, so the JVM connector can be
-swapped in where its jars exist (DESIGN.md section 3).
+swapped in where its jars exist (docs/architecture.md, "Stack notes").
 
 Batch options: ``kafka.bootstrap.servers`` (+ any ``kafka.*`` passed to confluent-kafka) and EITHER
 ``ranges`` = JSON list of ``{"topic", "partition", "start", "end"}`` (end exclusive; what the runtime uses)

@@ -9,7 +9,7 @@ Two ways to take a range, one per use:
 
 ``connector = "spark"`` reads with Spark's Kafka source (:mod:`connectors.kafka.spark_kafka`);
 ``connector = "python"`` with the project's data source (:mod:`connectors.kafka.source`), whose read
-ahead copies with pyarrow in a Spark task (:mod:`connectors.kafka.copy`) instead of through Spark's
+ahead copies with pyarrow in a Spark task (:mod:`connectors.kafka.parquet_copy`) instead of through Spark's
 rows. Errors are the caller's: a read that fails raises, and the job decides (back off, or fail on data
 loss).
 """
@@ -41,7 +41,7 @@ logger = logging.getLogger(__name__)
 #: slots to the live stream. With two on ``local[2]``, the live stream's tasks queued behind history for
 #: seconds: live p99 went to 2.2-3.3x (bench/bench_backfill.py, three runs), where one task keeps 1.05-1.26x.
 READ_AHEAD_TASKS = 1
-#: CPU niceness of a Python connector's read-ahead copy (``connectors.kafka.copy.write_ranges_parquet``):
+#: CPU niceness of a Python connector's read-ahead copy (``parquet_copy.write_ranges_parquet``):
 #: on a busy machine the live stream's work gets the CPU first; on an idle one the copy runs at full speed.
 #: bench_backfill, three runs each: niceness 10 kept live p99 at 1.05-1.15x, niceness 0 at 1.05-1.56x.
 READ_AHEAD_NICENESS = 10
@@ -133,7 +133,7 @@ class HistoryReader:
         The rows need no transform, so they skip Spark's row conversion (a third of the CPU of a
         DataFrame copy).
         """
-        from connectors.kafka.copy import write_ranges_parquet
+        from connectors.kafka.parquet_copy import write_ranges_parquet
         from connectors.kafka.ranges import KafkaRange
 
         pieces = [KafkaRange(*parse_split_id(r.split), r.start, r.end) for r in ranges]

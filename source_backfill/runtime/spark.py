@@ -103,7 +103,7 @@ def warm_history_copy(spark: SparkSession) -> None:
     cores): paid here, at start, instead of by a job's first read ahead while it competes with the live
     stream.
     """
-    from connectors.kafka.copy import warm_copy
+    from connectors.kafka.parquet_copy import warm_copy
 
     spark.sparkContext.parallelize([0], 1).map(warm_copy).collect()
 

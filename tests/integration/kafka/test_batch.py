@@ -213,7 +213,7 @@ def test_copy_to_parquet_writes_exactly_the_rows_the_source_reads(
 ):
     """write_ranges_parquet (the read-ahead copy) gives the rows, offsets and types of the Spark source,
     in files Spark reads back with the source's schema; a transactional range ending on a marker ends."""
-    from connectors.kafka.copy import write_ranges_parquet
+    from connectors.kafka.parquet_copy import write_ranges_parquet
 
     topic = topic_factory(partitions=2)
     for part in range(2):

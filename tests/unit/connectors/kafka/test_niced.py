@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from connectors.kafka.copy import niced
+from connectors.kafka.parquet_copy import niced
 
 
 def test_yields_every_item_in_order_from_a_thread_at_the_given_niceness():
