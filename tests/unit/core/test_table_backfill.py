@@ -17,7 +17,7 @@ import zlib
 from collections import Counter
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from source_backfill.core.table_backfill import (
@@ -204,7 +204,10 @@ def _run(strategy: Strategy, seed: int, rows: int, epochs: int, crash_rate: floa
             lags.append(b - new_state.cursor)
         state = TableBackfillState.from_json(json.loads(json.dumps(new_state.to_json())))
         delivered = b
-        if not writing and state.phase is Phase.CONSUME_UPSTREAM:
+        # live and caught up (lag 0), as the integration tests wait for: an arrangement epoch that copies
+        # its last chunks at its cursor completes every vnode with the live changes after it still held
+        # in the source's log; the next epoch forwards them
+        if not writing and state.phase is Phase.CONSUME_UPSTREAM and state.cursor == b:
             break
     assert state.phase is Phase.CONSUME_UPSTREAM, f"{strategy} never reached the live stream: {state}"
     assert all(x > y for x, y in zip(lags, lags[1:], strict=False)) or not lags, lags
@@ -215,6 +218,9 @@ def _run(strategy: Strategy, seed: int, rows: int, epochs: int, crash_rate: floa
 @settings(max_examples=120, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), rows=st.integers(0, 60), epochs=st.integers(0, 40),
        crash_rate=st.sampled_from([0.0, 0.2]))
+# arrangement, merged: a crash after a COPY_AT_CURSOR epoch, the next one copies the last chunks at the
+# cursor again and the job is live with three versions still to forward (CI, 2026-11-25)
+@example(seed=4603, rows=32, epochs=3, crash_rate=0.2)
 def test_the_sink_equals_the_latest_table_and_no_change_is_lost_or_doubled(strategy, seed, rows, epochs,
                                                                            crash_rate):
     up, sink, _ = _run(strategy, seed, rows, epochs, crash_rate)
