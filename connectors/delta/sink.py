@@ -5,9 +5,10 @@ Spark executors write Parquet files into an attempt folder *inside* the table
 that also carries ``Transaction(job_id, epoch)`` and the job's new state in the commit metadata. Output
 and state cannot fall out of step: there is no second table.
 
-The metadata keys the commits carry in the log are in :mod:`connectors.delta.log`. The table's
-maintenance (log checkpoints, the orphan sweep of attempt folders, compaction, vacuum) is in
-:mod:`connectors.delta.maintenance`, a mixin of :class:`DeltaEpochSink`.
+The metadata keys the commits carry in the log are in :mod:`connectors.delta.log`. Writing and staging
+the Parquet files a commit adds (an epoch's own rows, rows staged ahead of it) is in
+:mod:`connectors.delta.staging`, and the table's maintenance (log checkpoints, the orphan sweep of attempt
+folders, compaction, vacuum) in :mod:`connectors.delta.maintenance`: both mixins of :class:`DeltaEpochSink`.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
-from urllib.parse import unquote
 
 from connectors.delta.log import (
     _HISTORY_STEPS,
@@ -33,6 +33,7 @@ from connectors.delta.log import (
     _with_user_metadata,
 )
 from connectors.delta.maintenance import MARKER, STAGING, TableMaintenance, _remove_attempt
+from connectors.delta.staging import EpochStaging, StagedFiles, _is_arrow_table, _pa
 from source_backfill.errors import (
     ConcurrentCommitError,
     DeltaSinkError,
@@ -51,9 +52,6 @@ logger = logging.getLogger(__name__)
 CHANGE_TYPE = "_change_type"
 #: How often an epoch's log append is retried after conflicting with another writer's commit.
 COMMIT_RETRIES = 5
-#: A staged Spark write starts a new file every this many rows: a closed file's footer tells what a
-#: read ahead has copied so far (its progress while it runs), at ~13 MB per file of 130-byte records.
-STAGED_FILE_ROWS = 100_000
 
 Writer = Literal["delta-rs", "delta-spark"]
 
@@ -85,19 +83,7 @@ class Recovered:
     version: int
 
 
-@dataclass(frozen=True)
-class StagedFiles:
-    """Rows written ahead of the epoch that commits them (:meth:`DeltaEpochSink.stage_files`).
-
-    Not in the table until a ``commit_epoch(..., staged=[...])`` takes them; swept as an orphan if none
-    ever does.
-    """
-
-    folder: Path
-    rows: int
-
-
-class DeltaEpochSink(TableMaintenance):
+class DeltaEpochSink(TableMaintenance, EpochStaging):
     """Commit each epoch of one job to the Delta table at ``path`` exactly once.
 
     One job owns a table (its id is the Delta transaction app id). The sink assumes one live writer per
@@ -460,116 +446,6 @@ class DeltaEpochSink(TableMaintenance):
         fields = [*self.arrow_schema, *(rows.schema.field(n) for n in extra)]
         return rows.select([f.name for f in fields]).cast(_pa().schema(fields))
 
-    def stage_files(self, write: Callable[[Path], Any], after_epoch: int,
-                    on_folder: Callable[[Path], None] | None = None) -> StagedFiles:
-        """Have ``write(folder)`` stage Parquet files now, for a later epoch to commit (``staged=...``).
-
-        Any writer (a job's Spark tasks writing with pyarrow, say). The files must have the table's
-        columns and types (checked; a mismatch raises :class:`DeltaSinkError`).
-        ``after_epoch``: the job's last committed epoch. The folder is named as an attempt of the next
-        one, so if no commit ever takes it the orphan sweep removes it (a restart sweeps what is above
-        the committed epoch; below it, a folder no commit names). Not under the commit lock: staging
-        runs beside the epochs. A failed or cancelled write leaves nothing behind; :meth:`discard`
-        removes a staged folder that will not be committed. ``on_folder(folder)`` is called before the
-        write starts (whoever watches the write's progress looks there).
-        """
-        if self.mode != "append":
-            msg = "staged files need the delta-rs append path (files written, then committed)"
-            raise DeltaSinkError(msg)
-        folder = Path(self.path) / STAGING / f"{after_epoch + 1}-{uuid.uuid4().hex[:16]}"
-        self._ensure_table()
-        try:
-            folder.mkdir(parents=True)
-            (folder / MARKER).touch()
-            if on_folder is not None:
-                on_folder(folder)
-            write(folder)
-            self._check_file_schemas(folder)
-            _, rows = self._collect_adds(folder)
-        except BaseException:
-            if folder.exists():
-                _remove_attempt(folder)
-            raise
-        return StagedFiles(folder, rows)
-
-    def stage_dataframe(self, df: DataFrame, after_epoch: int,
-                        on_folder: Callable[[Path], None] | None = None) -> StagedFiles:
-        """:meth:`stage_files` with Spark writing ``df`` (the table's columns) as the files.
-
-        A file holds at most :data:`STAGED_FILE_ROWS` rows, so files close as the write goes.
-        """
-        def write(folder: Path) -> None:
-            (self._conform(df).write.mode("append").option("maxRecordsPerFile", STAGED_FILE_ROWS)
-             .parquet(str(folder)))
-
-        return self.stage_files(write, after_epoch, on_folder)
-
-    def _check_file_schemas(self, folder: Path) -> None:
-        """Every Parquet file in ``folder`` has the table's columns with the table's types."""
-        import pyarrow.parquet as pq
-
-        want = [(f.name, f.type) for f in self.arrow_schema if f.name not in self.partition_by]
-        for file in folder.rglob("*.parquet"):
-            got = [(f.name, f.type) for f in pq.read_schema(file)]
-            if got != want:
-                msg = (f"Delta sink {self.path}: staged file {file.name} has columns {got}, the table "
-                       f"{want}")
-                raise DeltaSinkError(msg)
-
-    @staticmethod
-    def discard(staged: StagedFiles) -> None:
-        """Remove staged files no commit took (a no-op once a commit moved them into its attempt)."""
-        if staged.folder.exists():
-            _remove_attempt(staged.folder)
-
-    def _write_files(self, df: DataFrame | pa.Table | None, folder: Path) -> tuple[list[Any], int]:
-        """Have Spark's executors write ``df`` into ``folder``; return the add actions and row count.
-
-        An Arrow table (rows already on the driver) is written by pyarrow, one file per partition value.
-        """
-        if df is None:
-            return [], 0
-        folder.mkdir(parents=True)
-        (folder / MARKER).touch()
-        if _is_arrow_table(df):
-            import pyarrow.dataset as ds
-
-            rows = self._conform_arrow(df)
-            if rows.num_rows:
-                ds.write_dataset(rows, folder, format="parquet", partitioning=list(self.partition_by) or None,
-                                 partitioning_flavor="hive" if self.partition_by else None,
-                                 basename_template=f"part-{uuid.uuid4().hex[:12]}-{{i}}.parquet",
-                                 existing_data_behavior="overwrite_or_ignore")
-            return self._collect_adds(folder)
-        writer = self._conform(df).write.mode("append")
-        if self.partition_by:
-            writer = writer.partitionBy(*self.partition_by)
-        writer.parquet(str(folder))
-        return self._collect_adds(folder)
-
-    def _collect_adds(self, folder: Path) -> tuple[list[Any], int]:
-        """The add actions and row count of the Parquet files written into ``folder`` (empty ones removed)."""
-        import pyarrow.parquet as pq
-        from deltalake.transaction import AddAction
-
-        adds, rows = [], 0
-        for file in sorted(folder.rglob("*.parquet")):
-            meta = pq.read_metadata(file)
-            if meta.num_rows == 0:
-                file.unlink()
-                continue
-            stat = file.stat()
-            parts = {unquote(k): (None if v == "__HIVE_DEFAULT_PARTITION__" else unquote(v)) for k, v in
-                     (seg.split("=", 1) for seg in file.relative_to(folder).parts[:-1])}
-            adds.append(AddAction(file.relative_to(self.path).as_posix(), stat.st_size, parts,
-                                  int(stat.st_mtime * 1000), True, json.dumps({"numRecords": meta.num_rows})))
-            rows += meta.num_rows
-        if not (folder / MARKER).exists():
-            msg = (f"Delta sink {self.path}: attempt {folder.name} was removed by another sink's orphan "
-                   "sweep while it was written (two live writers of one job?)")
-            raise DeltaSinkError(msg)
-        return adds, rows
-
     def _commit(self, table: DeltaTable, epoch: int, adds: list[Any], meta: dict[str, str]) -> int:
         """Append ``adds`` with the epoch's transaction; a conflict with another writer is retried.
 
@@ -653,16 +529,6 @@ class DeltaEpochSink(TableMaintenance):
             rows = changes.num_rows
         table.update_incremental()
         return CommitResult(epoch, True, int(table.version()), 0, rows)
-
-
-def _pa() -> Any:
-    import pyarrow as pa
-
-    return pa
-
-
-def _is_arrow_table(df: Any) -> bool:
-    return df is not None and isinstance(df, _pa().Table)
 
 
 def _is_arrow(schema: Any) -> bool:

@@ -8,7 +8,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from source_backfill.config import StartSpec
-from source_backfill.runtime.registry import JobProgress, JobRecord, SplitProgress, TableProgress
+from source_backfill.runtime.progress import JobProgress, SplitProgress, TableProgress
+from source_backfill.runtime.registry import JobRecord
 
 JobViewStatus = Literal["pending", "backfilling", "finished", "failed"]
 

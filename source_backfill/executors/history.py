@@ -31,7 +31,8 @@ from source_backfill.errors import DataLossError, SourceBackfillError
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from connectors.delta.sink import DeltaEpochSink, StagedFiles
+    from connectors.delta.sink import DeltaEpochSink
+    from connectors.delta.staging import StagedFiles
     from connectors.kafka.admin import KafkaAdmin
     from source_backfill.config import SourceConfig
 

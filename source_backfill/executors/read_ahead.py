@@ -23,7 +23,8 @@ from source_backfill.executors.history import StagedProgress
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from connectors.delta.sink import DeltaEpochSink, StagedFiles
+    from connectors.delta.sink import DeltaEpochSink
+    from connectors.delta.staging import StagedFiles
 
 #: At most this many history reads ahead are staged and not committed yet (bounds the staged data).
 MAX_READS_AHEAD = 4

@@ -24,7 +24,8 @@ from source_backfill.errors import JobError, one_line
 
 if TYPE_CHECKING:
     from source_backfill.config import JobSpec, SourceConfig
-    from source_backfill.runtime.registry import JobProgress, JobRegistry, Mutation
+    from source_backfill.runtime.progress import JobProgress
+    from source_backfill.runtime.registry import JobRegistry, Mutation
 
 logger = logging.getLogger(__name__)
 

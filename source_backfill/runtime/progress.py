@@ -1,21 +1,81 @@
-"""Turn a running job into the progress record the registry serves (API, CLI, metrics)."""
+"""The progress records the registry serves (API, CLI, metrics), and how a running job is turned into one."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
 
 from source_backfill.core import split_lag
 
 if TYPE_CHECKING:
     from source_backfill.executors.source_backfill import SourceBackfillJob
     from source_backfill.executors.table_backfill import TableBackfillJob
-    from source_backfill.runtime.registry import JobProgress
+
+JobStatus = Literal["pending", "backfilling", "finished", "failed"]
 
 
+# -- data types -----------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class SplitProgress:
+    """One split of a job as the epoch loop last saw it."""
+
+    split: str
+    #: ``backfilling``, ``source_caching_up`` or ``finished``.
+    stage: str
+    backfilled_offset: int | None
+    target_offset: int | None
+    #: History rows consumed for this split.
+    rows: int
+    #: Offsets still to backfill (``target - backfilled``); 0 once finished; ``None`` while unknown.
+    lag: int | None
+    #: The last offset copied by reads ahead and not committed yet (``None``: none in flight), and
+    #: their rows: the backfill's progress before an epoch commits it.
+    read_ahead_offset: int | None = None
+    rows_read_ahead: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TableProgress:
+    """Where a job on a ``delta`` source stands (its strategy's phase, vnodes copied, versions behind)."""
+
+    strategy: str
+    #: ``consuming_snapshot``, ``consuming_log_store`` or ``consume_upstream``.
+    phase: str
+    vnodes_completed: int
+    vnodes_total: int
+    #: The snapshot's version (snapshot, chain); None for arrangement.
+    pinned_version: int | None
+    #: Source versions up to this one are in the job's table.
+    cursor_version: int | None
+    #: Versions the live stream delivered that the job has not emitted yet.
+    lag_versions: int | None
+    #: Rows emitted per stage.
+    rows: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class JobProgress:
+    """A job's progress as published by the epoch loop after each epoch."""
+
+    epoch: int | None
+    status: JobStatus
+    rows_history: int
+    rows_live: int
+    splits: list[SplitProgress] = field(default_factory=list)
+    finish_reported: bool = False
+    eta_seconds: float | None = None
+    history_rows_per_s: float | None = None
+    #: History rows copied by reads ahead (running ones too) that no epoch committed yet.
+    rows_read_ahead: int = 0
+    #: The last history read error while the job backs off (None after a good read).
+    last_error: str | None = None
+    #: Jobs on a ``delta`` source: their table-backfill progress (no splits).
+    table: TableProgress | None = None
+
+
+# -- from running jobs ----------------------------------------------------------------------------------
 def to_job_progress(job: SourceBackfillJob) -> JobProgress:
     """A snapshot of ``job``'s split states, rows, rate and ETA."""
-    from source_backfill.runtime.registry import JobProgress, SplitProgress
-
     states = job.states
     history, live = job.rows
     if states is None:
@@ -60,7 +120,6 @@ def to_job_progress(job: SourceBackfillJob) -> JobProgress:
 def table_job_progress(job: TableBackfillJob) -> JobProgress:
     """A table-backfill job's phase, vnodes, versions and rows."""
     from source_backfill.core.table_backfill import Phase
-    from source_backfill.runtime.registry import JobProgress, TableProgress
 
     state = job.state
     if state is None:

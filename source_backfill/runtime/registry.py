@@ -14,10 +14,11 @@ record is queued again, so a crash anywhere between 1 and 3 replays the command 
 (applying one twice is harmless: each is a set-to-value, create and drop are idempotent in the loop).
 
 The job table holds the *accepted* control state (what the operator asked for); the epoch loop catches up
-at its next boundary. Progress (:class:`JobProgress`) is derived, in memory only: after a restart it comes
-back from the jobs' own tables as the epoch loop recovers them. A job's failure is a ``failed`` line in
-the log: a failed job stays failed across restarts (it is not even constructed) until it is retried
-(a ``retry`` mutation clears the error and the epoch loop builds the job anew from its table) or dropped.
+at its next boundary. Progress (:class:`~source_backfill.runtime.progress.JobProgress`) is derived, in
+memory only: after a restart it comes back from the jobs' own tables as the epoch loop recovers them.
+A job's failure is a ``failed`` line in the log: a failed job stays failed across restarts (it is not
+even constructed) until it is retried (a ``retry`` mutation clears the error and the epoch loop builds
+the job anew from its table) or dropped.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import os
 import re
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, Literal, get_args
@@ -48,6 +49,7 @@ from source_backfill.errors import (
     StateWriteError,
     one_line,
 )
+from source_backfill.runtime.progress import JobProgress
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +58,6 @@ LOG_NAME = "mutations.jsonl"
 LOG_VERSION = 1
 
 MutationKind = Literal["create", "pause", "resume", "throttle", "drop", "retry"]
-JobStatus = Literal["pending", "backfilling", "finished", "failed"]
 
 
 # -- data types -----------------------------------------------------------------------------------------
@@ -96,64 +97,6 @@ class JobRecord:
     def source(self) -> str:
         """The name of the source the job reads."""
         return self.spec.source
-
-
-@dataclass(frozen=True, slots=True)
-class SplitProgress:
-    """One split of a job as the epoch loop last saw it."""
-
-    split: str
-    #: ``backfilling``, ``source_caching_up`` or ``finished``.
-    stage: str
-    backfilled_offset: int | None
-    target_offset: int | None
-    #: History rows consumed for this split.
-    rows: int
-    #: Offsets still to backfill (``target - backfilled``); 0 once finished; ``None`` while unknown.
-    lag: int | None
-    #: The last offset copied by reads ahead and not committed yet (``None``: none in flight), and
-    #: their rows: the backfill's progress before an epoch commits it.
-    read_ahead_offset: int | None = None
-    rows_read_ahead: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class TableProgress:
-    """Where a job on a ``delta`` source stands (its strategy's phase, vnodes copied, versions behind)."""
-
-    strategy: str
-    #: ``consuming_snapshot``, ``consuming_log_store`` or ``consume_upstream``.
-    phase: str
-    vnodes_completed: int
-    vnodes_total: int
-    #: The snapshot's version (snapshot, chain); None for arrangement.
-    pinned_version: int | None
-    #: Source versions up to this one are in the job's table.
-    cursor_version: int | None
-    #: Versions the live stream delivered that the job has not emitted yet.
-    lag_versions: int | None
-    #: Rows emitted per stage.
-    rows: dict[str, int] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class JobProgress:
-    """A job's progress as published by the epoch loop after each epoch."""
-
-    epoch: int | None
-    status: JobStatus
-    rows_history: int
-    rows_live: int
-    splits: list[SplitProgress] = field(default_factory=list)
-    finish_reported: bool = False
-    eta_seconds: float | None = None
-    history_rows_per_s: float | None = None
-    #: History rows copied by reads ahead (running ones too) that no epoch committed yet.
-    rows_read_ahead: int = 0
-    #: The last history read error while the job backs off (None after a good read).
-    last_error: str | None = None
-    #: Jobs on a ``delta`` source: their table-backfill progress (no splits).
-    table: TableProgress | None = None
 
 
 # -- the registry ---------------------------------------------------------------------------------------

@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 
     from source_backfill.config import JobSpec, SourceConfig
     from source_backfill.executors.table_backfill import TableBackfillJob
-    from source_backfill.runtime.registry import JobProgress, JobRegistry
+    from source_backfill.runtime.progress import JobProgress
+    from source_backfill.runtime.registry import JobRegistry
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 from source_backfill import metrics
-from source_backfill.runtime.registry import JobProgress, SplitProgress
+from source_backfill.runtime.progress import JobProgress, SplitProgress
 from tests.integration.api.conftest import TOKEN, job_body
 
 MUTATING = [

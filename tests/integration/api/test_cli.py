@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from source_backfill import cli
-from source_backfill.runtime.registry import JobProgress, SplitProgress
+from source_backfill.runtime.progress import JobProgress, SplitProgress
 from tests.integration.api.conftest import TOKEN
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -29,7 +29,8 @@ from schemathesis import GenerationMode
 from source_backfill.api.app import create_app
 from source_backfill.api.server import ApiServer
 from source_backfill.config import TRANSFORM_PATTERN, JobSpec
-from source_backfill.runtime.registry import JobProgress, JobRegistry, SplitProgress
+from source_backfill.runtime.progress import JobProgress, SplitProgress
+from source_backfill.runtime.registry import JobRegistry
 from tests.integration.api.conftest import SOURCES, TOKEN
 
 pytestmark = pytest.mark.integration

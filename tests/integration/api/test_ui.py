@@ -18,7 +18,8 @@ from pydantic import SecretStr
 from source_backfill.api.app import create_app
 from source_backfill.api.server import ApiServer
 from source_backfill.config import JobSpec
-from source_backfill.runtime.registry import JobProgress, JobRegistry, SplitProgress, TableProgress
+from source_backfill.runtime.progress import JobProgress, SplitProgress, TableProgress
+from source_backfill.runtime.registry import JobRegistry
 from tests.integration.api.conftest import SOURCES, TOKEN
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (the test extra)")

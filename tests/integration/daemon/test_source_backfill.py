@@ -477,9 +477,9 @@ def test_a_read_ahead_reports_the_rows_it_copied_while_it_runs(
     # One read ahead copies the whole history (its first size is 1M offsets). Its staged files close
     # every 20k rows, so while it runs the job's progress counts what the closed files hold: the API
     # shows rows read ahead and a split fraction that moves before any epoch has committed history.
-    from connectors.delta import sink
+    from connectors.delta import staging
 
-    monkeypatch.setattr(sink, "STAGED_FILE_ROWS", 20_000)
+    monkeypatch.setattr(staging, "STAGED_FILE_ROWS", 20_000)
     topic = new_topic(1)
     total = 400_000
     producer_for(topic).send(total, 1)

@@ -17,7 +17,8 @@ from source_backfill.errors import (
     SourceNotFoundError,
     StateFormatError,
 )
-from source_backfill.runtime.registry import LOG_NAME, JobProgress, JobRegistry, SplitProgress
+from source_backfill.runtime.progress import JobProgress, SplitProgress
+from source_backfill.runtime.registry import LOG_NAME, JobRegistry
 
 SOURCES = ["events", "orders"]
 

@@ -1,0 +1,187 @@
+"""Staging a sink's Parquet files before the commit that adds them to its Delta table.
+
+Rows are written as Parquet files into a folder *inside* the table (``sb_attempts/<epoch>-<attempt id>/``,
+holding an ``_ATTEMPT`` marker); the add actions a commit needs (path, size, row count, partition values)
+are read back from the folder and the files' footers. An epoch's own rows are written into its attempt
+folder (Spark's executors, or pyarrow for rows already on the driver); rows staged ahead of the epoch
+that commits them (a read ahead: :meth:`EpochStaging.stage_files`) go into a folder named as an attempt
+of the job's next epoch, so the orphan sweep removes it if no commit ever takes it.
+
+:class:`EpochStaging` is a mixin of :class:`connectors.delta.sink.DeltaEpochSink` (whose
+``commit_epoch`` commits what it writes and stages).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import unquote
+
+from connectors.delta.maintenance import MARKER, STAGING, _remove_attempt
+from source_backfill.errors import DeltaSinkError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame
+
+#: A staged Spark write starts a new file every this many rows: a closed file's footer tells what a
+#: read ahead has copied so far (its progress while it runs), at ~13 MB per file of 130-byte records.
+STAGED_FILE_ROWS = 100_000
+
+
+@dataclass(frozen=True)
+class StagedFiles:
+    """Rows written ahead of the epoch that commits them (:meth:`EpochStaging.stage_files`).
+
+    Not in the table until a ``commit_epoch(..., staged=[...])`` takes them; swept as an orphan if none
+    ever does.
+    """
+
+    folder: Path
+    rows: int
+
+
+class EpochStaging:
+    """The staging of files of :class:`connectors.delta.sink.DeltaEpochSink`, as a mixin.
+
+    Needs, from the class it is mixed into: ``path`` (the table), ``mode``, ``arrow_schema`` and
+    ``partition_by`` (the table's columns and partitioning), ``_ensure_table()`` (creates the table on
+    first use), ``_conform(df)`` and ``_conform_arrow(rows)`` (rows with the sink's columns, in its order
+    and types).
+    """
+
+    if TYPE_CHECKING:  # provided by the class this is mixed into
+        path: str
+        mode: Literal["append", "merge"]
+        arrow_schema: pa.Schema
+        partition_by: tuple[str, ...]
+
+        def _ensure_table(self) -> None: ...
+
+        def _conform(self, df: DataFrame, *extra: str) -> DataFrame: ...
+
+        def _conform_arrow(self, rows: pa.Table, *extra: str) -> pa.Table: ...
+
+    def stage_files(self, write: Callable[[Path], Any], after_epoch: int,
+                    on_folder: Callable[[Path], None] | None = None) -> StagedFiles:
+        """Have ``write(folder)`` stage Parquet files now, for a later epoch to commit (``staged=...``).
+
+        Any writer (a job's Spark tasks writing with pyarrow, say). The files must have the table's
+        columns and types (checked; a mismatch raises :class:`DeltaSinkError`).
+        ``after_epoch``: the job's last committed epoch. The folder is named as an attempt of the next
+        one, so if no commit ever takes it the orphan sweep removes it (a restart sweeps what is above
+        the committed epoch; below it, a folder no commit names). Not under the commit lock: staging
+        runs beside the epochs. A failed or cancelled write leaves nothing behind; :meth:`discard`
+        removes a staged folder that will not be committed. ``on_folder(folder)`` is called before the
+        write starts (whoever watches the write's progress looks there).
+        """
+        if self.mode != "append":
+            msg = "staged files need the delta-rs append path (files written, then committed)"
+            raise DeltaSinkError(msg)
+        folder = Path(self.path) / STAGING / f"{after_epoch + 1}-{uuid.uuid4().hex[:16]}"
+        self._ensure_table()
+        try:
+            folder.mkdir(parents=True)
+            (folder / MARKER).touch()
+            if on_folder is not None:
+                on_folder(folder)
+            write(folder)
+            self._check_file_schemas(folder)
+            _, rows = self._collect_adds(folder)
+        except BaseException:
+            if folder.exists():
+                _remove_attempt(folder)
+            raise
+        return StagedFiles(folder, rows)
+
+    def stage_dataframe(self, df: DataFrame, after_epoch: int,
+                        on_folder: Callable[[Path], None] | None = None) -> StagedFiles:
+        """:meth:`stage_files` with Spark writing ``df`` (the table's columns) as the files.
+
+        A file holds at most :data:`STAGED_FILE_ROWS` rows, so files close as the write goes.
+        """
+        def write(folder: Path) -> None:
+            (self._conform(df).write.mode("append").option("maxRecordsPerFile", STAGED_FILE_ROWS)
+             .parquet(str(folder)))
+
+        return self.stage_files(write, after_epoch, on_folder)
+
+    def _check_file_schemas(self, folder: Path) -> None:
+        """Every Parquet file in ``folder`` has the table's columns with the table's types."""
+        import pyarrow.parquet as pq
+
+        want = [(f.name, f.type) for f in self.arrow_schema if f.name not in self.partition_by]
+        for file in folder.rglob("*.parquet"):
+            got = [(f.name, f.type) for f in pq.read_schema(file)]
+            if got != want:
+                msg = (f"Delta sink {self.path}: staged file {file.name} has columns {got}, the table "
+                       f"{want}")
+                raise DeltaSinkError(msg)
+
+    @staticmethod
+    def discard(staged: StagedFiles) -> None:
+        """Remove staged files no commit took (a no-op once a commit moved them into its attempt)."""
+        if staged.folder.exists():
+            _remove_attempt(staged.folder)
+
+    def _write_files(self, df: DataFrame | pa.Table | None, folder: Path) -> tuple[list[Any], int]:
+        """Have Spark's executors write ``df`` into ``folder``; return the add actions and row count.
+
+        An Arrow table (rows already on the driver) is written by pyarrow, one file per partition value.
+        """
+        if df is None:
+            return [], 0
+        folder.mkdir(parents=True)
+        (folder / MARKER).touch()
+        if _is_arrow_table(df):
+            import pyarrow.dataset as ds
+
+            rows = self._conform_arrow(df)
+            if rows.num_rows:
+                ds.write_dataset(rows, folder, format="parquet", partitioning=list(self.partition_by) or None,
+                                 partitioning_flavor="hive" if self.partition_by else None,
+                                 basename_template=f"part-{uuid.uuid4().hex[:12]}-{{i}}.parquet",
+                                 existing_data_behavior="overwrite_or_ignore")
+            return self._collect_adds(folder)
+        writer = self._conform(df).write.mode("append")
+        if self.partition_by:
+            writer = writer.partitionBy(*self.partition_by)
+        writer.parquet(str(folder))
+        return self._collect_adds(folder)
+
+    def _collect_adds(self, folder: Path) -> tuple[list[Any], int]:
+        """The add actions and row count of the Parquet files written into ``folder`` (empty ones removed)."""
+        import pyarrow.parquet as pq
+        from deltalake.transaction import AddAction
+
+        adds, rows = [], 0
+        for file in sorted(folder.rglob("*.parquet")):
+            meta = pq.read_metadata(file)
+            if meta.num_rows == 0:
+                file.unlink()
+                continue
+            stat = file.stat()
+            parts = {unquote(k): (None if v == "__HIVE_DEFAULT_PARTITION__" else unquote(v)) for k, v in
+                     (seg.split("=", 1) for seg in file.relative_to(folder).parts[:-1])}
+            adds.append(AddAction(file.relative_to(self.path).as_posix(), stat.st_size, parts,
+                                  int(stat.st_mtime * 1000), True, json.dumps({"numRecords": meta.num_rows})))
+            rows += meta.num_rows
+        if not (folder / MARKER).exists():
+            msg = (f"Delta sink {self.path}: attempt {folder.name} was removed by another sink's orphan "
+                   "sweep while it was written (two live writers of one job?)")
+            raise DeltaSinkError(msg)
+        return adds, rows
+
+
+def _pa() -> Any:
+    import pyarrow as pa
+
+    return pa
+
+
+def _is_arrow_table(df: Any) -> bool:
+    return df is not None and isinstance(df, _pa().Table)
