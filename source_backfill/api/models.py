@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from source_backfill.config import StartSpec
-from source_backfill.runtime.progress import JobProgress, SplitProgress, TableProgress
+from source_backfill.runtime.progress import JobProgress, JobStatus, SplitProgress, TableProgress
 from source_backfill.runtime.registry import JobRecord
-
-JobViewStatus = Literal["pending", "backfilling", "finished", "failed"]
 
 
 class ThrottleBody(BaseModel):
@@ -99,7 +97,7 @@ class JobView(BaseModel):
     max_rows_per_epoch: int | None
     created_at: datetime
     #: ``pending`` until the job's first epoch; ``failed`` when the epoch loop marked it so.
-    status: JobViewStatus
+    status: JobStatus
     paused: bool
     rate_limit: float | None
     #: True while a drop is accepted but not applied yet.
@@ -128,7 +126,7 @@ class JobView(BaseModel):
         """Merge a registry record with its progress."""
         spec = record.spec
         splits = [SplitView.of(s) for s in progress.splits] if progress is not None else []
-        status: JobViewStatus = progress.status if progress is not None else "pending"
+        status: JobStatus = progress.status if progress is not None else "pending"
         if record.error is not None:
             status = "failed"
         return cls(
