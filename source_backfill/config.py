@@ -34,6 +34,8 @@ Name = Annotated[str, Field(pattern=NAME_PATTERN)]
 #: Spelled out in ASCII (no ``\s``, ``\b``): Python's and JavaScript's regexes differ on what those match.
 _TRANSFORM_START = r"^[ \t\n\r\f\v]*(?:[Ss][Ee][Ll][Ee][Cc][Tt]|[Ww][Ii][Tt][Hh])(?![A-Za-z0-9_])"
 TRANSFORM_PATTERN = _TRANSFORM_START + r"[\s\S]*\{source\}"
+#: The longest transform accepted (the transform check refuses longer ones before parsing them too).
+MAX_TRANSFORM_CHARS = 16_384
 
 #: The bootstrap value that makes the daemon start its own in-memory broker (laptop and demo default).
 EMBEDDED = "embedded"
@@ -226,7 +228,9 @@ class JobSpec(_Frozen):
     #: at the next epoch boundary. Jobs with a transform always read history inside their epochs.
     read_ahead: bool = True
     #: Spark SQL over the Kafka columns, reading ``{source}``; ``None`` = identity.
-    transform: Annotated[str, Field(json_schema_extra={"pattern": TRANSFORM_PATTERN})] | None = None
+    #: Judged by allow-list on Spark's parsed plan (docs/architecture.md, "Transforms") before it runs.
+    transform: Annotated[str, Field(max_length=MAX_TRANSFORM_CHARS,
+                                    json_schema_extra={"pattern": TRANSFORM_PATTERN})] | None = None
     #: What lands in the table. Kafka sources: ``append`` (the default). Delta sources: ``merge`` (the
     #: default; the source's rows applied by key) or ``changelog`` (every change appended with
     #: ``_change_type``, ``_epoch`` and ``_seq``, which order them). None: the source kind's default.

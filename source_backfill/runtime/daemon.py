@@ -80,6 +80,7 @@ class Daemon:
                                      python_sources=python)
             if python:
                 warm_history_copy(self.spark)  # the Python connector's read ahead runs in Python workers
+            self._check_registered_transforms()
         for source in cfg.sources:
             if source.kind == "delta":
                 from source_backfill.runtime.table_source import TableLiveSource
@@ -110,11 +111,37 @@ class Daemon:
         logger.info('daemon started api="%s" sources=%d', self._api.url, len(self.sources))
 
     def _check_spec(self, spec: JobSpec) -> None:
-        """A job created through the API must suit its source's kind (ConfigError, a 422, if not)."""
+        """A new job must suit its source's kind and pass the transform check (else a 422 naming why).
+
+        ConfigError for the kind, TransformError naming the construct a transform may not use.
+        """
         try:
             check_job_fits_source(spec, self.settings.source(spec.source))
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+        if spec.transform is not None and self.spark is not None:
+            from source_backfill.executors.transform import check_transform
+
+            check_transform(self.spark, spec.transform)
+
+    def _check_registered_transforms(self) -> None:
+        """Check every registered job's transform once Spark is up, here and not in an epoch.
+
+        A job registered before Spark started (the config file's jobs) or under an older allow-list is
+        checked again; a refused transform fails its job durably (``retry`` re-checks it) instead of
+        reaching Spark.
+        """
+        from source_backfill.errors import TransformError
+        from source_backfill.executors.transform import check_transform
+
+        for record in self.registry.list():
+            spec = record.spec
+            if spec.transform is None or record.error is not None:
+                continue
+            try:
+                check_transform(self.spark, spec.transform)
+            except TransformError as exc:
+                self.registry.set_failed(spec.name, f"transform refused: {exc}")
 
     @property
     def api_url(self) -> str:

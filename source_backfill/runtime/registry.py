@@ -144,6 +144,8 @@ class JobRegistry:
     # -- API side ---------------------------------------------------------------------------------------
     def create(self, spec: JobSpec) -> JobRecord:
         """Register a new job; JobExistsError if its name is live, SourceNotFoundError for a bad source."""
+        if self.check_spec is not None and spec.source in self.sources:
+            self.check_spec(spec)  # outside the lock: a transform's check may take seconds
         with self._lock:
             current = self._jobs.get(spec.name)
             if current is not None and not current.dropped:
@@ -153,8 +155,6 @@ class JobRegistry:
                 msg = f'unknown source "{spec.source}" (configured: {sorted(self.sources)})'
                 raise SourceNotFoundError(msg)
             self._check_sink_path(spec.sink_path)
-            if self.check_spec is not None:
-                self.check_spec(spec)
             self._record("create", spec.name, spec.source, spec=spec, rate_limit=spec.rate_limit)
             return self._jobs[spec.name]
 

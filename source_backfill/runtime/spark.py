@@ -24,6 +24,9 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.python.worker.reuse": "true",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.streaming.stopGracefullyOnShutdown": "true",
+    # no ${env:VAR} / ${system:prop} / ${spark.conf} substitution in SQL text: a job's transform would
+    # read the daemon's environment (its token) through it (the transform check refuses '${' as well)
+    "spark.sql.variable.substitute": "false",
     # history read ahead runs in a pool of its own (fairscheduler.xml): while it holds slots, the next
     # free one goes to the live stream's jobs
     "spark.scheduler.mode": "FAIR",
