@@ -36,7 +36,7 @@ COPY deploy/image/config.toml /etc/source-backfill/config.toml
 # State and tables on the volume whatever config is mounted (the environment overrides the file).
 ENV PYTHONUNBUFFERED=1 \
     SOURCE_BACKFILL_JARS=/opt/source-backfill/jvm \
-    SOURCE_BACKFILL_DAEMON__STATE_ROOT=/var/lib/source-backfill \
+    SOURCE_BACKFILL_DAEMON__STATE_ROOT=/var/lib/source-backfill/state \
     SOURCE_BACKFILL_DAEMON__DATA_ROOT=/var/lib/source-backfill \
     SOURCE_BACKFILL_API__HOST=0.0.0.0
 

@@ -65,8 +65,10 @@ class Daemon:
         cfg = self.settings
         root = cfg.daemon.state_root
         root.mkdir(parents=True, exist_ok=True)
+        # a job's sink may not be a delta source's table either (it would write into what it reads)
+        tables = [Path(s.table_path) for s in cfg.sources if s.kind == "delta" and s.table_path]
         self.registry = JobRegistry(root, [s.name for s in cfg.sources], data_root=cfg.daemon.data_root,
-                                    check_spec=self._check_spec)
+                                    check_spec=self._check_spec, protected_paths=tables)
         for spec in cfg.jobs:
             try:
                 self.registry.ensure(spec)

@@ -77,7 +77,7 @@ def test_the_wheel_installed_as_the_image_does_runs_the_image_config(tmp_path, k
         while not table.is_dir():
             assert time.monotonic() < deadline, f"no table under the volume; log:\n{daemon.tail()}"
             time.sleep(0.5)
-        assert (volume / "mutations.jsonl").is_file()  # the state is on the volume too
+        assert (volume / "state" / "mutations.jsonl").is_file()  # the state is on the volume too
         pause = httpx.post(f"{daemon.url}/jobs/events-copy/pause", timeout=5)
         assert pause.status_code == 401  # the image serves 0.0.0.0: a token is needed
     finally:

@@ -1,0 +1,117 @@
+"""Where a job's table may be written: an allow-list check of sink paths, and private state files.
+
+A sink path is accepted when, resolved the way the Delta sink will open it (made absolute against the
+working directory, symlinks followed where they exist, ``..`` applied after them), it lies inside
+``daemon.data_root`` (when one is set) AND shares no ancestor/descendant relation with any protected path:
+the state root (so the mutation log, every source's streaming checkpoint and the embedded broker's log
+folder, all kept under it), each of those resolved on its own (a symlink inside the state root may lead
+elsewhere), and every other live job's table (so its ``_delta_log`` too). A table written inside the
+daemon's state would put ``_delta_log`` and Parquet folders among Kafka's partition folders or Spark's
+checkpoint (the broker then refuses to start), or under a vacuum that deletes files it does not track.
+
+The overlap test is conservative about case: two paths that differ only in letter case count as the same
+(they are the same on a case-insensitive file system), so such a sink is refused rather than risked.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from collections.abc import Iterable
+from pathlib import Path
+
+from source_backfill.errors import SinkPathError
+
+#: Mode of the state root: only the daemon's user may list or enter it (the checkpoints and the broker's
+#: files under it are written by Spark and Kafka with the process umask; the folder keeps others out).
+STATE_DIR_MODE = 0o700
+#: Mode of the state files the daemon writes itself (the mutation log, its compaction's temp file).
+STATE_FILE_MODE = 0o600
+
+#: ``scheme://`` or ``scheme:`` followed by a path: sinks are local paths, never URIs.
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:(//|/)")
+
+
+def resolve(path: str | Path) -> Path:
+    """``path`` as the kernel will see it: absolute, each symlink resolved before the ``..`` after it."""
+    return Path(os.path.realpath(path))
+
+
+def readings(path: str | Path) -> list[Path]:
+    """Every place ``path`` may be opened at; a sink must pass the check for each.
+
+    As the kernel resolves it, and with ``..`` removed first (as a URL library would, before the file
+    system sees it), then resolved.
+    """
+    found = [resolve(path)]
+    lexical = resolve(os.path.normpath(os.path.abspath(path)))  # noqa: PTH100
+    if lexical != found[0]:
+        found.append(lexical)
+    return found
+
+
+def overlaps(a: Path, b: Path) -> bool:
+    """True if ``a`` and ``b`` are the same path or one contains the other (case-insensitively)."""
+    fa, fb = Path(str(a).casefold()), Path(str(b).casefold())
+    return fa == fb or fa.is_relative_to(fb) or fb.is_relative_to(fa)
+
+
+def state_paths(state_root: Path, sources: Iterable[str], log_name: str) -> list[tuple[str, Path]]:
+    """The daemon's own state, each resolved: what no sink may overlap (``(what, path)`` pairs)."""
+    root = Path(state_root)
+    found = [("the state root", root), ("the mutation log", root / log_name),
+             ("the streaming checkpoints", root / "sources"),
+             ("the embedded broker's log folder", root / "kafka")]
+    found += [(f'source "{s}"\'s checkpoint', root / "sources" / s / "checkpoint") for s in sorted(sources)]
+    return [(what, resolve(p)) for what, p in found]
+
+
+def check_sink_path(
+    sink_path: str, *, data_root: Path | None, protected: Iterable[tuple[str, Path]],
+) -> Path:
+    """The resolved sink path if it is allowed, else SinkPathError saying what it collides with."""
+    if _URI.match(sink_path):
+        msg = f"sink_path {sink_path!r} is a URI: give a local file system path"
+        raise SinkPathError(msg)
+    try:
+        resolved = readings(sink_path)
+    except (OSError, ValueError) as exc:  # a NUL byte is a ValueError, not a path outside the root
+        msg = f"sink_path {sink_path!r} is not a usable path ({exc})"
+        raise SinkPathError(msg) from None
+    protected = list(protected)
+    for candidate in resolved:
+        if data_root is not None and not candidate.is_relative_to(data_root):
+            msg = f"sink_path {sink_path!r} resolves to {candidate}, outside daemon.data_root {data_root}"
+            raise SinkPathError(msg)
+        for what, path in protected:
+            if overlaps(candidate, path):
+                relation = ("is" if str(candidate).casefold() == str(path).casefold()
+                            else "is inside" if candidate.is_relative_to(path) else "contains")
+                msg = (f"sink_path {sink_path!r} resolves to {candidate}, which {relation} {what} ({path}): "
+                       "a job's table must not overlap the daemon's state or another job's table")
+                raise SinkPathError(msg)
+    return resolved[0]
+
+
+def make_private_dir(path: Path) -> None:
+    """Create ``path`` (and parents) if missing and make it ``0700``, whatever the umask.
+
+    An existing folder open to its group or others is narrowed too (it holds the mutation log and the
+    checkpoints); one owned by another user is left as it is (chmod would fail: that is logged by the caller).
+    """
+    path.mkdir(parents=True, exist_ok=True, mode=STATE_DIR_MODE)
+    if stat.S_IMODE(path.stat().st_mode) != STATE_DIR_MODE:
+        os.chmod(path, STATE_DIR_MODE)  # noqa: PTH101
+
+
+def open_private(path: Path, flags: int) -> int:
+    """``os.open`` a state file created ``0600`` whatever the umask (an existing one is narrowed to it)."""
+    fd = os.open(path, flags | os.O_CREAT, STATE_FILE_MODE)
+    try:
+        if stat.S_IMODE(os.fstat(fd).st_mode) != STATE_FILE_MODE:
+            os.fchmod(fd, STATE_FILE_MODE)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
