@@ -3,11 +3,12 @@ the truth about a failing live query."""
 
 from __future__ import annotations
 
+import httpx
 import pytest
 
 from connectors.delta.sink import DeltaEpochSink
 from source_backfill.config import JobSpec
-from source_backfill.errors import TransformError
+from source_backfill.errors import SinkPathError, TransformError
 from tests.integration.daemon.conftest import exactly_once, finished, job_of, job_spec, wait_for
 
 pytestmark = pytest.mark.integration
@@ -106,21 +107,23 @@ def test_a_create_that_cannot_start_fails_that_job_only_and_the_daemon_restarts(
         d.registry.create(JobSpec(**job_spec("reader", tmp_path, transform="SELECT * FROM {source} "
                                              f"UNION ALL SELECT * FROM parquet.`{tmp_path / 'ok'}`")))
     assert all(r.name != "reader" for r in d.registry.list())
-    d.registry.create(JobSpec(**{**job_spec("thief", tmp_path), "sink_path": str(tmp_path / "ok")}))
-    wait_for(lambda: d.registry.get("bad-sql").error and d.registry.get("thief").error,
-             what="both creates failed")
+    r = httpx.post(f"{d.api_url}/jobs", json=job_spec("shell", tmp_path, transform=(
+        "SELECT TRANSFORM(value) USING 'touch /tmp/owned' AS (o) FROM {source}")))
+    assert r.status_code == 422 and "TRANSFORM ... USING" in r.text, r.text
+    # a job writing into another job's table is refused when it is created (runtime/paths.py)
+    with pytest.raises(SinkPathError, match='job "ok"'):
+        d.registry.create(JobSpec(**{**job_spec("thief", tmp_path), "sink_path": str(tmp_path / "ok")}))
+    wait_for(lambda: d.registry.get("bad-sql").error, what="the create failed")
     assert "could not start" in d.registry.get("bad-sql").error
-    assert "could not start" in d.registry.get("thief").error
     epoch = d.sources["src"].last_epoch
     wait_for(lambda: d.sources["src"].last_epoch >= epoch + 3, what="epochs go on")
     d.stop()
     # the daemon starts again with them registered (and failed), and they can be dropped
     d = daemon_factory([topic], [job_spec("ok", tmp_path)], state_root=state)
-    assert d.registry.get("thief").error and job_of(d, "ok") is not None
-    d.registry.drop("thief")
+    assert d.registry.get("bad-sql").error and job_of(d, "ok") is not None
     d.registry.drop("bad-sql")
-    wait_for(lambda: not any(r.name in ("thief", "bad-sql") for r in d.registry.list())
-             and d.registry.pending("thief") == 0, what="drops applied")
+    wait_for(lambda: not any(r.name == "bad-sql" for r in d.registry.list())
+             and d.registry.pending("bad-sql") == 0, what="drop applied")
     p.stop()
     exactly_once(tmp_path / "ok", kafka_bootstrap, [topic])
 
