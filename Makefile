@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: venv jars run run-table test test-slow unit integration lint bench chaos clean
+.PHONY: venv jars test-deps run run-table test test-slow unit integration lint bench chaos clean
 
 venv: $(STAMP)
 
@@ -31,7 +31,11 @@ run: $(STAMP) jars
 run-table: $(STAMP)
 	$(PY) -m source_backfill.demo_table
 
-test: $(STAMP) jars
+## Debian packages some tests need (promtool, chromium, chromedriver): installed when root, else one line.
+test-deps:
+	bash deploy/ci/test-deps.sh
+
+test: $(STAMP) jars test-deps
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
 test-slow: $(STAMP) jars

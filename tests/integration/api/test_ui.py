@@ -32,7 +32,7 @@ CHROMEDRIVER = shutil.which("chromedriver")
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None or CHROMEDRIVER is None,
     reason="needs Debian's chromium and chromium-driver (`apt-get install chromium chromium-driver`; "
-           ".ci/run installs them when root)",
+           "make test installs them when root)",
 )
 
 #: Free text a job carries (its failure and its transform) that tries to run script if shown as HTML.

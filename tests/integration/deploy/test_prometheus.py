@@ -1,6 +1,6 @@
 """The Prometheus files of deploy/prometheus: valid for Prometheus itself, and every alert unit-tested.
 
-``promtool`` (Debian: ``apt-get install prometheus``; ``.ci/run`` installs it when run as root) checks the
+``promtool`` (Debian: ``apt-get install prometheus``; ``make test`` installs it when run as root) checks the
 config and rules and runs the rules' unit tests in ``alerts_test.yml``; without it those tests skip.
 """
 
@@ -17,7 +17,7 @@ PROMETHEUS = Path(__file__).resolve().parents[3] / "deploy" / "prometheus"
 
 promtool = pytest.mark.skipif(
     shutil.which("promtool") is None,
-    reason="promtool is not on PATH (Debian/Ubuntu: apt-get install prometheus; .ci/run installs it as root)",
+    reason="promtool is not on PATH (Debian: apt-get install prometheus; make test installs it as root)",
 )
 
 
