@@ -102,7 +102,7 @@ class Daemon:
             logger.info('metrics served url="http://%s:%d/metrics"', cfg.api.host, cfg.metrics.port)
         app = create_app(
             self.registry, cfg.api.token, health=self.health, guard_reads=cfg.api.guard_reads,
-            max_body_bytes=cfg.api.max_body_bytes,
+            max_body_bytes=cfg.api.max_body_bytes, allowed_hosts=cfg.api.served_hosts,
         )
         self._api = ApiServer(app, cfg.api.host, cfg.api.port)
         self._api.start()

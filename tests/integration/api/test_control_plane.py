@@ -1,0 +1,219 @@
+"""Attacks on the control plane, each against a real uvicorn server: a page that rebinds its DNS name to the
+daemon (foreign Host), a page that posts to it (foreign Origin, cross-site fetch, a text/plain "simple"
+request), a client that never finishes its headers (slowloris), hundreds of idle connections, and what an
+error or a log line could give away (the token, the daemon's paths).
+"""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from pydantic import SecretStr
+
+from source_backfill.api.app import create_app
+from source_backfill.api.server import ApiServer
+from source_backfill.config import JobSpec
+from source_backfill.runtime.registry import JobRegistry
+from tests.integration.api.conftest import SOURCES, TOKEN, job_body
+
+pytestmark = pytest.mark.integration
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+#: Every route but the probes, as a browser page would reach it (reads and mutations).
+ROUTES = [
+    ("GET", "/health", None), ("GET", "/jobs", None), ("GET", "/jobs/j", None), ("GET", "/metrics", None),
+    ("GET", "/openapi.json", None), ("GET", "/docs", None), ("GET", "/ui", None), ("GET", "/ui.js", None),
+    ("POST", "/jobs", job_body("x")), ("POST", "/jobs/j/pause", None), ("POST", "/jobs/j/resume", None),
+    ("POST", "/jobs/j/retry", None), ("PATCH", "/jobs/j", {"rate_limit": 1.0}), ("DELETE", "/jobs/j", None),
+]
+MUTATIONS = [r for r in ROUTES if r[0] != "GET"]
+ROUTE_IDS = [f"{m} {p}" for m, p, _ in ROUTES]
+MUTATION_IDS = [f"{m} {p}" for m, p, _ in MUTATIONS]
+
+
+@pytest.fixture
+def served(tmp_path):
+    """``served(**create_app kwargs)`` -> (server, registry) with a failed job ``j`` (so retry acts)."""
+    made = []
+
+    def make(**kw):
+        registry = JobRegistry(tmp_path / f"state{len(made)}", SOURCES)
+        registry.create(JobSpec(name="j", source="events", sink_path="/tables/j"))
+        registry.set_failed("j", "boom")
+        kw.setdefault("token", None)
+        server = ApiServer(create_app(registry, kw.pop("token"), **kw), "127.0.0.1", 0)
+        server.start()
+        made.append((server, registry))
+        return server, registry
+
+    yield make
+    for server, registry in made:
+        server.stop()
+        registry.close()
+
+
+def state(registry: JobRegistry) -> tuple[list, bytes]:
+    """What a refused request must not change: the jobs and the mutation log's bytes."""
+    return registry.list(), registry.path.read_bytes()
+
+
+def host_of(server: ApiServer) -> str:
+    return f"127.0.0.1:{server.port}"
+
+
+def send(server: ApiServer, method: str, path: str, body: dict | None, headers: dict[str, str]):
+    with httpx.Client(base_url=server.url, timeout=10) as client:
+        return client.request(method, path, json=body, headers=headers)
+
+
+# -- Host: DNS rebinding ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(("method", "path", "body"), ROUTES, ids=ROUTE_IDS)
+@pytest.mark.parametrize("with_token", [False, True], ids=["no-token", "token"])
+def test_a_rebound_dns_name_is_refused_on_every_route(served, method, path, body, with_token):
+    """evil.com resolving to 127.0.0.1: the browser connects to the daemon but names evil.com as the Host."""
+    server, registry = served(token=SecretStr(TOKEN) if with_token else None)
+    before = state(registry)
+    for host in ("evil.com", f"evil.com:{server.port}", "127.0.0.1.evil.com", "localhost.evil.com:80"):
+        headers = {"Host": host} | (AUTH if with_token else {})
+        r = send(server, method, path, body, headers)
+        assert r.status_code == 421, (host, r.status_code, r.text)
+        assert r.json() == {"error": {"type": "host_not_allowed", "message": r.json()["error"]["message"]}}
+    assert state(registry) == before
+
+
+@pytest.mark.parametrize("host", ["", "127.0.0.1:80:80", "evil.com@127.0.0.1", "127.0.0.1/x", "::1",
+                                  "[::1", "127.0.0.1:port", "*", "127.0.0.1, evil.com"])
+def test_a_malformed_host_is_refused(served, host):
+    server, _ = served()
+    assert send(server, "GET", "/jobs", None, {"Host": host}).status_code == 421
+
+
+def test_loopback_names_are_served_on_any_port(served):
+    server, _ = served()
+    for host in ("localhost", f"localhost:{server.port}", "LOCALHOST:1", "127.0.0.1", "127.0.0.1:8",
+                 f"[::1]:{server.port}", "[::1]", "localhost."):
+        assert send(server, "GET", "/jobs", None, {"Host": host}).status_code == 200, host
+
+
+def test_the_probes_answer_whatever_the_host(served):
+    """Kubernetes probes name the pod's IP address, which no allow-list knows in advance."""
+    server, _ = served()
+    for path in ("/live", "/ready"):
+        for host in ("10.1.2.3:8080", "evil.com", ""):
+            assert send(server, "GET", path, None, {"Host": host}).status_code == 200, (path, host)
+
+
+def test_configured_hosts_are_served_and_others_are_not(served):
+    server, _ = served(allowed_hosts=("localhost", "api.example.com", "*.svc.cluster.local", "10.0.0.7"))
+    for host in ("api.example.com", "API.example.com:443", "sb.ns.svc.cluster.local:8080", "10.0.0.7:8080"):
+        assert send(server, "GET", "/jobs", None, {"Host": host}).status_code == 200, host
+    for host in ("example.com", "evilapi.example.com", "svc.cluster.local", "127.0.0.1", "10.0.0.8"):
+        assert send(server, "GET", "/jobs", None, {"Host": host}).status_code == 421, host
+
+
+def test_a_star_serves_any_host_when_the_operator_says_so(served):
+    server, _ = served(allowed_hosts=("*",))
+    assert send(server, "GET", "/jobs", None, {"Host": "anything.example:1"}).status_code == 200
+
+
+# -- Origin, Sec-Fetch-Site, Content-Type: cross-site request forgery --------------------------------------
+@pytest.mark.parametrize(("method", "path", "body"), MUTATIONS, ids=MUTATION_IDS)
+@pytest.mark.parametrize("with_token", [False, True], ids=["no-token", "token"])
+def test_a_mutation_from_a_foreign_origin_is_refused(served, method, path, body, with_token):
+    server, registry = served(token=SecretStr(TOKEN) if with_token else None)
+    before = state(registry)
+    port = server.port
+    for origin in ("http://evil.com", "null", f"http://evil.com:{port}", f"http://127.0.0.1:{port + 1}",
+                   f"http://localhost:{port}", "https://127.0.0.1", f"http://127.0.0.1:{port}/x", "garbage"):
+        headers = {"Origin": origin} | (AUTH if with_token else {})
+        r = send(server, method, path, body, headers)
+        assert r.status_code == 403, (origin, r.status_code, r.text)
+        assert r.json()["error"]["type"] == "cross_origin"
+    assert state(registry) == before
+
+
+@pytest.mark.parametrize(("method", "path", "body"), MUTATIONS, ids=MUTATION_IDS)
+def test_a_mutation_a_browser_calls_cross_site_is_refused_without_an_origin(served, method, path, body):
+    server, registry = served()
+    before = state(registry)
+    for site in ("cross-site", "same-site", "Cross-Site"):
+        r = send(server, method, path, body, {"Sec-Fetch-Site": site})
+        assert r.status_code == 403, (site, r.text)
+    assert state(registry) == before
+
+
+@pytest.mark.parametrize(("method", "path"), [("POST", "/jobs/j/pause"), ("POST", "/jobs/j/resume"),
+                                              ("POST", "/jobs/j/retry"), ("DELETE", "/jobs/j"),
+                                              ("PATCH", "/jobs/j"), ("POST", "/jobs")])
+@pytest.mark.parametrize("content_type", [
+    "text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x",
+    "text/plain; a=application/json",
+])
+def test_a_form_post_is_refused(served, method, path, content_type):
+    """What an HTML form sends cross-site without a preflight: a "simple" content type, body or none."""
+    server, registry = served()
+    before = state(registry)
+    body = json.dumps(job_body("x") if path == "/jobs" else {"rate_limit": 1.0})
+    for content in (body, ""):
+        with httpx.Client(base_url=server.url, timeout=10) as client:
+            r = client.request(method, path, content=content, headers={"Content-Type": content_type})
+        assert r.status_code == 415, (content, r.status_code, r.text)
+        assert r.json()["error"]["type"] == "unsupported_media_type"
+    assert state(registry) == before
+
+
+def test_a_body_without_a_content_type_is_refused(served):
+    server, registry = served()
+    before = state(registry)
+    with httpx.Client(base_url=server.url, timeout=10) as client:
+        r = client.post("/jobs", content=json.dumps(job_body("x")).encode())
+    assert r.status_code == 415
+    assert state(registry) == before
+
+
+def test_the_status_page_s_own_calls_are_accepted(served):
+    """Same origin, as ui.js sends them: Origin of the page, Sec-Fetch-Site same-origin, JSON bodies."""
+    server, registry = served(token=SecretStr(TOKEN))
+    page = {"Origin": f"http://127.0.0.1:{server.port}", "Sec-Fetch-Site": "same-origin"} | AUTH
+    assert send(server, "POST", "/jobs/j/retry", None, page).status_code == 202
+    assert send(server, "POST", "/jobs/j/pause", None, page).status_code == 202
+    assert send(server, "PATCH", "/jobs/j", {"rate_limit": 5.0}, page).status_code == 202
+    local = page | {"Host": f"localhost:{server.port}", "Origin": f"http://localhost:{server.port}"}
+    assert send(server, "POST", "/jobs/j/resume", None, local).status_code == 202
+    record = registry.get("j")
+    assert (record.paused, record.rate_limit, record.error) == (False, 5.0, None)
+    with httpx.Client(base_url=server.url, timeout=10) as client:  # a client that is no browser: no Origin
+        r = client.post("/jobs", json=job_body("k"), headers=AUTH)
+        assert r.status_code == 201, r.text
+        json_type = {"Content-Type": "application/json"}
+        assert client.post("/jobs/k/pause", headers=AUTH | json_type).status_code == 202
+    assert send(server, "GET", "/jobs", None, {"Origin": "http://evil.com"}).status_code == 200  # reads: CORS
+
+
+def test_behind_a_tls_proxy_the_public_origin_is_same_origin(served):
+    server, registry = served(allowed_hosts=("api.example.com",))
+    proxied = {"Host": "api.example.com", "Origin": "https://api.example.com"}
+    assert send(server, "POST", "/jobs/j/pause", None, proxied).status_code == 202
+    assert send(server, "POST", "/jobs/j/resume", None, proxied | {"Origin": "https://api.example.com:8443"}
+                ).status_code == 403
+
+
+def test_allowed_hosts_are_configured_typed_and_checked(monkeypatch):
+    from source_backfill.config import load_settings
+    from source_backfill.errors import ConfigError
+
+    assert load_settings().api.served_hosts == ("localhost", "127.0.0.1", "::1")
+    monkeypatch.setenv("SOURCE_BACKFILL_API__TOKEN", "t0ken")
+    monkeypatch.setenv("SOURCE_BACKFILL_API__HOST", "0.0.0.0")  # noqa: S104 - a wildcard names no host
+    monkeypatch.setenv("SOURCE_BACKFILL_API__ALLOWED_HOSTS", '["API.example.com", "*.svc.cluster.local"]')
+    api = load_settings().api
+    assert api.served_hosts == ("localhost", "127.0.0.1", "::1", "api.example.com", "*.svc.cluster.local")
+    monkeypatch.setenv("SOURCE_BACKFILL_API__HOST", "10.0.0.7")
+    assert "10.0.0.7" in load_settings().api.served_hosts
+    for bad in ('["https://api.example.com"]', '["api.example.com:8080"]', '["a b"]', '[""]'):
+        monkeypatch.setenv("SOURCE_BACKFILL_API__ALLOWED_HOSTS", bad)
+        with pytest.raises(ConfigError, match="allowed_hosts"):
+            load_settings()
