@@ -336,6 +336,8 @@ class ApiConfig(_Frozen):
     #: A connection that has not sent a request's headers this long after it opened (or after its last
     #: response) is closed: slow or idle clients cannot hold connections open.
     header_timeout_s: float = Field(default=5.0, gt=0, le=300)
+    #: A request whose body has not arrived this long after its headers is cut off (its connection closed).
+    body_timeout_s: float = Field(default=30.0, gt=0, le=3600)
     #: An idle keep-alive connection is closed after this long.
     keep_alive_timeout_s: float = Field(default=5.0, gt=0, le=300)
     #: Open connections at most; a new one beyond it closes the oldest still waiting for its request's

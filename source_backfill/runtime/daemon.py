@@ -104,10 +104,19 @@ class Daemon:
             self.registry, cfg.api.token, health=self.health, guard_reads=cfg.api.guard_reads,
             max_body_bytes=cfg.api.max_body_bytes, allowed_hosts=cfg.api.served_hosts,
         )
-        self._api = ApiServer(app, cfg.api.host, cfg.api.port)
+        self._api = ApiServer(app, cfg.api.host, cfg.api.port, limits=self._server_limits())
         self._api.start()
         threading.Thread(target=self._watch_lag, name="epoch-lag", daemon=True).start()
         logger.info('daemon started api="%s" sources=%d', self._api.url, len(self.sources))
+
+    def _server_limits(self) -> Any:
+        """The API's connection limits (the metrics port gets the same)."""
+        from source_backfill.api.server import ServerLimits
+
+        api = self.settings.api
+        return ServerLimits(header_timeout_s=api.header_timeout_s, body_timeout_s=api.body_timeout_s,
+                            keep_alive_timeout_s=api.keep_alive_timeout_s,
+                            max_connections=api.max_connections, max_header_bytes=api.max_header_bytes)
 
     def _check_spec(self, spec: JobSpec) -> None:
         """A job created through the API must suit its source's kind (ConfigError, a 422, if not)."""

@@ -7,13 +7,16 @@ error or a log line could give away (the token, the daemon's paths).
 from __future__ import annotations
 
 import json
+import socket
+import struct
+import time
 
 import httpx
 import pytest
 from pydantic import SecretStr
 
 from source_backfill.api.app import create_app
-from source_backfill.api.server import ApiServer
+from source_backfill.api.server import ApiServer, ServerLimits
 from source_backfill.config import JobSpec
 from source_backfill.runtime.registry import JobRegistry
 from tests.integration.api.conftest import SOURCES, TOKEN, job_body
@@ -217,3 +220,133 @@ def test_allowed_hosts_are_configured_typed_and_checked(monkeypatch):
         monkeypatch.setenv("SOURCE_BACKFILL_API__ALLOWED_HOSTS", bad)
         with pytest.raises(ConfigError, match="allowed_hosts"):
             load_settings()
+
+
+# -- connections: slowloris, idle sockets ------------------------------------------------------------------
+def raw_socket(server: ApiServer) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # no TIME_WAIT pile-up
+    return sock
+
+
+def closed_by_server(sock: socket.socket, within_s: float, trickle: bytes = b"") -> float | None:
+    """Seconds until the server closed ``sock`` (sending ``trickle`` every 0.2 s meanwhile), None if not."""
+    started = time.monotonic()
+    sock.settimeout(0.2)
+    while time.monotonic() - started < within_s:
+        try:
+            if trickle:
+                sock.sendall(trickle)
+            data = sock.recv(65536)
+        except TimeoutError:
+            continue
+        except (ConnectionResetError, BrokenPipeError):
+            return time.monotonic() - started
+        if data == b"":
+            return time.monotonic() - started
+    return None
+
+
+@pytest.fixture
+def limited(tmp_path):
+    """``limited(**ServerLimits kwargs)`` -> a server with those limits."""
+    made = []
+
+    def make(**limits):
+        registry = JobRegistry(tmp_path / f"state{len(made)}", SOURCES)
+        server = ApiServer(create_app(registry), "127.0.0.1", 0, limits=ServerLimits(**limits))
+        server.start()
+        made.append((server, registry))
+        return server
+
+    yield make
+    for server, registry in made:
+        server.stop()
+        registry.close()
+
+
+def test_a_slowloris_is_closed_within_the_header_timeout(limited):
+    """Headers sent a byte at a time, never finished: the connection is closed once the timeout is up."""
+    server = limited(header_timeout_s=1.0)
+    with raw_socket(server) as sock:
+        sock.sendall(b"GET /jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+        took = closed_by_server(sock, within_s=6.0, trickle=b"a")
+    assert took is not None, "the server kept a connection whose headers never ended"
+    assert 0.8 <= took <= 3.0, took
+    assert httpx.get(f"{server.url}/live").status_code == 200
+
+
+def test_an_idle_connection_is_closed_within_the_header_timeout(limited):
+    server = limited(header_timeout_s=1.0)
+    with raw_socket(server) as sock:
+        took = closed_by_server(sock, within_s=6.0)
+    assert took is not None and took <= 3.0, took
+
+
+def test_a_keep_alive_slowloris_is_closed_too(limited):
+    """The second request on a kept-alive connection has to finish its headers in time as well."""
+    server = limited(header_timeout_s=1.0, keep_alive_timeout_s=60.0)
+    with raw_socket(server) as sock:
+        sock.sendall(b"GET /live HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert b"200 OK" in sock.recv(65536)
+        sock.sendall(b"GET /live HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+        took = closed_by_server(sock, within_s=6.0, trickle=b"a")
+    assert took is not None and took <= 3.0, took
+
+
+def test_a_body_that_never_arrives_is_cut_off(limited):
+    server = limited(body_timeout_s=1.0)
+    with raw_socket(server) as sock:
+        sock.sendall(b"POST /jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 1000\r\n\r\n{")
+        took = closed_by_server(sock, within_s=6.0, trickle=b" ")
+    assert took is not None and took <= 3.0, took
+
+
+def test_three_hundred_idle_connections_do_not_lock_the_api_out(limited):
+    """Idle sockets are bounded (the oldest make room), so the daemon keeps its file descriptors and a
+    real client is answered at once, long before any of them times out."""
+    server = limited(max_connections=50, header_timeout_s=30.0)
+    socks = [raw_socket(server) for _ in range(300)]
+    try:
+        started = time.monotonic()
+        r = httpx.get(f"{server.url}/jobs", timeout=10)
+        assert r.status_code == 200
+        assert time.monotonic() - started < 5.0
+        closed = sum(closed_by_server(s, within_s=0.05) is not None for s in socks)
+        assert closed >= 300 - 50, f"only {closed} of 300 idle connections closed: the server holds the rest"
+        assert len(server.protocol.tracker.open) <= 50
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_when_every_connection_is_inside_a_request_a_new_one_gets_503(limited):
+    server = limited(max_connections=3, body_timeout_s=1.5)
+    busy = [raw_socket(server) for _ in range(3)]
+    try:
+        for sock in busy:  # headers complete, the body never comes: inside a request, not to be evicted
+            sock.sendall(b"POST /jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 100\r\n\r\n")
+        time.sleep(0.3)
+        with raw_socket(server) as extra:
+            answer = extra.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 503") and b"too_many_connections" in answer
+        time.sleep(2.0)  # their bodies are late: cut off, the places free again
+        assert httpx.get(f"{server.url}/jobs", timeout=10).status_code == 200
+    finally:
+        for s in busy:
+            s.close()
+
+
+def test_the_limits_are_settings_the_daemon_serves_with(monkeypatch):
+    from source_backfill.config import load_settings
+    from source_backfill.runtime.daemon import Daemon
+
+    assert Daemon(load_settings())._server_limits() == ServerLimits()  # the defaults agree  # noqa: SLF001
+    for key, value in (("HEADER_TIMEOUT_S", "2.5"), ("BODY_TIMEOUT_S", "9"), ("KEEP_ALIVE_TIMEOUT_S", "1"),
+                       ("MAX_CONNECTIONS", "20"), ("MAX_HEADER_BYTES", "4096")):
+        monkeypatch.setenv(f"SOURCE_BACKFILL_API__{key}", value)
+    limits = Daemon(load_settings())._server_limits()  # noqa: SLF001
+    assert limits == ServerLimits(header_timeout_s=2.5, body_timeout_s=9.0, keep_alive_timeout_s=1.0,
+                                  max_connections=20, max_header_bytes=4096)
