@@ -277,6 +277,28 @@ def create_app(
     return app
 
 
+def create_metrics_app() -> ASGIApp:
+    """The separate metrics port's app: ``GET /metrics`` (Prometheus text format) and nothing else.
+
+    Served by an :class:`~source_backfill.api.server.ApiServer`, so it has the API's connection limits.
+    It checks no Host: Prometheus scrapes it by address, and it changes nothing.
+    """
+
+    async def metrics_app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        response: Response
+        if scope["path"] != "/metrics":
+            response = error_response(404, "not_found", "only /metrics is served on this port")
+        elif scope["method"] not in ("GET", "HEAD"):
+            response = error_response(405, "method_not_allowed", "only GET", headers={"Allow": "GET, HEAD"})
+        else:
+            response = Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+        await response(scope, receive, send)
+
+    return metrics_app
+
+
 def _internal_error(exc: BaseException) -> JSONResponse:
     """A 500 that names an id to find in the daemon's log, never the exception's text (it may hold paths)."""
     error_id = uuid.uuid4().hex[:12]

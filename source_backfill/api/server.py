@@ -168,9 +168,10 @@ class ApiServer:
 
     def __init__(
         self, app: Any, host: str = "127.0.0.1", port: int = 8080, *, log_level: str = "warning",
-        limits: ServerLimits | None = None,
+        limits: ServerLimits | None = None, name: str = "API",
     ) -> None:
         self.app = app
+        self.name = name
         self.host = host
         self.port = port
         self.limits = limits or ServerLimits()
@@ -193,7 +194,7 @@ class ApiServer:
     def start(self, timeout_s: float = 15.0) -> None:
         """Bind, start serving, and return once the server accepts connections."""
         if self._thread is not None:
-            msg = "API server already started"
+            msg = f"{self.name} server already started"
             raise ApiServerError(msg)
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         # proto=IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on connections accepted from a socket that
@@ -205,26 +206,27 @@ class ApiServer:
             sock.bind((self.host, self.port))
         except OSError as exc:
             sock.close()
-            msg = f"cannot bind the API to {self.host}:{self.port}: {exc}"
+            msg = f"cannot bind the {self.name} to {self.host}:{self.port}: {exc}"
             raise ApiServerError(msg) from exc
         sock.set_inheritable(True)
         self._socket = sock
         self.port = sock.getsockname()[1]
         self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [sock]}, name="api-server", daemon=True
+            target=self._server.run, kwargs={"sockets": [sock]}, name=f"{self.name.lower()}-server",
+            daemon=True,
         )
         self._thread.start()
         deadline = time.monotonic() + timeout_s
         while not self._server.started:
             if not self._thread.is_alive():
-                msg = f"API server on {self.url} exited while starting"
+                msg = f"{self.name} server on {self.url} exited while starting"
                 raise ApiServerError(msg)
             if time.monotonic() > deadline:
                 self.stop()
-                msg = f"API server on {self.url} did not start within {timeout_s}s"
+                msg = f"{self.name} server on {self.url} did not start within {timeout_s}s"
                 raise ApiServerError(msg)
             time.sleep(0.01)
-        logger.info('API listening url="%s"', self.url)
+        logger.info('%s listening url="%s"', self.name, self.url)
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Ask uvicorn to exit after in-flight requests and wait for its thread."""
@@ -240,7 +242,7 @@ class ApiServer:
             self._socket.close()
             self._socket = None
         self._thread = None
-        logger.info('API stopped url="%s"', self.url)
+        logger.info('%s stopped url="%s"', self.name, self.url)
 
     def __enter__(self) -> ApiServer:
         self.start()

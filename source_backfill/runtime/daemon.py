@@ -56,7 +56,7 @@ class Daemon:
 
     def _start(self) -> None:
         from connectors.kafka.admin import KafkaAdmin
-        from source_backfill.api.app import create_app
+        from source_backfill.api.app import create_app, create_metrics_app
         from source_backfill.api.server import ApiServer
         from source_backfill.runtime.registry import JobRegistry
         from source_backfill.runtime.source import LiveSource
@@ -95,11 +95,11 @@ class Daemon:
             )
             self.sources[source.name] = live  # before start: a failed start still stops its query
             live.start()
-        if cfg.metrics.port is not None:
-            from prometheus_client import start_http_server
-
-            self._metrics_server = start_http_server(cfg.metrics.port, addr=cfg.api.host)
-            logger.info('metrics served url="http://%s:%d/metrics"', cfg.api.host, cfg.metrics.port)
+        if cfg.metrics.port is not None:  # uvicorn like the API, with its connection limits
+            self._metrics_server = ApiServer(create_metrics_app(), cfg.api.host, cfg.metrics.port,
+                                             limits=self._server_limits(), name="metrics")
+            self._metrics_server.start()
+            logger.info('metrics served url="%s/metrics"', self._metrics_server.url)
         app = create_app(
             self.registry, cfg.api.token, health=self.health, guard_reads=cfg.api.guard_reads,
             max_body_bytes=cfg.api.max_body_bytes, allowed_hosts=cfg.api.served_hosts,
@@ -130,6 +130,11 @@ class Daemon:
         """The control API's base URL (valid after start)."""
         return str(self._api.url)
 
+    @property
+    def metrics_url(self) -> str | None:
+        """The separate metrics port's base URL (valid after start), None when metrics.port is off."""
+        return str(self._metrics_server.url) if self._metrics_server is not None else None
+
     def stop(self) -> None:
         """Stop sources after their running epoch, then the API, the embedded broker last."""
         self._stop.set()
@@ -138,10 +143,7 @@ class Daemon:
         if self._api is not None:
             self._api.stop()
         if self._metrics_server is not None:
-            server = self._metrics_server[0] if isinstance(self._metrics_server, tuple) else None
-            if server is not None:
-                server.shutdown()
-                server.server_close()
+            self._metrics_server.stop()
             self._metrics_server = None
         if self._broker is not None:
             self._broker.stop()

@@ -350,3 +350,27 @@ def test_the_limits_are_settings_the_daemon_serves_with(monkeypatch):
     limits = Daemon(load_settings())._server_limits()  # noqa: SLF001
     assert limits == ServerLimits(header_timeout_s=2.5, body_timeout_s=9.0, keep_alive_timeout_s=1.0,
                                   max_connections=20, max_header_bytes=4096)
+
+
+def test_the_metrics_port_has_the_api_s_connection_limits(tmp_path):
+    """A daemon without sources (no Spark) serving metrics on a port of its own."""
+    from source_backfill.config import Settings
+    from source_backfill.runtime.daemon import Daemon
+
+    settings = Settings(daemon={"state_root": tmp_path / "state"}, api={"port": 0, "header_timeout_s": 1.0},
+                        metrics={"port": 0})
+    daemon = Daemon(settings)
+    daemon.start()
+    try:
+        url = daemon.metrics_url
+        assert url is not None and url != daemon.api_url
+        r = httpx.get(f"{url}/metrics")
+        assert r.status_code == 200 and "source_backfill_" in r.text
+        port = int(url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+            took = closed_by_server(sock, within_s=6.0, trickle=b"a")
+        assert took is not None and took <= 3.0, took
+        assert httpx.get(f"{url}/jobs").status_code == 404  # only the metrics there
+    finally:
+        daemon.stop()
