@@ -160,8 +160,8 @@ def create_app(
             if isinstance(exc, kind):
                 if code == status.HTTP_500_INTERNAL_SERVER_ERROR:
                     return _internal_error(exc)
-                if code >= 500:
-                    logger.error('request failed error_type="%s" error="%s"', type(exc).__name__, exc)
+                if isinstance(exc, StateWriteError):
+                    return _state_unwritable(exc)
                 return error_response(code, type_, str(exc), field)
         raise exc  # unreachable: SourceBackfillError is the last row
 
@@ -305,6 +305,17 @@ def _internal_error(exc: BaseException) -> JSONResponse:
     logger.error('request failed error_id="%s" error_type="%s"', error_id, type(exc).__name__, exc_info=exc)
     message = f"internal error {error_id}; the daemon's log has the details"
     return error_response(500, "internal_error", message)
+
+
+def _state_unwritable(exc: StateWriteError) -> JSONResponse:
+    """A 503 saying why (the OS's reason) but not where: the mutation log's path stays in the log."""
+    error_id = uuid.uuid4().hex[:12]
+    logger.error('request failed error_id="%s" error_type="%s" error="%s"', error_id, type(exc).__name__, exc)
+    cause = exc.__cause__
+    reason = cause.strerror if isinstance(cause, OSError) and cause.strerror else "a write failed"
+    message = (f"the daemon cannot write its mutation log ({reason}); nothing was changed: free space or fix "
+               f"permissions under daemon.state_root, then retry (error {error_id} in the daemon's log)")
+    return error_response(status.HTTP_503_SERVICE_UNAVAILABLE, "state_unwritable", message)
 
 
 class _BodyTooLarge(HTTPException):

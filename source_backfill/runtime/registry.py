@@ -306,14 +306,20 @@ class JobRegistry:
         """A sink path must stay inside ``data_root`` (no ``..``, no symlink out of it), when one is set."""
         if self.data_root is None:
             return
+        # The messages name the path as given, never what it resolves to nor the data root: they are API
+        # answers, and the daemon's working directory (a relative path) or a symlink's target are not the
+        # caller's to learn. The log has the details.
         try:
             resolved = Path(sink_path).resolve()
         except (OSError, ValueError) as exc:  # a NUL byte is a ValueError, not a path outside the root
-            msg = f"sink_path {sink_path!r} is not a usable path ({exc})"
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            msg = f"sink_path {sink_path!r} is not a usable path ({reason})"
             raise SinkPathError(msg) from None
         if not resolved.is_relative_to(self.data_root):
-            msg = (f"sink_path {sink_path!r} resolves to {resolved}, outside daemon.data_root "
-                   f"{self.data_root}")
+            logger.warning('sink path refused sink_path=%r resolved="%s" data_root="%s"', sink_path,
+                           resolved, self.data_root)
+            msg = (f"sink_path {sink_path!r} is outside daemon.data_root (resolved, with any '..' or "
+                   "symlink in it followed)")
             raise SinkPathError(msg)
 
     def _live(self, name: str) -> JobRecord:

@@ -374,3 +374,116 @@ def test_the_metrics_port_has_the_api_s_connection_limits(tmp_path):
         assert httpx.get(f"{url}/jobs").status_code == 404  # only the metrics there
     finally:
         daemon.stop()
+
+
+# -- what errors and logs give away -----------------------------------------------------------------------
+def test_errors_name_no_path_of_the_daemon_s_state(tmp_path, monkeypatch):
+    """A sink path is echoed as sent, never what it resolves to (the working directory, a symlink's
+    target) nor the data root; an unwritable mutation log says why, not where."""
+    import errno
+
+    from source_backfill.runtime import registry as registry_mod
+
+    data, secret = tmp_path / "data", tmp_path / "secret-target"
+    data.mkdir()
+    secret.mkdir()
+    (data / "out").symlink_to(secret)
+    registry = JobRegistry(tmp_path / "state", SOURCES, data_root=data)
+    monkeypatch.chdir(tmp_path / "state")
+    hidden = [str(secret), "secret-target", str(tmp_path / "state"), "mutations.jsonl"]
+    try:
+        with ApiServer(create_app(registry), "127.0.0.1", 0) as server, \
+                httpx.Client(base_url=server.url, timeout=10) as client:
+            for sink, also_hidden in ((str(data / "out" / "t"), []), ("relative/t", [str(data)]),
+                                      ("/etc/evil", [str(data)]), ("../../x", [str(data)])):
+                r = client.post("/jobs", json={"name": "j", "source": "events", "sink_path": sink})
+                assert r.status_code == 422, r.text
+                assert repr(sink) in r.json()["error"]["message"]  # what was sent is said back
+                for text in hidden + also_hidden:
+                    assert text not in r.text, (sink, text, r.text)
+
+            assert client.post("/jobs", json={"name": "j", "source": "events",
+                                              "sink_path": str(data / "j")}).status_code == 201
+
+            def full(_fd):
+                raise OSError(errno.ENOSPC, "No space left on device")
+
+            monkeypatch.setattr(registry_mod.os, "fsync", full)
+            for method, path in (("POST", "/jobs/j/pause"), ("PATCH", "/jobs/j"), ("DELETE", "/jobs/j")):
+                r = client.request(method, path, json={"rate_limit": 1} if method == "PATCH" else None)
+                assert r.status_code == 503, r.text
+                assert "No space left" in r.json()["error"]["message"]
+                for text in [*hidden, str(data), str(tmp_path)]:
+                    assert text not in r.text, (path, text, r.text)
+    finally:
+        registry.close()
+
+
+def test_the_token_is_never_logged_nor_answered(tmp_path, capfd):
+    """A daemon with a token (no sources), every kind of request, the token sent right and in every wrong
+    place: no log record, no stdout/stderr line, no response body or header holds it."""
+    import logging
+
+    from source_backfill.config import Settings
+    from source_backfill.runtime.daemon import Daemon
+
+    token = "Tok3n-" + "s3cr3t" * 4
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record)
+
+    keep = Keep(level=logging.DEBUG)
+    loggers = [logging.getLogger(n) for n in ("", "uvicorn", "uvicorn.error", "uvicorn.access")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.addHandler(keep)
+        lg.setLevel(logging.DEBUG)
+    answers: list[str] = []
+    try:
+        settings = Settings(daemon={"state_root": tmp_path / "state", "data_root": tmp_path / "data"},
+                            api={"port": 0, "token": token, "guard_reads": True}, metrics={"port": 0})
+        daemon = Daemon(settings)
+        daemon.start()
+        try:
+            right = {"Authorization": f"Bearer {token}"}
+            wrong = [{"Authorization": f"Bearer {token}x"}, {"Authorization": f"Basic {token}"},
+                     {"Authorization": token}, {"X-Api-Key": token}, {"Cookie": f"token={token}"},
+                     {"Authorization": f"Bearer {token[:-1]}"}]
+            with httpx.Client(base_url=daemon.api_url, timeout=10) as client:
+                requests = [("GET", p, None) for p in ("/health", "/ready", "/live", "/jobs", "/jobs/nope",
+                                                       "/metrics", "/openapi.json", "/docs", "/ui", "/ui.js")]
+                requests += [("POST", "/jobs", {"name": "j", "source": "nope", "sink_path": "/x"}),
+                             ("POST", "/jobs", {"name": "j", "source": "events", "sink_path": "/outside"}),
+                             ("POST", "/jobs/nope/pause", None), ("PATCH", "/jobs/nope", {"rate_limit": -1}),
+                             ("DELETE", "/jobs/nope", None), ("POST", "/jobs", {"bad": True})]
+                for method, path, body in requests:
+                    for headers in [right, *wrong, {}]:
+                        r = client.request(method, path, json=body, headers=headers)
+                        answers.append(f"{r.status_code} {dict(r.headers)} {r.text}")
+                    r = client.request(method, f"{path}?token={token}", json=body, headers=right)
+                    answers.append(f"{r.status_code} {dict(r.headers)} {r.text}")
+                    r = client.request(method, path, json=body, headers=right | {"Host": "evil.com"})
+                    answers.append(f"{r.status_code} {dict(r.headers)} {r.text}")
+            r = httpx.get(f"{daemon.metrics_url}/metrics", headers=right)
+            answers.append(r.text)
+        finally:
+            daemon.stop()
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.removeHandler(keep)
+            lg.setLevel(level)
+    assert len(answers) > 100 and any(a.startswith("401") for a in answers)
+    assert any(a.startswith("200") for a in answers)
+    for answer in answers:
+        assert token not in answer and "s3cr3t" not in answer, answer
+    formatter = logging.Formatter()
+    for record in records:
+        if record.name.startswith(("httpx", "httpcore")):
+            continue  # the test's own client, which logs the URLs it was given
+        line = record.getMessage() + (formatter.formatException(record.exc_info) if record.exc_info else "")
+        assert "s3cr3t" not in line, line
+    out, err = capfd.readouterr()
+    assert "s3cr3t" not in out and "s3cr3t" not in err
+    assert records  # the capture saw the daemon's log
