@@ -343,7 +343,8 @@ class ApiConfig(_Frozen):
     #: Open connections at most; a new one beyond it closes the oldest still waiting for its request's
     #: headers, or is closed itself when every connection is inside a request.
     max_connections: int = Field(default=100, ge=2, le=10_000)
-    #: A request line and headers larger than this are refused (400) and the connection closed.
+    #: A request line and headers still incomplete past this many bytes are refused (400) and the connection
+    #: closed (h11's limit: it measures what it holds unparsed, so headers arriving whole in one read pass).
     max_header_bytes: int = Field(default=16 * 1024, ge=1024, le=1 << 20)
 
     @field_validator("allowed_hosts")

@@ -41,7 +41,8 @@ class ServerLimits:
     #: Open connections at most: a new one beyond it closes the oldest still waiting for its headers, or
     #: is closed itself when every open connection is inside a request.
     max_connections: int = 100
-    #: A request line and headers over this many bytes: 400 and the connection closed (h11's limit).
+    #: A request line and headers still incomplete past this many bytes: 400 and the connection closed
+    #: (h11's limit on what it holds unparsed).
     max_header_bytes: int = 16 * 1024
 
 

@@ -303,6 +303,28 @@ def test_a_body_that_never_arrives_is_cut_off(limited):
     assert took is not None and took <= 3.0, took
 
 
+def test_oversized_headers_are_refused_and_the_connection_closed(limited):
+    """Headers still not complete past max_header_bytes (h11 measures what it buffers unparsed)."""
+    server = limited(max_header_bytes=4096)
+    with raw_socket(server) as sock:
+        sock.sendall(b"GET /jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * 8192)
+        answer = sock.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 400"), answer[:100]
+        assert closed_by_server(sock, within_s=3.0) is not None
+
+
+def test_two_host_headers_are_refused(limited):
+    """Which one would a proxy have checked? h11 refuses the request (400); the guard trusts neither."""
+    server = limited()
+    for hosts in ((b"evil.com", b"127.0.0.1"), (b"127.0.0.1", b"evil.com"), (b"127.0.0.1", b"127.0.0.1")):
+        with raw_socket(server) as sock:
+            sock.sendall(b"GET /jobs HTTP/1.1\r\nHost: %s\r\nHost: %s\r\nConnection: close\r\n\r\n" % hosts)
+            answer = b""
+            while chunk := sock.recv(65536):
+                answer += chunk
+        assert answer.split(b" ", 2)[1] in (b"400", b"421"), answer[:200]
+
+
 def test_three_hundred_idle_connections_do_not_lock_the_api_out(limited):
     """Idle sockets are bounded (the oldest make room), so the daemon keeps its file descriptors and a
     real client is answered at once, long before any of them times out."""
