@@ -340,8 +340,8 @@ class ApiConfig(_Frozen):
     body_timeout_s: float = Field(default=30.0, gt=0, le=3600)
     #: An idle keep-alive connection is closed after this long.
     keep_alive_timeout_s: float = Field(default=5.0, gt=0, le=300)
-    #: Open connections at most; a new one beyond it closes the oldest still waiting for its request's
-    #: headers, or is closed itself when every connection is inside a request.
+    #: Open connections at most (per port); a new one beyond it closes the one that has waited longest for
+    #: its client's headers or body, or gets 503 when the daemon is working on a request on every one.
     max_connections: int = Field(default=100, ge=2, le=10_000)
     #: A request line and headers still incomplete past this many bytes are refused (400) and the connection
     #: closed (h11's limit: it measures what it holds unparsed, so headers arriving whole in one read pass).

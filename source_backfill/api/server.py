@@ -38,8 +38,9 @@ class ServerLimits:
     body_timeout_s: float = 30.0
     #: Seconds an idle keep-alive connection stays open (uvicorn's ``timeout_keep_alive``).
     keep_alive_timeout_s: float = 5.0
-    #: Open connections at most: a new one beyond it closes the oldest still waiting for its headers, or
-    #: is closed itself when every open connection is inside a request.
+    #: Open connections at most: a new one beyond it closes the one that has waited longest for the client
+    #: (for its request's headers or body), or is closed itself with a 503 when the daemon is working on
+    #: a request on every open connection.
     max_connections: int = 100
     #: A request line and headers still incomplete past this many bytes: 400 and the connection closed
     #: (h11's limit on what it holds unparsed).
@@ -47,7 +48,7 @@ class ServerLimits:
 
 
 class _Connections:
-    """One server's open connections, and those waiting for a request's headers, oldest first."""
+    """One server's open connections, and those waiting for their client (headers or body), oldest first."""
 
     def __init__(self, limits: ServerLimits) -> None:
         self.limits = limits
@@ -64,9 +65,9 @@ class GuardedH11Protocol(H11Protocol):
     A timer starts when the connection opens and again after each response; a request's complete headers
     stop it (and start the body's timer when a body follows), and if it fires first the connection is
     closed, whatever partial request it holds. A connection opened while
-    :attr:`ServerLimits.max_connections` are open closes the oldest connection still waiting for its
-    headers (an idle or slow one: a real client sends its headers at once) or, when every connection is
-    inside a request, is closed itself with a 503.
+    :attr:`ServerLimits.max_connections` are open closes the connection that has waited longest for its
+    client's headers or body (an idle or slow one: a real client sends its request at once) or, when the
+    daemon is working on a request on every connection, is closed itself with a 503.
     """
 
     #: Set on the subclass :func:`guarded_protocol` makes for each server.
@@ -140,11 +141,11 @@ class GuardedH11Protocol(H11Protocol):
     def _await_headers(self) -> None:
         self._stop_timer()
         self._start_timer("headers", self.tracker.limits.header_timeout_s)
-        self.tracker.waiting[self] = None
 
     def _start_timer(self, awaiting: str, timeout_s: float) -> None:
         self._awaiting = awaiting
         self._timer = self.loop.call_later(timeout_s, self._late)
+        self.tracker.waiting[self] = None  # waiting for the client: the first to make room
 
     def _stop_timer(self) -> None:
         if self._timer is not None:

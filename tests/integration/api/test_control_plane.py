@@ -6,9 +6,11 @@ error or a log line could give away (the token, the daemon's paths).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import struct
+import threading
 import time
 
 import httpx
@@ -343,22 +345,49 @@ def test_three_hundred_idle_connections_do_not_lock_the_api_out(limited):
             s.close()
 
 
-def test_when_every_connection_is_inside_a_request_a_new_one_gets_503(limited):
-    server = limited(max_connections=3, body_timeout_s=1.5)
-    busy = [raw_socket(server) for _ in range(3)]
+def test_trickling_bodies_make_room_for_a_real_client(limited):
+    """Connections whose body never comes wait for their client: the oldest makes room, like idle ones."""
+    server = limited(max_connections=3, body_timeout_s=60.0)
+    slow = [raw_socket(server) for _ in range(3)]
     try:
-        for sock in busy:  # headers complete, the body never comes: inside a request, not to be evicted
+        for sock in slow:
             sock.sendall(b"POST /jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                         b"Content-Length: 100\r\n\r\n")
+                         b"Content-Length: 100\r\n\r\n{")
         time.sleep(0.3)
-        with raw_socket(server) as extra:
-            answer = extra.recv(65536)
-        assert answer.startswith(b"HTTP/1.1 503") and b"too_many_connections" in answer
-        time.sleep(2.0)  # their bodies are late: cut off, the places free again
         assert httpx.get(f"{server.url}/jobs", timeout=10).status_code == 200
+        assert closed_by_server(slow[0], within_s=1.0) is not None  # the oldest made room
     finally:
-        for s in busy:
+        for s in slow:
             s.close()
+
+
+def test_when_the_daemon_works_on_every_connection_a_new_one_gets_503(tmp_path):
+    """Only connections waiting for their client make room; requests in progress are not cut off."""
+    release = threading.Event()
+
+    async def busy_app(scope, receive, send):
+        await asyncio.to_thread(release.wait, 10)
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"4")]})
+        await send({"type": "http.response.body", "body": b"done"})
+
+    with ApiServer(busy_app, "127.0.0.1", 0, limits=ServerLimits(max_connections=2)) as server:
+        busy = [raw_socket(server) for _ in range(2)]
+        try:
+            for sock in busy:
+                sock.sendall(b"GET /work HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            time.sleep(0.3)
+            with raw_socket(server) as extra:
+                answer = extra.recv(65536)
+            assert answer.startswith(b"HTTP/1.1 503") and b"too_many_connections" in answer
+            release.set()
+            for sock in busy:  # the requests in progress were finished, not cut off
+                answer = b""
+                while b"done" not in answer and (chunk := sock.recv(65536)):
+                    answer += chunk
+                assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"done"), answer
+        finally:
+            for sock in busy:
+                sock.close()
 
 
 def test_the_limits_are_settings_the_daemon_serves_with(monkeypatch):
