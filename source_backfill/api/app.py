@@ -23,7 +23,6 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import SecretStr
 from starlette.exceptions import HTTPException
-from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from source_backfill import metrics  # noqa: F401 - importing registers every metric with prometheus_client
@@ -182,12 +181,6 @@ def create_app(
             return Response(status_code=exc.status_code, headers=exc.headers)
         type_ = _HTTP_TYPES.get(exc.status_code, "http_error")
         return error_response(exc.status_code, type_, str(exc.detail), headers=exc.headers)
-
-    @app.exception_handler(ClientDisconnect)
-    async def _gone(request: Request, _exc: ClientDisconnect) -> Response:
-        # The client left (or its connection was closed: late, or making room for another) mid-body.
-        logger.info('request body cut off method="%s" path=%r', request.method, request.url.path)
-        return Response(status_code=400)  # nobody reads it
 
     @app.exception_handler(Exception)
     async def _bug(_request: Request, exc: Exception) -> JSONResponse:
