@@ -86,7 +86,7 @@ class GuardedH11Protocol(H11Protocol):
             oldest = next(iter(book.waiting), None)
             if oldest is None:
                 book.refused += 1
-                logger.warning("API connection refused: %d connections open, all inside requests",
+                logger.warning("connection refused: %d open, the daemon working on a request on each",
                                len(book.open))
                 transport.write(_BUSY)
                 transport.close()
