@@ -8,6 +8,7 @@ value in the environment replaces the whole list.
 from __future__ import annotations
 
 import contextvars
+import ipaddress
 import os
 import re
 import tomllib
@@ -284,6 +285,37 @@ class SparkConfig(_Frozen):
     conf: dict[str, str] = Field(default_factory=dict)
 
 
+#: Names the API always serves: a browser names them only for a page on this machine's loopback.
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+_LABEL = r"[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?"
+_HOST_NAME = re.compile(rf"(?:\*\.)?{_LABEL}(?:\.{_LABEL})*")
+
+
+def normalize_host(entry: str) -> str | None:
+    """A host name or IP address as compared with a ``Host`` header (lower case, IPv6 without brackets).
+
+    ``"*"`` and ``"*.domain"`` are kept as they are; None when ``entry`` is none of these (a port, a
+    scheme, a path, spaces).
+    """
+    name = entry.strip().lower().rstrip(".")
+    if name == "*":
+        return name
+    if name.startswith("[") and name.endswith("]"):
+        name = name[1:-1]
+    try:
+        return ipaddress.ip_address(name).compressed
+    except ValueError:
+        pass
+    return name if _HOST_NAME.fullmatch(name) else None
+
+
+def _is_wildcard(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        return host == "*"
+
+
 class ApiConfig(_Frozen):
     """The HTTP control API's bind address, token and request limits."""
 
@@ -300,6 +332,47 @@ class ApiConfig(_Frozen):
     max_body_bytes: int = Field(default=1 << 20, ge=1024)
     #: Serve a non-loopback address without a token (anyone who reaches the port may drop jobs).
     allow_unauthenticated: bool = False
+    #: Host names (or IP addresses) requests may name in their ``Host`` header, besides the loopback names
+    #: and a bind ``host`` that is not a wildcard, which are always served; any port. ``"*.example.com"``
+    #: also serves every subdomain, ``"*"`` any name (no defence against DNS rebinding then). Anything
+    #: else is refused with 421 (the probes ``/live`` and ``/ready`` answer whatever the Host).
+    allowed_hosts: list[str] = Field(default_factory=list)
+    #: A connection that has not sent a request's headers this long after it opened (or after its last
+    #: response) is closed: slow or idle clients cannot hold connections open.
+    header_timeout_s: float = Field(default=5.0, gt=0, le=300)
+    #: A request whose body has not arrived this long after its headers is cut off (its connection closed).
+    body_timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    #: An idle keep-alive connection is closed after this long.
+    keep_alive_timeout_s: float = Field(default=5.0, gt=0, le=300)
+    #: Open connections at most (per port); a new one beyond it closes the one that has waited longest for
+    #: its client's headers or body, or gets 503 when the daemon is working on a request on every one.
+    max_connections: int = Field(default=100, ge=2, le=10_000)
+    #: A request line and headers still incomplete past this many bytes are refused (400) and the connection
+    #: closed (h11's limit: it measures what it holds unparsed, so headers arriving whole in one read pass).
+    max_header_bytes: int = Field(default=16 * 1024, ge=1024, le=1 << 20)
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _host_names(cls, value: list[str]) -> list[str]:
+        names = []
+        for entry in value:
+            name = normalize_host(entry)
+            if name is None:
+                msg = (f"api.allowed_hosts: {entry!r} is not a host name, an IP address, \"*.domain\" or "
+                       "\"*\" (give names without scheme or port)")
+                raise ValueError(msg)
+            names.append(name)
+        return names
+
+    @property
+    def served_hosts(self) -> tuple[str, ...]:
+        """What the ``Host`` header of a request may name: loopback, the bind host, ``allowed_hosts``."""
+        hosts = list(LOOPBACK_HOSTS)
+        bind = normalize_host(self.host)
+        if bind is not None and not _is_wildcard(bind):
+            hosts.append(bind)
+        hosts += self.allowed_hosts
+        return tuple(dict.fromkeys(hosts))
 
     @model_validator(mode="after")
     def _token_from_file(self) -> ApiConfig:

@@ -12,7 +12,7 @@ codes is decided in one table, :data:`ERROR_STATUS`.
 import hmac
 import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from importlib import resources
 from typing import Annotated, Any
 
@@ -26,8 +26,9 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from source_backfill import metrics  # noqa: F401 - importing registers every metric with prometheus_client
+from source_backfill.api.guard import ControlPlaneGuard
 from source_backfill.api.models import ErrorBody, ErrorDetail, JobView, ThrottleBody
-from source_backfill.config import NAME_PATTERN, JobSpec
+from source_backfill.config import LOOPBACK_HOSTS, NAME_PATTERN, JobSpec
 from source_backfill.errors import (
     ConfigError,
     JobError,
@@ -68,6 +69,10 @@ _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 #: Operations that read a body also answer 400 (not UTF-8, so not JSON at all) and 413 (over the limit).
 _BODY_ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorBody} for code in (400, 413)}
+#: What ControlPlaneGuard answers: 421 to a Host the daemon does not serve (every operation but the probes
+#: /live and /ready); on mutations 403 from another origin or site, 415 to a body that is not JSON.
+_HOST_ERRORS: dict[int | str, dict[str, Any]] = {421: {"model": ErrorBody}}
+_MUTATION_GUARD_ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorBody} for code in (403, 415)}
 
 #: The status page's headers: its own script and API only, no inline script (a job's data that slipped into
 #: the markup would not run), not framed, no referrer.
@@ -100,12 +105,15 @@ def create_app(
     *,
     guard_reads: bool = False,
     max_body_bytes: int = 1 << 20,
+    allowed_hosts: Iterable[str] = LOOPBACK_HOSTS,
 ) -> FastAPI:
     """The control API over ``registry``.
 
     Mutating calls need ``Bearer <token>`` when ``token`` is set; with ``guard_reads`` the job reads and
     ``/metrics`` need it too (the probes ``/health``, ``/ready`` and ``/live`` never do). Bodies over
-    ``max_body_bytes`` are refused with 413 before they are read.
+    ``max_body_bytes`` are refused with 413 before they are read. A request naming a ``Host`` not in
+    ``allowed_hosts`` is refused (421; not the probes ``/live`` and ``/ready``), and so is a mutation from
+    another origin (403) or with a body that is not JSON (415): :class:`ControlPlaneGuard`.
     """
     app = FastAPI(
         title="source-backfill",
@@ -113,6 +121,7 @@ def create_app(
         summary="Attach jobs to a live shared Kafka source; backfill history and hand over exactly once.",
     )
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.add_middleware(ControlPlaneGuard, allowed_hosts=tuple(allowed_hosts))  # added last: runs first
     expected = token.get_secret_value().encode() if token is not None else None
     bearer = HTTPBearer(auto_error=False, description="Needed on mutating calls when the daemon has a token.")
 
@@ -132,10 +141,13 @@ def create_app(
     # Without a token nothing is guarded, and the schema says so (no security scheme, no 401).
     guard = [Depends(authorize)] if expected is not None else []
     unauthorized: dict[int | str, dict[str, Any]] = {401: {"model": ErrorBody}} if guard else {}
-    mutating: dict[str, Any] = {"dependencies": guard, "responses": unauthorized | _ERROR_RESPONSES}
+    mutating: dict[str, Any] = {
+        "dependencies": guard,
+        "responses": unauthorized | _ERROR_RESPONSES | _HOST_ERRORS | _MUTATION_GUARD_ERRORS,
+    }
     with_body: dict[str, Any] = mutating | {"responses": mutating["responses"] | _BODY_ERRORS}
     read_guard = guard if guard_reads else []
-    read_errors = unauthorized if guard_reads else {}
+    read_errors = (unauthorized if guard_reads else {}) | _HOST_ERRORS
     reading: dict[str, Any] = {"dependencies": read_guard, "responses": read_errors}
 
     def view(record: JobRecord) -> JobView:
@@ -148,8 +160,8 @@ def create_app(
             if isinstance(exc, kind):
                 if code == status.HTTP_500_INTERNAL_SERVER_ERROR:
                     return _internal_error(exc)
-                if code >= 500:
-                    logger.error('request failed error_type="%s" error="%s"', type(exc).__name__, exc)
+                if isinstance(exc, StateWriteError):
+                    return _state_unwritable(exc)
                 return error_response(code, type_, str(exc), field)
         raise exc  # unreachable: SourceBackfillError is the last row
 
@@ -188,7 +200,8 @@ def create_app(
     def get_ui_script() -> Response:
         return Response(script, media_type="text/javascript", headers=_UI_HEADERS)
 
-    unhealthy: dict[int | str, dict[str, Any]] = {503: {"description": "The daemon reports itself not ok."}}
+    unhealthy: dict[int | str, dict[str, Any]] = {503: {"description": "The daemon reports itself not ok."},
+                                                  **_HOST_ERRORS}
 
     @app.get("/health", tags=["daemon"], responses=unhealthy)
     def get_health() -> JSONResponse:
@@ -264,12 +277,45 @@ def create_app(
     return app
 
 
+def create_metrics_app() -> ASGIApp:
+    """The separate metrics port's app: ``GET /metrics`` (Prometheus text format) and nothing else.
+
+    Served by an :class:`~source_backfill.api.server.ApiServer`, so it has the API's connection limits.
+    It checks no Host: Prometheus scrapes it by address, and it changes nothing.
+    """
+
+    async def metrics_app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        response: Response
+        if scope["path"] != "/metrics":
+            response = error_response(404, "not_found", "only /metrics is served on this port")
+        elif scope["method"] not in ("GET", "HEAD"):
+            response = error_response(405, "method_not_allowed", "only GET", headers={"Allow": "GET, HEAD"})
+        else:
+            response = Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+        await response(scope, receive, send)
+
+    return metrics_app
+
+
 def _internal_error(exc: BaseException) -> JSONResponse:
     """A 500 that names an id to find in the daemon's log, never the exception's text (it may hold paths)."""
     error_id = uuid.uuid4().hex[:12]
     logger.error('request failed error_id="%s" error_type="%s"', error_id, type(exc).__name__, exc_info=exc)
     message = f"internal error {error_id}; the daemon's log has the details"
     return error_response(500, "internal_error", message)
+
+
+def _state_unwritable(exc: StateWriteError) -> JSONResponse:
+    """A 503 saying why (the OS's reason) but not where: the mutation log's path stays in the log."""
+    error_id = uuid.uuid4().hex[:12]
+    logger.error('request failed error_id="%s" error_type="%s" error="%s"', error_id, type(exc).__name__, exc)
+    cause = exc.__cause__
+    reason = cause.strerror if isinstance(cause, OSError) and cause.strerror else "a write failed"
+    message = (f"the daemon cannot write its mutation log ({reason}); nothing was changed: free space or fix "
+               f"permissions under daemon.state_root, then retry (error {error_id} in the daemon's log)")
+    return error_response(status.HTTP_503_SERVICE_UNAVAILABLE, "state_unwritable", message)
 
 
 class _BodyTooLarge(HTTPException):

@@ -56,7 +56,7 @@ class Daemon:
 
     def _start(self) -> None:
         from connectors.kafka.admin import KafkaAdmin
-        from source_backfill.api.app import create_app
+        from source_backfill.api.app import create_app, create_metrics_app
         from source_backfill.api.server import ApiServer
         from source_backfill.runtime.registry import JobRegistry
         from source_backfill.runtime.source import LiveSource
@@ -98,19 +98,28 @@ class Daemon:
             )
             self.sources[source.name] = live  # before start: a failed start still stops its query
             live.start()
-        if cfg.metrics.port is not None:
-            from prometheus_client import start_http_server
-
-            self._metrics_server = start_http_server(cfg.metrics.port, addr=cfg.api.host)
-            logger.info('metrics served url="http://%s:%d/metrics"', cfg.api.host, cfg.metrics.port)
+        if cfg.metrics.port is not None:  # uvicorn like the API, with its connection limits
+            self._metrics_server = ApiServer(create_metrics_app(), cfg.api.host, cfg.metrics.port,
+                                             limits=self._server_limits(), name="metrics")
+            self._metrics_server.start()
+            logger.info('metrics served url="%s/metrics"', self._metrics_server.url)
         app = create_app(
             self.registry, cfg.api.token, health=self.health, guard_reads=cfg.api.guard_reads,
-            max_body_bytes=cfg.api.max_body_bytes,
+            max_body_bytes=cfg.api.max_body_bytes, allowed_hosts=cfg.api.served_hosts,
         )
-        self._api = ApiServer(app, cfg.api.host, cfg.api.port)
+        self._api = ApiServer(app, cfg.api.host, cfg.api.port, limits=self._server_limits())
         self._api.start()
         threading.Thread(target=self._watch_lag, name="epoch-lag", daemon=True).start()
         logger.info('daemon started api="%s" sources=%d', self._api.url, len(self.sources))
+
+    def _server_limits(self) -> Any:
+        """The API's connection limits (the metrics port gets the same)."""
+        from source_backfill.api.server import ServerLimits
+
+        api = self.settings.api
+        return ServerLimits(header_timeout_s=api.header_timeout_s, body_timeout_s=api.body_timeout_s,
+                            keep_alive_timeout_s=api.keep_alive_timeout_s,
+                            max_connections=api.max_connections, max_header_bytes=api.max_header_bytes)
 
     def _check_spec(self, spec: JobSpec) -> None:
         """A new job must suit its source's kind and pass the transform check (else a 422 naming why).
@@ -150,6 +159,11 @@ class Daemon:
         """The control API's base URL (valid after start)."""
         return str(self._api.url)
 
+    @property
+    def metrics_url(self) -> str | None:
+        """The separate metrics port's base URL (valid after start), None when metrics.port is off."""
+        return str(self._metrics_server.url) if self._metrics_server is not None else None
+
     def stop(self) -> None:
         """Stop sources after their running epoch, then the API, the embedded broker last."""
         self._stop.set()
@@ -158,10 +172,7 @@ class Daemon:
         if self._api is not None:
             self._api.stop()
         if self._metrics_server is not None:
-            server = self._metrics_server[0] if isinstance(self._metrics_server, tuple) else None
-            if server is not None:
-                server.shutdown()
-                server.server_close()
+            self._metrics_server.stop()
             self._metrics_server = None
         if self._broker is not None:
             self._broker.stop()

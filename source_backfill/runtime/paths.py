@@ -15,6 +15,7 @@ The overlap test is conservative about case: two paths that differ only in lette
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import stat
@@ -22,6 +23,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from source_backfill.errors import SinkPathError
+
+logger = logging.getLogger(__name__)
 
 #: Mode of the state root: only the daemon's user may list or enter it (the checkpoints and the broker's
 #: files under it are written by Spark and Kafka with the process umask; the folder keeps others out).
@@ -70,26 +73,37 @@ def state_paths(state_root: Path, sources: Iterable[str], log_name: str) -> list
 def check_sink_path(
     sink_path: str, *, data_root: Path | None, protected: Iterable[tuple[str, Path]],
 ) -> Path:
-    """The resolved sink path if it is allowed, else SinkPathError saying what it collides with."""
+    """The resolved sink path if it is allowed, else SinkPathError saying what it collides with.
+
+    The messages name the path as sent and what it collides with in words, never what it resolves to,
+    the data root or a protected path: they are API answers, and the daemon's working directory or a
+    symlink's target are not the caller's to learn. The log has the details.
+    """
     if _URI.match(sink_path):
         msg = f"sink_path {sink_path!r} is a URI: give a local file system path"
         raise SinkPathError(msg)
     try:
         resolved = readings(sink_path)
     except (OSError, ValueError) as exc:  # a NUL byte is a ValueError, not a path outside the root
-        msg = f"sink_path {sink_path!r} is not a usable path ({exc})"
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        msg = f"sink_path {sink_path!r} is not a usable path ({reason})"
         raise SinkPathError(msg) from None
     protected = list(protected)
     for candidate in resolved:
         if data_root is not None and not candidate.is_relative_to(data_root):
-            msg = f"sink_path {sink_path!r} resolves to {candidate}, outside daemon.data_root {data_root}"
+            logger.warning('sink path refused sink_path=%r resolved="%s" data_root="%s"', sink_path,
+                           candidate, data_root)
+            msg = (f"sink_path {sink_path!r} is outside daemon.data_root (resolved, with any '..' or "
+                   "symlink in it followed)")
             raise SinkPathError(msg)
         for what, path in protected:
             if overlaps(candidate, path):
                 relation = ("is" if str(candidate).casefold() == str(path).casefold()
                             else "is inside" if candidate.is_relative_to(path) else "contains")
-                msg = (f"sink_path {sink_path!r} resolves to {candidate}, which {relation} {what} ({path}): "
-                       "a job's table must not overlap the daemon's state or another job's table")
+                logger.warning('sink path refused sink_path=%r resolved="%s" overlaps="%s" path="%s"',
+                               sink_path, candidate, what, path)
+                msg = (f"sink_path {sink_path!r} {relation} {what}: a job's table must not overlap the "
+                       "daemon's state or another job's table")
                 raise SinkPathError(msg)
     return resolved[0]
 

@@ -3,9 +3,11 @@
 schemathesis generates requests from the served ``/openapi.json`` for every operation, schema-valid and
 not, and runs all its checks on each answer: no 5xx, status code, content type, headers and body as the
 schema declares them, schema-valid data accepted, invalid data refused, and a guarded call refused without
-its token. We add: no traceback in any body. Hypothesis then throws invalid bodies and refused calls at a
-registry with a data root and checks that a refused request changes nothing: not the job list, not one
-byte of the mutation log.
+its token. We add: no traceback in any body. The same generated calls are sent again as another site's
+page would send them: naming a Host the daemon does not serve (DNS rebinding; 421 on every operation but
+the probes) and, for mutations, from a foreign Origin or with ``Sec-Fetch-Site: cross-site`` (403), token
+or not. Hypothesis then throws invalid bodies and refused calls at a registry with a data root and checks
+that a refused request changes nothing: not the job list, not one byte of the mutation log.
 
 The schema is loaded inside the tests (not with ``schemathesis.pytest.from_fixture``: its lazy loader
 sets ``request.node._nodeid``, which pytest 9.2 no longer has).
@@ -173,6 +175,62 @@ def test_every_operation_without_a_token(open_api, method, path):
     schema = load(open_api)
     assert "securitySchemes" not in schema.raw_schema.get("components", {})
     fuzz(open_api, method, path, {})
+
+
+# -- a page on another site: foreign Host (DNS rebinding), foreign Origin (cross-site request forgery) ----
+PROBES = {"/live", "/ready"}
+MUTATING = [(m, p) for m, p in OPERATIONS if m != "GET"]
+#: What every answer must still be: declared by the schema, in shape and status (the refusals are too).
+SHAPE = [schemathesis.checks.not_a_server_error, schemathesis.checks.status_code_conformance,
+         schemathesis.checks.content_type_conformance, schemathesis.checks.response_schema_conformance]
+foreign_hosts = st.sampled_from(["evil.com", "evil.com:80", "127.0.0.1.evil.com", "localhost.evil.com:8080",
+                                 "10.0.0.1", "[fd00::1]:8080"])
+foreign_pages = st.one_of(
+    st.sampled_from(["http://evil.com", "https://evil.com", "null", "http://127.0.0.1:1", "http://localhost",
+                     "file://", "http://127.0.0.1.evil.com"]).map(lambda o: {"Origin": o}),
+    st.sampled_from(["cross-site", "same-site"]).map(lambda s: {"Sec-Fetch-Site": s}),
+)
+
+
+@pytest.mark.parametrize(("method", "path"), OPERATIONS, ids=OPERATION_IDS)
+def test_a_foreign_host_is_refused_on_every_operation_but_the_probes(guarded, method, path):
+    """Schema-generated calls, valid and not, with the token, naming a Host the daemon does not serve."""
+    operation = load(guarded)[path][method]
+
+    @FUZZ
+    @given(case=cases(operation, path), host=foreign_hosts)
+    def run(case, host):
+        guarded.seed()
+        before = guarded.state()
+        response = case.call(headers=AUTH | {"Host": host})
+        case.validate_response(response, checks=SHAPE)
+        if path in PROBES:
+            assert response.status_code == 200, response.text
+        else:
+            assert response.status_code == 421, response.text
+            assert response.json()["error"]["type"] == "host_not_allowed"
+        assert guarded.state() == before
+
+    run()
+
+
+@pytest.mark.parametrize(("method", "path"), MUTATING, ids=[f"{m} {p}" for m, p in MUTATING])
+def test_a_foreign_origin_is_refused_on_every_mutation(guarded, method, path):
+    """Schema-generated mutations, valid and not, with the token, from another site's page: 403."""
+    operation = load(guarded)[path][method]
+
+    @FUZZ
+    @given(case=cases(operation, path), page=foreign_pages)
+    def run(case, page):
+        guarded.seed()
+        before = guarded.state()
+        response = case.call(headers=AUTH | page)
+        case.validate_response(response, checks=SHAPE)
+        assert response.status_code == 403, response.text
+        assert response.json()["error"]["type"] == "cross_origin"
+        assert guarded.state() == before
+
+    run()
 
 
 # -- refused requests change nothing -------------------------------------------------------------------
