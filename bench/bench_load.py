@@ -124,7 +124,10 @@ class _Watch(threading.Thread):
 
 
 def _java_below(root: int) -> list[int]:
-    """Pids of ``java`` processes below ``root`` (the daemon's Spark JVM), from ``/proc``."""
+    """Pids of running ``java`` processes below ``root`` (the daemon's Spark JVM), from ``/proc``.
+
+    A killed JVM stays a zombie named ``java`` until the daemon reaps it: not counted.
+    """
     children: dict[int, list[int]] = {}
     comm: dict[int, str] = {}
     for entry in Path("/proc").iterdir():
@@ -135,8 +138,9 @@ def _java_below(root: int) -> list[int]:
         except OSError:
             continue
         head, rest = stat.rsplit(")", 1)
-        children.setdefault(int(rest.split()[1]), []).append(int(entry.name))
-        comm[int(entry.name)] = head.split("(", 1)[1]
+        state, ppid = rest.split()[:2]
+        children.setdefault(int(ppid), []).append(int(entry.name))
+        comm[int(entry.name)] = head.split("(", 1)[1] if state not in ("Z", "X") else ""
     found, todo = [], list(children.get(root, []))
     while todo:
         pid = todo.pop()
