@@ -36,6 +36,11 @@ def record(module: str, figures: dict[str, Any], path: Path = RESULTS) -> None:
     path.write_text(json.dumps(dict(sorted(data.items())), indent=2) + "\n")
 
 
+def failed_verdicts(figures: dict[str, Any]) -> dict[str, Any]:
+    """A module's ``*.verdict`` figures other than ``"ok"`` (``bench_load``: a dead JVM, too few epochs)."""
+    return {k: v for k, v in figures.items() if k.endswith(".verdict") and v != "ok"}
+
+
 def main(argv: list[str]) -> int:
     if "--quick" in argv:
         argv = [a for a in argv if a != "--quick"]
@@ -53,6 +58,10 @@ def main(argv: list[str]) -> int:
             figures = importlib.import_module(f"bench.{name}").main()
             if isinstance(figures, dict) and os.environ.get("BENCH_QUICK") != "1":
                 record(name, figures)
+            if isinstance(figures, dict) and (verdicts := failed_verdicts(figures)):
+                for key, verdict in verdicts.items():  # measured and recorded, but the run failed
+                    print(f"{key}: {verdict}", flush=True)
+                failed.append(name)
         except Exception:  # noqa: BLE001 - report and go on with the other benchmarks
             traceback.print_exc()
             failed.append(name)

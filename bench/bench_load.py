@@ -6,15 +6,21 @@
 * load: one source with 100 partitions and 10 jobs — 5 Finished (``start = latest``), 5 backfilling
   under a rate limit that keeps them backfilling for the whole window — under a steady live stream, for
   ``BENCH_LOAD_MINUTES`` (default 10). Scraped from ``/metrics`` over the window: epochs run, the share
-  within the trigger interval, errors and failed jobs (goal: none), rows/s.
+  within the trigger interval, errors and failed jobs (goal: none), rows/s. Judged by
+  :mod:`bench.load_verdict`: epochs run against the epochs the window should hold
+  (``load.epochs_ratio``, window / interval), and the Spark JVM watched every ``WATCH_S`` (process, ``/live``,
+  its log). A dead JVM, fewer than 90 % of the window's epochs, errors or failed jobs make
+  ``load.verdict`` ``FAILED: …`` (in ``latest.json`` too) and ``python -m bench load`` exit non-zero.
 
 ``BENCH_QUICK=1`` (or ``python -m bench --quick``) shrinks both to a smoke run of a few minutes;
 ``BENCH_LOAD_SKIP_MEMORY=1`` runs the load part alone; ``BENCH_LOAD_INTERVAL_S`` sets its trigger
-(default 30 s: see the comment at ``INTERVAL_S``).
+(default 30 s: see the comment at ``INTERVAL_S``); ``BENCH_LOAD_SPARK_CONF`` (a JSON object) adds Spark conf
+to its daemons (JVM diagnostics, settings to compare); ``BENCH_LOAD_LOG`` keeps the load daemon's log there.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -23,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.load_verdict import death_markers, judge
 from bench.records import fill, live
 from source_backfill.testing.metrics import scrape, total
 
@@ -37,11 +44,16 @@ LIVE_PER_S = 1000.0
 # The trigger the load runs at: 1 s epochs do not hold with 10 jobs on 2 cores (17 s on average, see the
 # README), so the stated figure is at a 30 s trigger; BENCH_LOAD_INTERVAL_S=1 measures the shortfall.
 INTERVAL_S = float(os.environ.get("BENCH_LOAD_INTERVAL_S", "30"))
+#: Seconds between the checks of the JVM's health (and of the daemon's memory) during the load.
+WATCH_S = 2.0
+#: Extra Spark conf of the daemons (JSON object), e.g. to compare settings or add JVM diagnostics.
+SPARK_CONF: dict[str, str] = json.loads(os.environ.get("BENCH_LOAD_SPARK_CONF", "{}"))
 
 
 def _config(work: Path, bootstrap: str, topic: str, port: int, jobs: list[dict[str, Any]]) -> Path:
     lines = [
         "[daemon]", f'state_root = "{work / "state"}"', "[spark]", 'master = "local[2]"',
+        f"conf = {{ {', '.join(f'{json.dumps(k)} = {json.dumps(v)}' for k, v in SPARK_CONF.items())} }}",
         "[api]", f"port = {port}", "[metrics]", "port = false",
         "[[sources]]", 'name = "src"', f'bootstrap_servers = "{bootstrap}"', f'topics = ["{topic}"]',
         f"trigger_interval_s = {INTERVAL_S}",
@@ -53,6 +65,89 @@ def _config(work: Path, bootstrap: str, topic: str, port: int, jobs: list[dict[s
     config = work / "config.toml"
     config.write_text("\n".join(lines) + "\n")
     return config
+
+
+class _Watch(threading.Thread):
+    """Every ``WATCH_S`` while the load runs: is the Spark JVM alive, and the daemon's peak memory.
+
+    Signs of a dead JVM: the daemon's ``java`` child gone (once seen), the daemon exited, ``/live``
+    not 200, a line of the daemon's log with one of :data:`bench.load_verdict.JVM_DEATH_MARKERS`. The
+    first time one is seen is kept (``dead_at``); the last ``/metrics`` scraped while the daemon
+    answered too, so a window ended by a death still counts its epochs.
+    """
+
+    def __init__(self, daemon: Any) -> None:
+        super().__init__(name="load-watch", daemon=True)
+        self.d = daemon
+        self.dead: list[str] = []
+        self.dead_at: float | None = None
+        self.peak_rss = 0
+        self.last_scrape: dict[str, Any] = {}
+        self.halt = threading.Event()
+        self._seen_jvm = False
+        self._log_pos = 0
+
+    def run(self) -> None:
+        while not self.halt.wait(WATCH_S):
+            self.check()
+
+    def check(self) -> None:
+        signs = []
+        if self.d.proc is None or self.d.proc.poll() is not None:
+            signs.append("daemon process exited")
+        else:
+            self.peak_rss = max(self.peak_rss, self.d.tree_rss_bytes())
+            jvm = _java_below(self.d.proc.pid)
+            self._seen_jvm = self._seen_jvm or bool(jvm)
+            if self._seen_jvm and not jvm:
+                signs.append("Spark JVM process gone")
+            live = self.d.get("/live")
+            if live is None or live.status_code != 200:
+                signs.append(f"/live {'no answer' if live is None else live.status_code}")
+            else:
+                self.last_scrape = scrape(self.d.url) or self.last_scrape
+        signs += [f"log: {m}" for m in death_markers(self._new_log_lines())]
+        if signs and self.dead_at is None:
+            self.dead_at = time.monotonic()
+        self.dead += [s for s in signs if s not in self.dead]
+
+    def _new_log_lines(self) -> list[str]:
+        try:
+            with self.d.log.open("rb") as f:
+                f.seek(self._log_pos)
+                chunk = f.read()
+        except OSError:
+            return []
+        cut = chunk.rfind(b"\n") + 1  # whole lines only; the rest next time
+        self._log_pos += cut
+        return chunk[:cut].decode(errors="replace").splitlines()
+
+
+def _java_below(root: int) -> list[int]:
+    """Pids of running ``java`` processes below ``root`` (the daemon's Spark JVM), from ``/proc``.
+
+    A killed JVM stays a zombie named ``java`` until the daemon reaps it: not counted.
+    """
+    children: dict[int, list[int]] = {}
+    comm: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        head, rest = stat.rsplit(")", 1)
+        state, ppid = rest.split()[:2]
+        children.setdefault(int(ppid), []).append(int(entry.name))
+        comm[int(entry.name)] = head.split("(", 1)[1] if state not in ("Z", "X") else ""
+    found, todo = [], list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        todo.extend(children.get(pid, []))
+        if comm.get(pid) == "java":
+            found.append(pid)
+    return found
 
 
 def _status(daemon: Any, job: str) -> str | None:
@@ -89,7 +184,7 @@ def _memory(bootstrap: str, records: int) -> dict[str, float]:
     return {"peak_rss_mib": peak / 2**20, "seconds": seconds}
 
 
-def _load(bootstrap: str) -> dict[str, float]:
+def _load(bootstrap: str) -> dict[str, Any]:
     from connectors.kafka.admin import KafkaAdmin
     from source_backfill.testing.process import DaemonProcess, free_port
 
@@ -110,57 +205,80 @@ def _load(bootstrap: str) -> dict[str, float]:
                                 daemon=True)
     producer.start()
     daemon.start()
+    watch = _Watch(daemon)
+    ready_s, before, after, t0, t1, backfilling, log_tail = float("nan"), {}, {}, 0.0, 0.0, -1, ""
     try:
         ready_s = daemon.wait_ready(300)
+        watch.start()
         deadline = time.monotonic() + 300
         while not all(_status(daemon, j["name"]) == "finished" for j in jobs[LOAD_BACKFILLING:]):
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline or watch.dead:
                 msg = f"load bench: the latest-start jobs did not finish; log tail:\n{daemon.tail()}"
                 raise RuntimeError(msg)
             time.sleep(1)
         before, t0 = scrape(daemon.url), time.monotonic()
-        time.sleep(window_s)
-        after, t1 = scrape(daemon.url), time.monotonic()
+        end = t0 + window_s
+        while time.monotonic() < end and not watch.dead:  # a dead JVM runs no more epochs: stop there
+            time.sleep(min(WATCH_S, max(0.0, end - time.monotonic())))
+        watch.check()
+        after, t1 = scrape(daemon.url) or watch.last_scrape, time.monotonic()
         backfilling = sum(_status(daemon, j["name"]) == "backfilling" for j in jobs[:LOAD_BACKFILLING])
         log_tail = daemon.tail()
+    except RuntimeError:
+        if not watch.dead:
+            raise
+        log_tail = daemon.tail()  # died before the window: judged below (no epochs in it)
     finally:
+        watch.halt.set()
         stop.set()
         daemon.stop()
         producer.join(30)
+        if os.environ.get("BENCH_LOAD_LOG"):  # keep the daemon's log (the work folder goes)
+            shutil.copy(work / "daemon.log", os.environ["BENCH_LOAD_LOG"])
     shutil.rmtree(work, ignore_errors=True)
 
     def delta(name: str, **labels: str) -> float:
         return total(after, name, **labels) - total(before, name, **labels)
 
-    epochs = delta("epoch_duration_seconds_count", source="src")
+    epochs = max(0.0, delta("epoch_duration_seconds_count", source="src"))
     within = delta("epoch_duration_seconds_bucket", source="src", le=str(float(INTERVAL_S)))
-    seconds = t1 - t0
-    result = {
+    seconds = max(t1 - t0, 1e-9)
+    verdict = judge(epochs=epochs, window_s=window_s, interval_s=INTERVAL_S, dead=watch.dead,
+                    errors=delta("source_errors_total"), failed_jobs=total(after, "job_failed"))
+    result: dict[str, Any] = {
         "load.partitions": LOAD_PARTITIONS,
         "load.jobs": LOAD_JOBS,
-        "load.minutes": round(seconds / 60, 2),
+        "load.minutes": round((t1 - t0) / 60, 2),
+        "load.window_minutes": LOAD_MINUTES,
         "load.ready_s": round(ready_s, 1),
         "load.trigger_interval_s": INTERVAL_S,
         "load.live_rows_per_s_offered": LIVE_PER_S,
         "load.live_rows_per_s": round(delta("live_rows_total") / seconds, 1),
         "load.history_rows_per_s": round(delta("history_rows_total") / seconds, 1),
         "load.epochs": epochs,
+        "load.window_intervals": round(verdict.expected, 1),
+        "load.epochs_ratio": round(verdict.ratio, 3),
         "load.epochs_per_s": round(epochs / seconds, 3),
         "load.epoch_mean_s": round(delta("epoch_duration_seconds_sum", source="src") / max(epochs, 1), 3),
         "load.epochs_within_interval": round(within / max(epochs, 1), 3),
         "load.errors": delta("source_errors_total"),
         "load.failed_jobs": total(after, "job_failed"),
         "load.still_backfilling_at_end": backfilling,
+        "load.peak_rss_mib": round(watch.peak_rss / 2**20, 1),
+        "load.jvm_dead": int(bool(watch.dead)),
+        "load.jvm_dead_after_s": None if watch.dead_at is None or not t0 else round(watch.dead_at - t0, 1),
+        "load.verdict": "ok" if verdict.ok else "FAILED: " + "; ".join(verdict.reasons),
     }
-    if result["load.errors"] or result["load.failed_jobs"]:
-        print(f"  load: errors or failed jobs; daemon log tail:\n{log_tail}", flush=True)
+    if not verdict.ok:
+        print(f"  load: daemon log tail:\n{log_tail}", flush=True)
+    print(f"  {verdict.line()}", flush=True)
     return result
 
 
-def main() -> dict[str, float]:
+def main() -> dict[str, Any]:
     from connectors.kafka.embedded import EmbeddedBroker
 
-    result: dict[str, float] = {}
+    result: dict[str, Any] = {}
     with EmbeddedBroker() as broker:
         if os.environ.get("BENCH_LOAD_SKIP_MEMORY") == "1":  # the load part alone (its keys only)
             result.update(_load(broker.bootstrap))
@@ -181,7 +299,7 @@ def main() -> dict[str, float]:
     return _report(result)
 
 
-def _report(result: dict[str, float]) -> dict[str, float]:
+def _report(result: dict[str, Any]) -> dict[str, Any]:
     for key, value in result.items():
         if key.startswith("load."):
             print(f"  {key} = {value}", flush=True)

@@ -45,7 +45,11 @@ DEFAULT_CONSUMER = {"isolation.level": "read_committed"}
 #: Records one ``poll`` hands Spark's reader: at the Java client's 500, 1M records into Parquet took
 #: 2.6-2.95 s; at 10,000 2.1-2.2 s (four passes each, alternated in one process; 50,000 gained nothing
 #: more). Fetch sizes are left as they are: they are held per partition, and a consumer per partition.
+#: A history read lowers it to its largest range (:func:`poll_records`): Spark keeps a reader's last
+#: poll after the read, so a poll larger than the range holds records nobody reads.
 SPARK_CONSUMER = {"max.poll.records": "10000"}
+#: The Java client's own ``max.poll.records`` (what a ``kafka`` option set to nothing means).
+CLIENT_POLL_RECORDS = 500
 
 
 def reader_options(source: SourceConfig, bootstrap_servers: str) -> dict[str, str]:
@@ -137,6 +141,23 @@ def read_ranges(
     return out
 
 
+def poll_records(ranges: Sequence[HistoryRange], options: Mapping[str, str]) -> str | None:
+    """``kafka.max.poll.records`` for one read pass: the configured value, at most its largest range.
+
+    Spark's reader polls a partition's records into a list, reads its range from it and keeps the list
+    (the rest of the poll) in its fetched-data pool after the read, under the read's own group id: no
+    later read takes it. A rate-limited read of 22 offsets a partition polled up to 10,000 records
+    (what one fetch of the partition held) and kept them all; a poll no larger than the range keeps
+    only what the read used. ``None`` (leave the option as it is) when the source names its own
+    ``group.id``: Spark's consumer pool then shares consumers between reads and needs their options
+    equal.
+    """
+    if "kafka.group.id" in options or not ranges:
+        return None
+    configured = int(options.get("kafka.max.poll.records") or CLIENT_POLL_RECORDS)
+    return str(max(1, min(configured, max(r.size for r in ranges))))
+
+
 def _read_pass(session: SparkSession, ranges: Sequence[HistoryRange], options: Mapping[str, str]) -> Any:
     assign: dict[str, list[int]] = {}
     starts: dict[str, dict[str, int]] = {}
@@ -146,6 +167,9 @@ def _read_pass(session: SparkSession, ranges: Sequence[HistoryRange], options: M
         assign.setdefault(topic, []).append(partition)
         starts.setdefault(topic, {})[str(partition)] = r.start
         ends.setdefault(topic, {})[str(partition)] = r.end
+    polled = poll_records(ranges, options)
+    if polled is not None:
+        options = {**options, "kafka.max.poll.records": polled}
     return (
         session.read.format(SPARK_KAFKA_FORMAT).options(**options)
         .option("assign", json.dumps(assign))
