@@ -117,7 +117,8 @@ JOB_QUARANTINED = Gauge(
 )
 SPARK_JVM_UP = Gauge(
     PREFIX + "spark_jvm_up",
-    "1 while Spark's JVM answers the daemon's watchdog; 0 once it is gone (the daemon then exits).",
+    "1 while Spark's JVM answers the daemon's watchdog; 0 once it is gone (the daemon then exits), and in a "
+    "daemon that runs no Spark (delta sources only).",
 )
 
 
