@@ -46,29 +46,55 @@ def test_a_transform_past_its_deadline_fails_that_job_alone_and_the_other_keeps_
 
     topic = new_topic(2)
     p = producer_for(topic)
-    p.send(3000, 2)
-    p.stream(2, per_second=40)
+    p.send(20000, 2)
     before = metric_total(metrics.SPARK_WORK_TIMEOUTS, job="slow")
-    d = daemon_factory([topic], [job_spec("plain", tmp_path), job_spec("slow", tmp_path, transform=SLOW)],
+    # the slow job reads its history ahead (5,000 records a read: ~10 min of a core), the plain one too
+    d = daemon_factory([topic], [job_spec("plain", tmp_path),
+                                 job_spec("slow", tmp_path, transform=SLOW, max_rows_per_epoch=5000)],
                        job_timeout_s=25)
     t0 = time.monotonic()
     wait_for(lambda: d.registry.get("slow").error, timeout=120, what="the slow job failed")
     failed_after = time.monotonic() - t0
     error = d.registry.get("slow").error
+    assert error.startswith("a history read ahead ("), error  # its read ahead: the path with no cache
     assert "ran past its deadline of 25 s (sources[].job_timeout_s)" in error, error
     assert job_of(d, "slow") is None
     assert metric_total(metrics.SPARK_WORK_TIMEOUTS, job="slow") == before + 1
     assert metrics.JOB_FAILED.labels("slow")._value.get() == 1  # noqa: SLF001
-    # the plain job and the live stream go on, exactly once
+    # its cancelled tasks stopped too: they do not keep the shared JVM's cores
+    jvm = d.spark.sparkContext._gateway.proc.pid  # noqa: SLF001
+    wait_for(lambda: _task_threads_cpu(jvm, 2.0) < 0.2, timeout=30, interval=0,
+             what="the slow job's cancelled tasks stopped")
+    # the plain job committed meanwhile, and goes on with the live stream, exactly once
     wait_for(lambda: finished(d, "plain"), what="plain finished")
+    p.stream(2, per_second=40)
     epoch = d.sources["src"].last_epoch
     wait_for(lambda: d.sources["src"].last_epoch >= epoch + 4, what="epochs after the failure")
     assert d.registry.get("plain").error is None
     assert d.sources["src"].error is None
     p.stop()
     report = exactly_once(tmp_path / "plain", kafka_bootstrap, [topic])
-    assert sum(s.log_records for s in report.splits.values()) >= 3000
+    assert sum(s.log_records for s in report.splits.values()) >= 20000
     print(f"slow job failed {failed_after:.1f} s after the daemon started (deadline 25 s)")
+
+
+def _task_threads_cpu(pid: int, seconds: float) -> float:
+    """Cores the JVM's Spark task threads (``Executor task launch worker``) used over ``seconds``."""
+    def ticks() -> int:
+        total = 0
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                stat = (task / "stat").read_text()
+            except OSError:
+                continue
+            if "(Executor task" in stat:
+                fields = stat.rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])
+        return total
+
+    before = ticks()
+    time.sleep(seconds)
+    return (ticks() - before) / os.sysconf("SC_CLK_TCK") / seconds
 
 
 # -- the JVM dies: a real daemon process ---------------------------------------------------------------
