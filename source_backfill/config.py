@@ -376,8 +376,8 @@ class DaemonConfig(_Frozen):
     data_root: Path | None = None
     #: A source whose last epoch is older than this many trigger intervals is reported unhealthy.
     stale_after_intervals: float = Field(default=60.0, gt=1)
-    #: A job whose Spark work was in flight at this many crashes in a row (the JVM died, the daemon went
-    #: down) is failed ("quarantined") at the next start, before it runs again, until it is retried.
+    #: A job whose Spark work was in flight at this many deaths of Spark's JVM in a row (seen by the
+    #: daemon's watchdog) is failed ("quarantined") at the next start, before it runs again, until retried.
     quarantine_after_crashes: int = Field(default=3, ge=1)
 
 

@@ -105,8 +105,8 @@ SPARK_WORK_TIMEOUTS = Counter(
 )
 JOB_CRASHES = Gauge(
     PREFIX + "job_crashes",
-    "Crashes in a row (the JVM died, the daemon went down) with the job's Spark work in flight; 0 again once "
-    "it completes an epoch.",
+    "Deaths of Spark's JVM in a row with the job's Spark work in flight; 0 again once work of a kind that "
+    "was in flight then completes.",
     ["job"],
 )
 JOB_QUARANTINED = Gauge(

@@ -10,13 +10,15 @@ transform must not be able to stall the others forever, nor take the JVM down ag
   fails alone, the others of the epoch commit.
 * **attribution**: before the work starts, :class:`WorkLedger` writes a marker file naming the job and
   the kind of work (``epoch``, ``read-ahead``) under ``state_root/spark-work/`` (fsynced) and removes it
-  when the work ends. A work that ends in an error while the JVM is gone keeps its marker. So after a
-  crash (the JVM died and the watchdog made the daemon exit; or the process was killed) the markers name
-  exactly the jobs whose Spark work was in flight: never every job of the source. At the next start
-  :meth:`WorkLedger.recover` adds one crash to each of them. The count starts from 0 again once work of
-  a kind that was in flight completes (an epoch commits; a read ahead finishes): a job whose read ahead
-  takes the JVM down while its epochs commit is still counted. A job at ``quarantine_after_crashes`` is
-  failed (quarantined) by the daemon before it runs again, until it is retried.
+  when the work ends. A work that ends in an error while the JVM is gone keeps its marker. So when the
+  JVM dies (the watchdog writes down why and makes the daemon exit) the markers name exactly the jobs
+  whose Spark work was in flight: never every job of the source. At the next start
+  :meth:`WorkLedger.recover` adds one crash to each of them. Markers left by a daemon killed as a whole
+  (no death written down: ``kill -9`` of the process group, a deploy) count nothing. The count starts
+  from 0 again once work of a kind that was in flight completes (an epoch commits; a read ahead
+  finishes): a job whose read ahead takes the JVM down while its epochs commit is still counted. A job
+  at ``quarantine_after_crashes`` is failed (quarantined) by the daemon before it runs again, until it
+  is retried.
 """
 
 from __future__ import annotations
@@ -129,13 +131,14 @@ class WorkLedger:
 
     # -- at start and after epochs --------------------------------------------------------------------
     def recover(self, registered: set[str]) -> dict[str, Crashes]:
-        """At start: one more crash for every job a marker names; the markers and death note go.
+        """At start: after a JVM death, one more crash for every job a marker names; markers and note go.
 
-        Jobs no longer registered are forgotten. Returns the crash counts (also in :attr:`crashes`).
+        Markers without a death note (the daemon was killed as a whole) are only logged. Jobs no longer
+        registered are forgotten. Returns the crash counts (also in :attr:`crashes`).
         """
         with self._lock:
             death = self.root / DEATH_FILE
-            reason = "the daemon ended while it ran (killed, or the JVM died before the watchdog saw it)"
+            reason = None
             try:
                 reason = "Spark's JVM died: " + str(json.loads(death.read_text())["reason"])
             except (OSError, ValueError, KeyError, TypeError):
@@ -144,6 +147,10 @@ class WorkLedger:
             kinds: dict[str, set[str]] = {}
             for job, kind in self._markers():
                 kinds.setdefault(job, set()).add(kind)
+            if reason is None and kinds:
+                logger.info('the daemon ended with Spark work in flight but no JVM death was seen (killed '
+                            'as a whole?): no crash counted jobs="%s"', ",".join(sorted(kinds)))
+                kinds = {}
             for job, running in sorted(kinds.items()):
                 before = self.crashes.get(job)
                 self.crashes[job] = Crashes((before.count if before else 0) + 1, f"{reason} ({at})",

@@ -101,15 +101,18 @@ def test_a_read_ahead_that_crashes_is_counted_while_the_jobs_epochs_commit(tmp_p
     assert WorkLedger(root).recover({"a"})["a"].count == 3
 
 
-def test_a_kill_of_the_whole_daemon_counts_as_a_crash_too_and_a_clean_end_does_not(tmp_path):
+def test_a_kill_of_the_whole_daemon_or_a_clean_end_counts_no_crash(tmp_path):
     root = tmp_path / "spark-work"
     ledger = WorkLedger(root)
     with ledger_running(ledger, "a"):
         pass  # ended cleanly
     assert WorkLedger(root).recover({"a"}) == {}
-    WorkLedger(root).begin("a")  # the process was killed while it ran: no death note
-    counts = WorkLedger(root).recover({"a"})
-    assert counts["a"].count == 1 and "the daemon ended while it ran" in counts["a"].last
+    WorkLedger(root).begin("a")  # the process group was killed while it ran: no JVM death written down
+    assert WorkLedger(root).recover({"a"}) == {}
+    assert WorkLedger(root).in_flight() == []  # and the markers are gone
+    ledger = WorkLedger(root)
+    ledger.begin("a")
+    ledger.jvm_died("gone")
     assert WorkLedger(root).recover(set()) == {}  # a job no longer registered is forgotten
 
 
