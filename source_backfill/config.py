@@ -179,6 +179,9 @@ class SourceConfig(_Frozen):
     #: A Kafka read (a live batch's or a history read's) that makes no progress for this long fails: the
     #: live query is restarted, a history read backs off (``kafkaConsumer.pollTimeoutMs`` of the reader).
     poll_timeout_s: float = Field(default=60.0, gt=0)
+    #: A job's Spark work in one epoch (its transform over the live batch, history read in the epoch) or
+    #: in one history read ahead that runs longer than this is cancelled and that job fails alone.
+    job_timeout_s: float = Field(default=300.0, gt=0)
 
     @field_validator("bootstrap_servers")
     @classmethod
@@ -450,6 +453,9 @@ class DaemonConfig(_Frozen):
     data_root: Path | None = None
     #: A source whose last epoch is older than this many trigger intervals is reported unhealthy.
     stale_after_intervals: float = Field(default=60.0, gt=1)
+    #: A job whose Spark work was in flight at this many deaths of Spark's JVM in a row (seen by the
+    #: daemon's watchdog) is failed ("quarantined") at the next start, before it runs again, until retried.
+    quarantine_after_crashes: int = Field(default=3, ge=1)
 
 
 _toml_file: contextvars.ContextVar[Path | None] = contextvars.ContextVar("toml_file", default=None)

@@ -95,6 +95,10 @@ class SourceNotFoundError(JobError):
     """No source with that name is configured."""
 
 
+class SparkWorkTimeoutError(JobError):
+    """A job's Spark work (an epoch's, or a read ahead's) ran past its deadline and was cancelled."""
+
+
 #: An error of the Kafka client inside a JVM stack trace (Spark's Kafka source), with its message.
 _KAFKA_CLIENT_ERROR = re.compile(r"(org\.apache\.kafka\.[\w.$]+(?:Exception|Error): [^\n]+)")
 

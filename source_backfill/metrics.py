@@ -97,12 +97,37 @@ JOB_FAILED = Gauge(
     PREFIX + "job_failed", "1 while the job is failed (see its error in the API; retry or drop it).", ["job"]
 )
 
+# -- a transform cannot take the daemon down (runtime/spark_work.py, runtime/watchdog.py) ---------------
+SPARK_WORK_TIMEOUTS = Counter(
+    PREFIX + "spark_work_timeouts",
+    "A job's Spark work (an epoch's, a read ahead's) cancelled past its deadline (sources[].job_timeout_s).",
+    ["job"],
+)
+JOB_CRASHES = Gauge(
+    PREFIX + "job_crashes",
+    "Deaths of Spark's JVM in a row with the job's Spark work in flight; 0 again once work of a kind that "
+    "was in flight then completes.",
+    ["job"],
+)
+JOB_QUARANTINED = Gauge(
+    PREFIX + "job_quarantined",
+    "1 while the job is failed because its Spark work was in flight at daemon.quarantine_after_crashes "
+    "crashes in a row (retry it to run it again).",
+    ["job"],
+)
+SPARK_JVM_UP = Gauge(
+    PREFIX + "spark_jvm_up",
+    "1 while Spark's JVM answers the daemon's watchdog; 0 once it is gone (the daemon then exits), and in a "
+    "daemon that runs no Spark (delta sources only).",
+)
+
 
 def forget_job(job: str) -> None:
     """Drop every labelled series of ``job`` (on job drop), so dashboards do not show ghosts."""
     per_job = (HISTORY_ROWS, LIVE_ROWS, SPLIT_STAGE, SPLIT_LAG, DATA_LOSS_OFFSETS, SPLIT_CHANGES,
                SOURCE_ERRORS, COMMITS, COMMIT_CONFLICTS, JOB_ROWS, JOB_SPLITS, JOB_ETA,
-               JOB_BACKFILLING, JOB_FAILED, TABLE_BACKFILL_ROWS, TABLE_BACKFILL_LAG)
+               JOB_BACKFILLING, JOB_FAILED, TABLE_BACKFILL_ROWS, TABLE_BACKFILL_LAG, SPARK_WORK_TIMEOUTS,
+               JOB_CRASHES, JOB_QUARANTINED)
     for metric in per_job:
         for labels in list(metric._metrics):  # noqa: SLF001 - prometheus_client has no public iterator
             if labels[0] == job:

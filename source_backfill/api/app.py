@@ -221,10 +221,12 @@ def create_app(
         code = status.HTTP_200_OK if ready else status.HTTP_503_SERVICE_UNAVAILABLE
         return JSONResponse({"ready": ready, "sources": body.get("sources", {})}, status_code=code)
 
-    @app.get("/live", tags=["daemon"])
-    def get_live() -> dict[str, bool]:
-        """Liveness (Kubernetes): 200 while the process serves; a broker outage is not a reason to restart."""
-        return {"live": True}
+    @app.get("/live", tags=["daemon"], responses={503: {"description": "Spark's JVM is gone: restart."}})
+    def get_live() -> JSONResponse:
+        """Liveness (Kubernetes): 200 while Spark's JVM answers (a broker outage is no reason), else 503."""
+        body = health() if health is not None else {}
+        live = bool(body.get("live", True))
+        return JSONResponse({"live": live, "error": body.get("jvm_error")}, status_code=200 if live else 503)
 
     @app.get("/metrics", tags=["daemon"], response_class=Response, **reading)
     def get_metrics() -> Response:

@@ -13,12 +13,14 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from source_backfill import metrics
 from source_backfill.core import HistoryRange
 from source_backfill.executors.history import StagedProgress
+from source_backfill.runtime.spark_work import READ_AHEAD
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -73,8 +75,11 @@ class Adopted:
 class ReadsAhead:
     """The reads ahead of one job (thread-safe: epochs take them while their threads finish)."""
 
-    def __init__(self, job: str, spark: SparkSession, sink: DeltaEpochSink) -> None:
+    def __init__(self, job: str, spark: SparkSession, sink: DeltaEpochSink,
+                 work: Callable[..., AbstractContextManager[None]] | None = None) -> None:
         self.job = job
+        #: Runs a read's Spark work under the job's deadline, marked in flight (the job's ``_spark_work``).
+        self._work = work or (lambda *_a, **_k: nullcontext())
         self.spark = spark
         self.sink = sink
         self.lock = threading.RLock()
@@ -174,7 +179,8 @@ class ReadsAhead:
         sc.setLocalProperty("spark.scheduler.pool", HISTORY_POOL)
         t0 = time.monotonic()
         try:
-            read.staged, read.counts = stage(read)
+            with self._work(f"a history read ahead ({len(read.ranges)} ranges)", kind=READ_AHEAD):
+                read.staged, read.counts = stage(read)
             read.seconds = time.monotonic() - t0
         except Exception as exc:  # noqa: BLE001 - reported to the epoch that takes this read
             read.error = exc

@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -66,7 +67,7 @@ from source_backfill.core import (
     states_to_json,
 )
 from source_backfill.core.columnar import SplitTable
-from source_backfill.errors import JobError, SourceBackfillError, one_line
+from source_backfill.errors import JobError, SourceBackfillError, SparkWorkTimeoutError, one_line
 from source_backfill.executors.accounting import JobMetrics, Rates
 from source_backfill.executors.history import (
     HistoryReader,
@@ -84,6 +85,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from connectors.kafka.admin import KafkaAdmin
+    from source_backfill.runtime.spark_work import SparkWork
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +122,7 @@ class SourceBackfillJob:
         admin: KafkaAdmin,
         *,
         bootstrap_servers: str,
+        work: SparkWork | None = None,
     ) -> None:
         from connectors.delta.sink import DeltaEpochSink
 
@@ -128,6 +131,8 @@ class SourceBackfillJob:
         self.spark = spark
         self.admin = admin
         self.bootstrap_servers = bootstrap_servers
+        #: Runs the job's Spark work under its tag and deadline (None: directly, as in unit tests).
+        self._work = work
         self.paused = False
         self.rate_limit: float | None = spec.rate_limit
         self.failed: str | None = None
@@ -145,7 +150,7 @@ class SourceBackfillJob:
         self.sink = DeltaEpochSink(spec.sink_path, spec.name, self.output_schema(), writer=spec.writer,
                                    on_conflict=metrics.COMMIT_CONFLICTS.labels(spec.name).inc)
         self.reads_ahead = spec.read_ahead and self.sink.writes_before_commit()
-        self._reads = ReadsAhead(spec.name, spark, self.sink)
+        self._reads = ReadsAhead(spec.name, spark, self.sink, work=self._spark_work)
         recovered = self.sink.recover()
         if recovered is not None:
             self.states = SplitTable.from_states(states_from_json(recovered.state))
@@ -251,6 +256,23 @@ class SourceBackfillJob:
             # the live batch is on the driver already (a small batch): its rows are written with
             # pyarrow, no Spark job per job and epoch (the caught-up trigger's hot path)
             return self._commit_arrow(inp, plan, budget, ahead, t0)
+        with self._spark_work(f"epoch {inp.epoch}"):
+            plan, result, new_states, counts, read_s = self._write_epoch(inp, plan, budget, ahead)
+        return self._committed(inp, plan, result, new_states, ahead, counts, read_s, t0)
+
+    def _spark_work(self, what: str, kind: str = "epoch") -> AbstractContextManager[None]:
+        """The job's Spark work: under its own job tag and deadline, marked while it runs (when managed)."""
+        if self._work is None:
+            return nullcontext()
+        return self._work.running(self.name, what, self.source.job_timeout_s, kind)
+
+    def _write_epoch(
+        self, inp: EpochInput, plan: Any, budget: int, ahead: Adopted
+    ) -> tuple[Any, Any, SplitTable, dict[str, int], float]:
+        """Spark writes the epoch's rows (live, history read in it, the transform) and the sink commits.
+
+        Returns the plan as committed, the commit result, the new states, history counts and read seconds.
+        """
         live = live_rows(self.spark, inp.batch, plan.emit_above)
         # One pass (count while writing) needs a sink that writes before it commits, and no transform:
         # a transform could let Spark prune the history scan, and its observed counts would never come.
@@ -283,7 +305,7 @@ class SourceBackfillJob:
         finally:
             if history is not None and observation is None:
                 history.unpersist()
-        return self._committed(inp, plan, result, new_states, ahead, counts, read_s, t0)
+        return plan, result, new_states, counts, read_s
 
     def _commit_arrow(self, inp: EpochInput, plan: Any, budget: int, ahead: Adopted, t0: float) -> bool:
         """Commit an epoch without history read in it whose live rows are on the driver (Arrow)."""
@@ -515,6 +537,9 @@ class SourceBackfillJob:
         self._rates.errors_in_a_row, self.last_error = 0, None
 
     def _history_error(self, exc: Exception) -> None:
+        if isinstance(exc, SparkWorkTimeoutError):  # a read ahead past its deadline: the job fails
+            self.failed = str(exc)
+            raise JobError(self.failed) from exc
         if is_data_loss(exc) and self.source.fail_on_data_loss:
             self.failed = (
                 f"history offsets are below the log start (retention removed them): {one_line(exc)}. "

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 import time
@@ -23,6 +24,11 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: The exit code of a daemon whose Spark JVM died (its supervisor restarts it).
+EXIT_JVM_GONE = 70
+#: After the JVM died, the process exits within this many seconds even if stopping the rest hangs.
+JVM_GONE_EXIT_S = 15.0
+
 
 class Daemon:
     """Everything one ``source-backfill run`` process owns."""
@@ -38,6 +44,12 @@ class Daemon:
         self._metrics_server: Any = None
         self.registry: Any = None
         self.spark: Any = None
+        #: Jobs' Spark work (deadlines, in-flight markers) and the JVM's watchdog (with Spark only).
+        self.work: Any = None
+        self.watchdog: Any = None
+        #: Why Spark's JVM is gone (None while it answers); the process then exits with ``exit_code``.
+        self.jvm_error: str | None = None
+        self.exit_code = 0
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -61,6 +73,8 @@ class Daemon:
         from source_backfill.runtime.registry import JobRegistry
         from source_backfill.runtime.source import LiveSource
         from source_backfill.runtime.spark import build_spark, warm_history_copy
+        from source_backfill.runtime.spark_work import LEDGER_DIR, SparkWork, WorkLedger
+        from source_backfill.runtime.watchdog import JvmWatchdog
 
         cfg = self.settings
         root = cfg.daemon.state_root
@@ -76,12 +90,19 @@ class Daemon:
                 logger.warning('config job differs from the registered one, keeping the registered spec '
                                'job="%s" detail="%s" (use the API to throttle, or drop and re-create)',
                                spec.name, exc)
+        ledger = WorkLedger(root / LEDGER_DIR)
+        self._quarantine(ledger)
         if any(s.kind == "kafka" for s in cfg.sources):  # delta sources read with delta-rs: no Spark
             python = any(s.kind == "kafka" and s.connector == "python" for s in cfg.sources)
             self.spark = build_spark(cfg.spark.master, "source-backfill", cfg.spark.conf,
                                      python_sources=python)
             if python:
                 warm_history_copy(self.spark)  # the Python connector's read ahead runs in Python workers
+            self.watchdog = JvmWatchdog(self.spark, self._jvm_died)
+            self.work = SparkWork(self.spark, ledger, alive=self.watchdog.alive)
+            self.watchdog.ticks = (self.work.tick,)
+            self.watchdog.start()
+            metrics.SPARK_JVM_UP.set(1)
             self._check_registered_transforms()
         for source in cfg.sources:
             if source.kind == "delta":
@@ -94,7 +115,8 @@ class Daemon:
             bootstrap = self._bootstrap(source.bootstrap_servers)
             admin = KafkaAdmin(bootstrap, dict(source.kafka))
             live = LiveSource(
-                source, self.spark, self.registry, admin, state_root=root, bootstrap_servers=bootstrap
+                source, self.spark, self.registry, admin, state_root=root, bootstrap_servers=bootstrap,
+                work=self.work,
             )
             self.sources[source.name] = live  # before start: a failed start still stops its query
             live.start()
@@ -120,6 +142,36 @@ class Daemon:
         return ServerLimits(header_timeout_s=api.header_timeout_s, body_timeout_s=api.body_timeout_s,
                             keep_alive_timeout_s=api.keep_alive_timeout_s,
                             max_connections=api.max_connections, max_header_bytes=api.max_header_bytes)
+
+    def _quarantine(self, ledger: Any) -> None:
+        """Count the crashes of the last run against the jobs in flight; fail those at the limit.
+
+        A job whose Spark work was in flight at ``quarantine_after_crashes`` crashes in a row is failed
+        now, durably, before its source builds it: a transform that takes the JVM down cannot do it again
+        and again. ``retry`` runs it again (its count starts from 0).
+        """
+        limit = self.settings.daemon.quarantine_after_crashes
+        crashes = ledger.recover({r.name for r in self.registry.list()})
+        for name, crash in crashes.items():
+            metrics.JOB_CRASHES.labels(name).set(crash.count)
+            record = self.registry.get(name)
+            quarantined = crash.count >= limit
+            metrics.JOB_QUARANTINED.labels(name).set(1 if quarantined else 0)
+            if quarantined and record.error is None:
+                self.registry.set_failed(name, (
+                    f"quarantined: its Spark work was in flight at {crash.count} crashes in a row "
+                    f"(daemon.quarantine_after_crashes = {limit}); last: {crash.last}. Fix its transform "
+                    "(or its data), then retry it"))
+
+    def _jvm_died(self, reason: str) -> None:
+        """The watchdog found Spark's JVM gone: record who was in flight, fail liveness, stop the daemon."""
+        jobs = self.work.ledger.jvm_died(reason) if self.work is not None else []
+        self.jvm_error = reason
+        self.exit_code = EXIT_JVM_GONE
+        metrics.SPARK_JVM_UP.set(0)
+        logger.error('Spark JVM is gone, the daemon exits so that its supervisor restarts it reason="%s" '
+                     'exit_code=%d jobs_in_flight="%s"', reason, EXIT_JVM_GONE, ",".join(jobs))
+        self._stop.set()
 
     def _check_spec(self, spec: JobSpec) -> None:
         """A new job must suit its source's kind and pass the transform check (else a 422 naming why).
@@ -165,10 +217,17 @@ class Daemon:
         return str(self._metrics_server.url) if self._metrics_server is not None else None
 
     def stop(self) -> None:
-        """Stop sources after their running epoch, then the API, the embedded broker last."""
+        """Stop sources after their running epoch, then the API, the embedded broker last.
+
+        With Spark's JVM gone the sources are left as they are: no epoch can finish, and everything
+        committed is in the jobs' tables.
+        """
         self._stop.set()
-        for source in self.sources.values():
-            source.stop(self.settings.daemon.shutdown_timeout_s)
+        if self.jvm_error is None:
+            for source in self.sources.values():
+                source.stop(self.settings.daemon.shutdown_timeout_s)
+        if self.watchdog is not None:
+            self.watchdog.stop()
         if self._api is not None:
             self._api.stop()
         if self._metrics_server is not None:
@@ -179,9 +238,12 @@ class Daemon:
         logger.info("daemon stopped")
 
     def wait(self) -> None:
-        """Block until :meth:`stop` is called (or a signal arrives)."""
+        """Block until :meth:`stop` is called (or a signal arrives, or Spark's JVM is gone)."""
+        from source_backfill.runtime.watchdog import STALL_S
+
         while not self._stop.wait(0.5):
-            pass
+            if self.watchdog is not None and self.watchdog.stalled_s() > STALL_S:
+                self.watchdog.declare_dead(f"the py4j gateway did not answer for {STALL_S:g} s")
 
     def health(self) -> dict[str, Any]:
         """Per-source health; ``ok`` is False while a source's query keeps failing or its epochs stall.
@@ -191,10 +253,11 @@ class Daemon:
         """
         stale = self.settings.daemon.stale_after_intervals
         sources = {name: s.health(stale) for name, s in self.sources.items()}
-        ok = all(s["healthy"] for s in sources.values())
+        live = self.jvm_error is None
+        ok = live and all(s["healthy"] for s in sources.values())
         ready = ok and self._started.is_set() and all(s["ready"] for s in sources.values())
-        return {"ok": ok, "ready": ready, "uptime_s": round(time.time() - self.started_at, 1),
-                "sources": sources}
+        return {"ok": ok, "ready": ready, "live": live, "jvm_error": self.jvm_error,
+                "uptime_s": round(time.time() - self.started_at, 1), "sources": sources}
 
     def _bootstrap(self, configured: str) -> str:
         if configured != EMBEDDED:
@@ -229,6 +292,13 @@ def run_daemon(settings: Settings) -> int:
     signal.signal(signal.SIGINT, _signal)  # Spark's context replaced it with one raising KeyboardInterrupt
     try:
         daemon.wait()
+        if daemon.exit_code:  # the JVM is gone: whatever hangs while stopping, the process exits
+            deadline = threading.Timer(JVM_GONE_EXIT_S, os._exit, [daemon.exit_code])
+            deadline.daemon = True
+            deadline.start()
     finally:
         daemon.stop()
+    if daemon.exit_code:
+        logging.shutdown()
+        os._exit(daemon.exit_code)  # no interpreter teardown: pyspark's exit hooks call the dead JVM
     return 0

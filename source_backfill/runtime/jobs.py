@@ -66,6 +66,16 @@ class JobHost:
     def _progress(self, job: Any) -> JobProgress:
         raise NotImplementedError
 
+    def _jvm_gone(self) -> bool:
+        """Whether the engine the jobs run on is gone (a job's error then is not the job's)."""
+        return False
+
+    def _crashes_reset(self, name: str, *, epoch: bool = False) -> None:
+        """The job was retried or dropped: its crash count starts from 0.
+
+        ``epoch``: it completed an epoch instead (from 0 if an epoch of it was in flight at its crashes).
+        """
+
     # -- building -----------------------------------------------------------------------------------------
     def _recover_jobs(self) -> None:
         """Build this source's registered jobs (failed ones stay failed until retried)."""
@@ -113,6 +123,7 @@ class JobHost:
                     job.close()
                     del self.jobs[m.job]
                 self._job_failures.pop(m.job, None)
+                self._crashes_reset(m.job)
                 metrics.forget_job(m.job)
                 logger.info('job dropped job="%s" epoch=%d', m.job, epoch)
             elif job is not None:
@@ -135,8 +146,9 @@ class JobHost:
             record = self.registry.get(name)
         except JobError:
             return
-        if record.dropped:
+        if record.dropped or record.error is not None:  # failed again after the retry was accepted
             return
+        self._crashes_reset(name)
         if self._build(record):
             logger.info('job retried job="%s" epoch=%d', name, epoch)
 
@@ -149,15 +161,22 @@ class JobHost:
             self._fail(job.name, str(exc))
             return
         except Exception as exc:
-            if self._stopping.is_set():
-                raise
+            if self._stopping.is_set() or self._jvm_gone():
+                raise  # not the job's failure: nothing of it is rebuilt or failed
             self._job_epoch_failed(job, epoch, exc)
             return
         self._job_failures.pop(job.name, None)
+        self._crashes_reset(job.name, epoch=True)
         self._publish(job)
 
     def _fail(self, name: str, error: str) -> None:
-        """Mark the job failed (persisted), stop its reads, take it out of the epochs."""
+        """Mark the job failed (persisted), stop its reads, take it out of the epochs.
+
+        Not while the JVM is gone: the error is then the JVM's, and the daemon is about to exit.
+        """
+        if self._jvm_gone():
+            logger.warning('job not failed: the JVM is gone job="%s" error="%s"', name, error)
+            return
         job = self.jobs.pop(name, None)
         if job is not None:
             job.close()

@@ -32,6 +32,7 @@ from source_backfill.core import LiveStats, split_id
 from source_backfill.errors import SourceBackfillError, one_line
 from source_backfill.executors.source_backfill import EpochInput, SourceBackfillJob
 from source_backfill.runtime.jobs import JobHost
+from source_backfill.runtime.spark_work import EPOCH
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 
     from connectors.kafka.admin import KafkaAdmin
     from source_backfill.runtime.registry import JobRegistry, Mutation
+    from source_backfill.runtime.spark_work import SparkWork
 
 logger = logging.getLogger(__name__)
 
@@ -62,8 +64,11 @@ class LiveSource(JobHost):
         *,
         state_root: Path,
         bootstrap_servers: str,
+        work: SparkWork | None = None,
     ) -> None:
         super().__init__(config, registry)
+        #: Runs each job's Spark work under its own tag and deadline, marked while in flight (None: not).
+        self.work = work
         self.spark = spark
         self.admin = admin
         self.bootstrap_servers = bootstrap_servers
@@ -224,7 +229,17 @@ class LiveSource(JobHost):
 
     def _new_job(self, spec: Any) -> SourceBackfillJob:
         return SourceBackfillJob(spec, self.config, self.spark, self.admin,
-                                 bootstrap_servers=self.bootstrap_servers)
+                                 bootstrap_servers=self.bootstrap_servers, work=self.work)
+
+    def _jvm_gone(self) -> bool:
+        return self.work is not None and not self.work.alive()
+
+    def _crashes_reset(self, name: str, *, epoch: bool = False) -> None:
+        if self.work is not None:
+            if epoch:
+                self.work.ledger.completed(name, EPOCH)
+            else:
+                self.work.ledger.reset(name)
 
     def _progress(self, job: SourceBackfillJob) -> Any:
         from source_backfill.runtime.progress import to_job_progress

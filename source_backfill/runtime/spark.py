@@ -50,6 +50,11 @@ DEFAULT_CONF: dict[str, str] = {
     # stream's micro-batch on a trigger up to that still continues from its last poll.
     "spark.kafka.consumer.fetchedData.cache.timeout": "10s",
     "spark.kafka.consumer.fetchedData.cache.evictorThreadRunInterval": "5s",
+    # Kafka batch reads (history) with the source's V2 reader, like the live stream: its tasks check for a
+    # kill at every record. Spark's V1 Kafka reader does not, so a cancelled history read with a slow
+    # transform (a job past its deadline, a read ahead dropped) kept both cores busy for minutes after it
+    # was cancelled; with V2 its tasks stop at once (measured: 0.95 cores/task thread vs 0.05 after 2 s)
+    "spark.sql.sources.useV1SourceList": "avro,csv,json,orc,parquet,text",
 }
 
 

@@ -27,6 +27,10 @@ ASSERTED_ELSEWHERE = {
     "commit_conflicts_total": "daemon/test_table_faults.py",
     "table_backfill_rows_total": "daemon/test_table_daemon.py",
     "table_backfill_lag_versions": "daemon/test_table_daemon.py",
+    "spark_work_timeouts_total": "daemon/test_jvm_survival.py",
+    "job_crashes": "daemon/test_jvm_survival.py",
+    "job_quarantined": "daemon/test_jvm_survival.py",
+    "spark_jvm_up": "daemon/test_jvm_survival.py",
 }
 
 
@@ -117,7 +121,8 @@ def test_every_readme_metric_is_asserted_somewhere():
     assert here | set(ASSERTED_ELSEWHERE) == _readme_metrics()
     tests = ROOT / "tests" / "integration"
     names = {"source_errors_total": "SOURCE_ERRORS", "data_loss_offsets_total": "DATA_LOSS_OFFSETS",
-             "job_failed": "JOB_FAILED", "commit_conflicts_total": "COMMIT_CONFLICTS"}
+             "job_failed": "JOB_FAILED", "commit_conflicts_total": "COMMIT_CONFLICTS",
+             "spark_work_timeouts_total": "SPARK_WORK_TIMEOUTS"}
     for metric, where in ASSERTED_ELSEWHERE.items():
         path = tests / where.split(" ", 1)[0]
         text = path.read_text()  # the metric's constant, or its scraped name
