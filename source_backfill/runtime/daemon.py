@@ -256,8 +256,9 @@ class Daemon:
         live = self.jvm_error is None
         ok = live and all(s["healthy"] for s in sources.values())
         ready = ok and self._started.is_set() and all(s["ready"] for s in sources.values())
-        return {"ok": ok, "ready": ready, "live": live, "jvm_error": self.jvm_error,
-                "uptime_s": round(time.time() - self.started_at, 1), "sources": sources}
+        return _redacted({"ok": ok, "ready": ready, "live": live, "jvm_error": self.jvm_error,
+                          "uptime_s": round(time.time() - self.started_at, 1), "sources": sources},
+                         self.settings.daemon.state_root)
 
     def _bootstrap(self, configured: str) -> str:
         if configured != EMBEDDED:
@@ -275,6 +276,19 @@ class Daemon:
             for name, source in self.sources.items():
                 if source.last_epoch_at is not None:
                     metrics.EPOCH_LAG.labels(name).set(time.time() - source.last_epoch_at)
+
+
+def _redacted(value: Any, state_root: Path) -> Any:
+    """``value`` (health's dicts, lists and texts) with no path of the daemon's own spelled out."""
+    from source_backfill.runtime.paths import redact
+
+    if isinstance(value, str):
+        return redact(value, state_root)
+    if isinstance(value, dict):
+        return {k: _redacted(v, state_root) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redacted(v, state_root) for v in value]
+    return value
 
 
 def run_daemon(settings: Settings) -> int:

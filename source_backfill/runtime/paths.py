@@ -129,3 +129,20 @@ def open_private(path: Path, flags: int) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def redact(text: str, state_root: Path) -> str:
+    """``text`` with the daemon's state root and working directory named, not spelled out.
+
+    Job errors and health problems carry exception texts (Spark's, Delta's, the OS's) that may name the
+    state root, the mutation log or the daemon's working directory; the API serves them (``/health``
+    without a token unless ``api.guard_reads``). The log keeps the texts whole.
+    """
+    places = {}
+    for label, path in (("<state_root>", Path(state_root)), ("<cwd>", Path.cwd())):
+        for form in {str(path), str(path.resolve())}:
+            if len(form) > 1:
+                places[form] = label
+    for form in sorted(places, key=len, reverse=True):  # the longer first: the state root may be in cwd
+        text = text.replace(form, places[form])
+    return text

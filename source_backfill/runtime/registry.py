@@ -66,6 +66,7 @@ from source_backfill.runtime.paths import (
     make_private_dir,
     open_private,
     overlaps,
+    redact,
     resolve,
     state_paths,
 )
@@ -331,6 +332,8 @@ class JobRegistry:
 
     def set_failed(self, name: str, error: str) -> None:
         """Mark the job failed with ``error``, durably: it stays failed until :meth:`retry` or a drop."""
+        logger.error('job failed job="%s" error="%s"', name, error)
+        error = redact(error, self.state_root)  # the API serves it: no path of the daemon's own
         with self._lock:
             record = self._jobs.get(name)
             if record is None or record.dropped:
@@ -344,7 +347,6 @@ class JobRegistry:
                 self._jobs[name] = replace(record, error=error)
                 return
             self._jobs[name] = replace(record, error=error)
-            logger.error('job failed job="%s" error="%s"', name, error)
             self._maybe_compact()
 
     def failed(self) -> builtins.list[JobRecord]:

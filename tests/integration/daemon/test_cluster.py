@@ -46,3 +46,60 @@ def test_a_job_backfills_exactly_once_through_a_standalone_cluster(tmp_path, kaf
             assert f'master="{cluster.master}"' in daemon.log.read_text()
         finally:
             daemon.stop()
+
+
+@pytest.mark.slow
+def test_a_transform_exhausting_an_executors_memory_fails_its_job_alone(
+    tmp_path, kafka_bootstrap, kafka_admin
+):
+    """On a cluster the memory a transform can exhaust is an executor's: that executor dies (the worker
+    starts another), the job fails with Spark's error, and the daemon, its JVM and the other job go on."""
+    import time
+
+    from confluent_kafka import Producer
+
+    from source_backfill.verify import check_exactly_once
+
+    topic = f"cluster-oom-{uuid.uuid4().hex[:8]}"
+    kafka_admin.create_topic(topic, 2)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(200):
+        producer.produce(topic, value=f"value-{i:04d}".encode(), partition=i % 2)
+    assert producer.flush(30) == 0
+    # ~10 chars x 200M = a 2 GB string per row: far past a 512 MB executor's heap, built only from allowed
+    # functions (the check cannot know how much memory a query will take; the executor's heap bounds it)
+    hog = ("SELECT topic, partition, offset, length(repeat(CAST(value AS STRING), 200000000)) AS n "
+           "FROM {source}")
+    with spark_standalone(tmp_path / "cluster", memory="2g") as cluster:
+        conf = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
+                "spark.executor.memory": "512m", "spark.cores.max": "2", "spark.task.maxFailures": "2"}
+        (tmp_path / "daemon").mkdir()
+        daemon = RunningDaemon(tmp_path / "daemon", kafka_bootstrap,
+                               [{"name": "src", "topics": [topic]}], [],
+                               {"spark": {"master": cluster.master, "conf": conf}})
+        daemon.start()
+        try:
+            daemon.wait_ready(240)
+            daemon.create_job(name="hog", source="src", transform=hog)
+            daemon.create_job(name="plain", source="src")
+            daemon.wait_finished("plain", timeout_s=240)
+            deadline = time.monotonic() + 300
+            while daemon.job("hog")["status"] != "failed":
+                assert time.monotonic() < deadline, daemon.tail()
+                time.sleep(1)
+            error = daemon.job("hog")["error"]
+            assert "OutOfMemoryError" in error or "ExecutorLost" in error or "exited" in error, error
+            # the driver JVM and the daemon are alive and the other job keeps its promise
+            assert daemon.get("/live").status_code == 200
+            assert daemon.job("plain")["status"] == "finished"
+            for i in range(200, 260):
+                producer.produce(topic, value=f"value-{i:04d}".encode(), partition=i % 2)
+            assert producer.flush(30) == 0
+            deadline = time.monotonic() + 120
+            while daemon.job("plain")["rows_live"] < 60:
+                assert time.monotonic() < deadline, daemon.tail()
+                time.sleep(1)
+            report = check_exactly_once(str(daemon.tables / "plain"), kafka_bootstrap, [topic])
+            assert report.ok, report.summary()
+        finally:
+            daemon.stop()

@@ -386,3 +386,22 @@ def test_sink_paths_stay_inside_the_data_root(tmp_path: Path) -> None:
     unconfined = JobRegistry(tmp_path / "state2", SOURCES)
     unconfined.create(JobSpec(name="anywhere", source="events", sink_path="/tmp/anywhere"))
     unconfined.close()
+
+
+def test_a_job_error_served_by_the_api_names_no_path_of_the_daemon(tmp_path, monkeypatch):
+    """Exception texts name the state root or the working directory; the stored (and served) error does
+    not, the log keeps the text whole."""
+    from source_backfill.runtime.daemon import _redacted
+
+    monkeypatch.chdir(tmp_path)
+    root = tmp_path / "state"
+    reg = JobRegistry(root, ["events"])
+    reg.create(spec("a"))
+    reg.set_failed("a", f"IOError: {root}/mutations.jsonl and {tmp_path}/relative/x: denied")
+    error = reg.get("a").error
+    assert str(tmp_path) not in error
+    assert "<state_root>/mutations.jsonl" in error and "<cwd>/relative/x" in error
+    reg.close()
+    health = {"sources": {"s": {"problems": [f"query failing: {root}/sources/s/checkpoint"]}}, "ok": False}
+    assert _redacted(health, root) == {
+        "sources": {"s": {"problems": ["query failing: <state_root>/sources/s/checkpoint"]}}, "ok": False}
