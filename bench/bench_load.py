@@ -32,6 +32,7 @@ from typing import Any
 from bench.load_verdict import death_markers, judge
 from bench.records import fill, live
 from source_backfill.testing.metrics import scrape, total
+from source_backfill.testing.process import processes_below
 
 QUICK = os.environ.get("BENCH_QUICK") == "1"
 MEMORY_RECORDS = (100_000, 500_000) if QUICK else (1_000_000, 5_000_000)
@@ -124,30 +125,8 @@ class _Watch(threading.Thread):
 
 
 def _java_below(root: int) -> list[int]:
-    """Pids of running ``java`` processes below ``root`` (the daemon's Spark JVM), from ``/proc``.
-
-    A killed JVM stays a zombie named ``java`` until the daemon reaps it: not counted.
-    """
-    children: dict[int, list[int]] = {}
-    comm: dict[int, str] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        head, rest = stat.rsplit(")", 1)
-        state, ppid = rest.split()[:2]
-        children.setdefault(int(ppid), []).append(int(entry.name))
-        comm[int(entry.name)] = head.split("(", 1)[1] if state not in ("Z", "X") else ""
-    found, todo = [], list(children.get(root, []))
-    while todo:
-        pid = todo.pop()
-        todo.extend(children.get(pid, []))
-        if comm.get(pid) == "java":
-            found.append(pid)
-    return found
+    """Pids of running ``java`` processes below ``root`` (the daemon's Spark JVM; a zombie is not)."""
+    return [pid for pid, name in processes_below(root) if name == "java"]
 
 
 def _status(daemon: Any, job: str) -> str | None:

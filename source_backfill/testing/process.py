@@ -24,6 +24,34 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def processes_below(root: int) -> list[tuple[int, str]]:
+    """``(pid, name)`` of every live process below ``root`` (not ``root``), from ``/proc``.
+
+    A killed process stays a zombie until its parent reaps it: left out (its children are kept).
+    """
+    children: dict[int, list[int]] = {}
+    names: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        head, rest = stat.rsplit(")", 1)
+        state, ppid = rest.split()[:2]
+        children.setdefault(int(ppid), []).append(int(entry.name))
+        if state not in ("Z", "X"):
+            names[int(entry.name)] = head.split("(", 1)[1]
+    found, todo = [], list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        todo.extend(children.get(pid, []))
+        if pid in names:
+            found.append((pid, names[pid]))
+    return found
+
+
 class DaemonProcess:
     """Start, probe, kill and stop one daemon process; its console output goes to ``log``."""
 
@@ -109,20 +137,8 @@ class DaemonProcess:
         root = self.pid
         if root is None:
             return 0
-        children: dict[int, list[int]] = {}
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            children.setdefault(ppid, []).append(int(entry.name))
-        total, todo = 0, [root]
-        while todo:
-            pid = todo.pop()
-            todo.extend(children.get(pid, []))
+        total = 0
+        for pid in [root] + [pid for pid, _ in processes_below(root)]:
             try:
                 for line in Path(f"/proc/{pid}/status").read_text().splitlines():
                     if line.startswith("VmRSS:"):

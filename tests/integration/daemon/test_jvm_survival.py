@@ -19,6 +19,7 @@ import pytest
 
 from source_backfill.testing import RunningDaemon
 from source_backfill.testing.metrics import scrape, total
+from source_backfill.testing.process import processes_below
 from tests.integration.daemon.conftest import (
     exactly_once,
     finished,
@@ -100,16 +101,12 @@ def _task_threads_cpu(pid: int, seconds: float) -> float:
 # -- the JVM dies: a real daemon process ---------------------------------------------------------------
 def _spark_jvm(daemon_pid: int) -> int:
     """The pid of the daemon's Spark JVM: its child running ``org.apache.spark.deploy.SparkSubmit``."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for pid, _ in processes_below(daemon_pid):
         try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes()
+            if b"SparkSubmit" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return pid
         except OSError:
             continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == daemon_pid and b"SparkSubmit" in cmdline:
-            return int(entry.name)
     msg = f"no Spark JVM under the daemon (pid {daemon_pid})"
     raise AssertionError(msg)
 
