@@ -103,6 +103,10 @@ class SparkWorkTimeoutError(JobError):
 _KAFKA_CLIENT_ERROR = re.compile(r"(org\.apache\.kafka\.[\w.$]+(?:Exception|Error): [^\n]+)")
 
 
+#: The JVM exception py4j reports under its own first line (``An error occurred while calling o12.x.``).
+_JVM_ERROR = re.compile(r"^: ((?:[\w$]+\.)+[\w$]*(?:Exception|Error)\b[^\n]*)", re.MULTILINE)
+
+
 def one_line(exc: BaseException, limit: int = 500) -> str:
     """One line saying what went wrong, for logs, the API and health, at most ``limit`` characters.
 
@@ -110,7 +114,9 @@ def one_line(exc: BaseException, limit: int = 500) -> str:
     first line only says that Python raised. The reader's own data-loss line (split and offsets) is
     taken when present, else the Python exception's line (``RuntimeError: ...``) that ends the embedded
     traceback, followed by the wrapper's first line. From Spark's Kafka source (a JVM stack), the Kafka
-    client's error line is taken (``org.apache.kafka...TimeoutException: ...``).
+    client's error line is taken (``org.apache.kafka...TimeoutException: ...``). A py4j error's first
+    line only names the JVM call; the JVM exception's line under it is taken (``SparkException: Job
+    aborted due to stage failure: ...``).
     """
     text = str(exc).strip()
     first = text.splitlines()[0] if text else type(exc).__name__
@@ -120,6 +126,10 @@ def one_line(exc: BaseException, limit: int = 500) -> str:
     kafka = _KAFKA_CLIENT_ERROR.search(text)
     if kafka is not None:  # Spark's Kafka source: the client's error says what happened
         return f"{kafka.group(1).strip()} ({first[:200]})"[:limit]
+    if first.startswith("An error occurred while calling"):  # py4j: the JVM's exception says what
+        jvm = _JVM_ERROR.search(text)
+        if jvm is not None:
+            first = f"{jvm.group(1).strip()} ({first[:100]})"
     marker = "Traceback (most recent call last):"
     if marker in text:
         tail = text[text.rindex(marker) + len(marker):].splitlines()

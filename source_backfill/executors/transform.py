@@ -25,7 +25,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any
 
 from source_backfill.config import MAX_TRANSFORM_CHARS
-from source_backfill.errors import TransformError
+from source_backfill.errors import TransformError, one_line
 from source_backfill.executors.transform_allowed import (
     EXPRESSIONS,
     FUNCTIONS,
@@ -45,6 +45,9 @@ SOURCE = "{source}"
 VIEW_PREFIX = "__source_backfill_"
 #: A parsed plan with more nodes and expressions than this is refused (a real transform has a few dozen).
 MAX_PLAN_NODES = 5_000
+#: Parentheses nested deeper than this are refused before parsing (Spark's parser overflowed its thread's
+#: stack at 4,000; a real transform nests a handful).
+MAX_NESTING = 256
 #: The check gives up (refusing the transform) after this many seconds.
 CHECK_DEADLINE_S = 10.0
 #: Spark's variable substitution syntax (``${env:HOME}`` reads an environment variable).
@@ -85,6 +88,16 @@ def _check_text(sql: str) -> None:
     if SOURCE not in sql:
         msg = "transform must read the Kafka rows as {source}, e.g. SELECT key, value FROM {source}"
         raise TransformError(msg)
+    depth = deepest = 0
+    for char in sql:  # counted in literals too: a bound, not a parse
+        if char == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char == ")":
+            depth -= 1
+    if deepest > MAX_NESTING:
+        msg = f"transform nests parentheses {deepest} deep, over the limit of {MAX_NESTING}"
+        raise TransformError(msg)
     if _SUBSTITUTION in sql:
         msg = "transform contains '${': Spark's variable substitution is not allowed in a transform"
         raise TransformError(msg)
@@ -97,8 +110,7 @@ def _check_plan(spark: SparkSession, sql: str) -> None:
         root = parser.parsePlan(_named(sql, view))
     except Exception as exc:  # noqa: BLE001 - py4j wraps Spark's ParseException
         lines = [line for line in str(exc).strip().splitlines() if line.strip()]
-        first = lines[0] if lines else ""
-        detail = next((line for line in lines if "PARSE" in line or "Syntax" in line), first)
+        detail = next((line for line in lines if "PARSE" in line or "Syntax" in line), one_line(exc))
         msg = f"transform does not parse: {detail[:300]}"
         raise TransformError(msg) from None
     _Walk().plan(root, frozenset({view}))

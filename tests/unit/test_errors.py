@@ -30,3 +30,13 @@ def test_plain_errors_and_limits():
     assert one_line(ValueError("first\nsecond")) == "first"
     assert one_line(ValueError("")) == "ValueError"
     assert len(one_line(ValueError("x" * 900))) == 500
+
+
+def test_a_py4j_error_is_said_by_the_jvm_exception_under_it():
+    text = ("An error occurred while calling o559.parquet.\n"
+            ": org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 3.0 "
+            "failed 2 times, most recent failure: Lost task 0.1 (executor 1 exited caused by one of the "
+            "running tasks)\n\tat org.apache.spark.scheduler.DAGScheduler.failJob(DAGScheduler.scala:1)\n")
+    line = one_line(Exception(text))
+    assert line.startswith("org.apache.spark.SparkException: Job aborted due to stage failure: Task 0")
+    assert line.endswith("(An error occurred while calling o559.parquet.)")

@@ -124,7 +124,7 @@ HOSTILE = [
     ("resources", "SELECT offset FROM {source} WHERE " + " OR ".join(["offset = 1"] * 1800), "characters"),
     ("resources", "SELECT " + "+".join(["1"] * 6000) + " AS s FROM {source}", "too"),
     ("resources", "SELECT * FROM {source} WHERE partition IN (" + ",".join(["7"] * 6000) + ")", "too large"),
-    ("resources", "SELECT " + "(" * 4000 + "offset" + ")" * 4000 + " FROM {source}", ""),
+    ("resources", "SELECT " + "(" * 4000 + "offset" + ")" * 4000 + " FROM {source}", "nests parentheses"),
 ]
 
 
