@@ -41,6 +41,12 @@ SUBQUERIES = frozenset({"ScalarSubquery", "Exists", "ListQuery"})
 #: ``x IN (SELECT ...)``: its children are the values and a ``ListQuery``.
 IN_SUBQUERY = "InSubquery"
 
+#: Generators (``LATERAL VIEW explode(...)`` and ``SELECT explode(...)``).
+GENERATORS = frozenset({
+    "explode", "explode_outer", "posexplode", "posexplode_outer", "inline", "inline_outer", "stack",
+    "json_tuple",
+})
+
 #: Built-in functions that compute over their arguments only: strings, numbers, dates, collections,
 #: JSON, aggregates, windows, generators. Called by one unqualified name (``upper(x)``, never
 #: ``system.builtin.upper``, a temporary function, or a name computed by ``IDENTIFIER(...)``).
@@ -106,10 +112,4 @@ FUNCTIONS = frozenset({
     "cume_dist", "dense_rank", "lag", "lead", "nth_value", "ntile", "percent_rank", "rank", "row_number",
     # rows and types
     "typeof", "uuid", "monotonically_increasing_id", "spark_partition_id",
-} | {"explode", "explode_outer", "posexplode", "posexplode_outer", "inline", "inline_outer", "stack"})
-
-#: Generators (``LATERAL VIEW explode(...)`` and ``SELECT explode(...)``).
-GENERATORS = frozenset({
-    "explode", "explode_outer", "posexplode", "posexplode_outer", "inline", "inline_outer", "stack",
-    "json_tuple",
-})
+}) | GENERATORS
