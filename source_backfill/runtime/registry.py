@@ -332,13 +332,13 @@ class JobRegistry:
 
     def set_failed(self, name: str, error: str) -> None:
         """Mark the job failed with ``error``, durably: it stays failed until :meth:`retry` or a drop."""
-        logger.error('job failed job="%s" error="%s"', name, error)
-        error = redact(error, self.state_root)  # the API serves it: no path of the daemon's own
         with self._lock:
             record = self._jobs.get(name)
             if record is None or record.dropped:
                 logger.warning('set_failed for an unregistered job ignored job="%s"', name)
                 return
+            logger.error('job failed job="%s" error="%s"', name, error)  # whole: the log may name paths
+            error = redact(error, self.state_root)  # the API serves it: no path of the daemon's own
             try:
                 self._append({"type": "failed", "job": name, "error": error,
                               "at": datetime.now(UTC).isoformat()})
