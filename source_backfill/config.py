@@ -182,6 +182,9 @@ class SourceConfig(_Frozen):
     #: A job's Spark work in one epoch (its transform over the live batch, history read in the epoch) or
     #: in one history read ahead that runs longer than this is cancelled and that job fails alone.
     job_timeout_s: float = Field(default=300.0, gt=0)
+    #: The jobs' epochs of one source epoch that run side by side (each on a thread of its own, with its
+    #: own Spark jobs and commit); 1 runs them one after another.
+    max_parallel_jobs: int = Field(default=4, gt=0, le=64)
 
     @field_validator("bootstrap_servers")
     @classmethod

@@ -9,6 +9,9 @@ this base holds the rest once:
   at once; any other exception in its epoch rebuilds it from its table (its last commit is the truth);
   ``JOB_ATTEMPTS`` epochs failing in a row mark it failed. A job that cannot be built is failed too.
   Failed jobs are persisted by the registry, skipped at start, and come back with a ``retry``;
+* the jobs' epochs side by side: each job's epoch of one source epoch runs on a pool of
+  ``max_parallel_jobs`` threads (its own Spark jobs, its own commit), so the epoch takes about as long as
+  its slowest job, not the sum of them; the source epoch ends when every job's has;
 * health in one shape (the source failing, its epochs stale).
 """
 
@@ -17,6 +20,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from source_backfill import metrics
@@ -53,6 +58,8 @@ class JobHost:
         #: Epochs in a row each job failed with an unexpected error.
         self._job_failures: dict[str, int] = {}
         self._stopping = threading.Event()
+        #: The threads the jobs' epochs run on (made at the first epoch with two jobs or more).
+        self._pool: ThreadPoolExecutor | None = None
 
     @property
     def name(self) -> str:
@@ -68,6 +75,10 @@ class JobHost:
 
     def _jvm_gone(self) -> bool:
         """Whether the engine the jobs run on is gone (a job's error then is not the job's)."""
+        return False
+
+    def _suspect(self, name: str) -> bool:
+        """Whether the job had Spark work in flight at the JVM's last deaths (its crash count is not 0)."""
         return False
 
     def _crashes_reset(self, name: str, *, epoch: bool = False) -> None:
@@ -151,6 +162,45 @@ class JobHost:
         self._crashes_reset(name)
         if self._build(record):
             logger.info('job retried job="%s" epoch=%d', name, epoch)
+
+    # -- the jobs' epochs ---------------------------------------------------------------------------------
+    def _run_jobs(self, epoch: int, runs: Sequence[tuple[Any, Callable[[], Any]]]) -> None:
+        """Run each ``(job, run)`` of ``epoch`` (by :meth:`_run_job`), ``max_parallel_jobs`` at once.
+
+        Returns when all have ended. A job's failure stays its own (:meth:`_run_job`); what
+        :meth:`_run_job` lets through (the daemon stopping, the JVM gone) is raised here once every job's
+        epoch has ended, so no job is left half-way through a commit when the source epoch fails.
+
+        A job that had Spark work in flight when the JVM last died (:meth:`_suspect`) runs alone, after
+        the others: side by side, every job in flight at a death is counted towards its quarantine, and a
+        job that only ran beside the culprit would be quarantined with it.
+        """
+        suspect = [self._suspect(job.name) for job, _ in runs]
+        self._run_together(epoch, [r for r, s in zip(runs, suspect, strict=True) if not s])
+        for (job, run), s in zip(runs, suspect, strict=True):
+            if s:  # one at a time, after the others: a next death names its job alone
+                self._run_job(job, epoch, run)
+
+    def _run_together(self, epoch: int, runs: Sequence[tuple[Any, Callable[[], Any]]]) -> None:
+        width = min(self.config.max_parallel_jobs, len(runs))
+        if width <= 1:
+            for job, run in runs:
+                self._run_job(job, epoch, run)
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.config.max_parallel_jobs,
+                                            thread_name_prefix=f"jobs-{self.name}")
+        futures = [self._pool.submit(self._run_job, job, epoch, run) for job, run in runs]
+        errors = [f.exception() for f in futures]  # waits for each
+        first = next((e for e in errors if e is not None), None)
+        if first is not None:
+            raise first
+
+    def _close_pool(self) -> None:
+        """The jobs' threads end (after a running epoch: the caller has waited for it or given up)."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
 
     # -- failures ----------------------------------------------------------------------------------------
     def _run_job(self, job: Any, epoch: int, run: Any) -> None:

@@ -4,7 +4,8 @@ Each micro-batch is one epoch (epoch id = Spark ``batchId``). At the boundary, i
 
 1. read the batch's exact per-split start/end positions from the query's offset log;
 2. apply the queued mutations of this source's jobs (recorded durably by the registry before);
-3. run every job's epoch (plan, filter live, read history, commit output + state atomically);
+3. run every job's epoch (plan, filter live, read history, commit output + state atomically), up to
+   ``max_parallel_jobs`` side by side (:meth:`JobHost._run_jobs`), the live batch read once for all;
 4. mark the mutations applied and publish progress.
 
 A job already committed for this epoch skips it (replay after a crash). One job's failure never stalls
@@ -96,6 +97,7 @@ class LiveSource(JobHost):
             self._lock.release()
         else:
             logger.warning('epoch still running at shutdown, abandoning it source="%s"', self.name)
+        self._close_pool()
         for job in list(self.jobs.values()):
             job.close()  # history read ahead and not committed is thrown away; it is read again later
         query = self._query
@@ -188,10 +190,10 @@ class LiveSource(JobHost):
                 rows, live = read or (read := _rows_and_stats(batch, start, end, self._read_small))
                 inp = EpochInput(epoch=batch_id, batch=batch, live=live, start=start, end=end,
                                  interval_s=self.config.trigger_interval_s, rows=rows)
-                for job in list(self.jobs.values()):
-                    if job.states is None and inp.start is None:
-                        continue  # attach needs the exact live position: wait for the next epoch
-                    self._run_job(job, inp.epoch, lambda job=job: job.run_epoch(inp))
+                # attach needs the exact live position: a new job waits for an epoch whose start is known
+                self._run_jobs(inp.epoch, [(job, lambda job=job: job.run_epoch(inp))
+                                           for job in list(self.jobs.values())
+                                           if job.states is not None or inp.start is not None])
             if applied:
                 self.registry.mark_applied([m.id for m in applied], batch_id)
         finally:
@@ -233,6 +235,9 @@ class LiveSource(JobHost):
 
     def _jvm_gone(self) -> bool:
         return self.work is not None and not self.work.alive()
+
+    def _suspect(self, name: str) -> bool:
+        return self.work is not None and name in self.work.ledger.crashes
 
     def _crashes_reset(self, name: str, *, epoch: bool = False) -> None:
         if self.work is not None:

@@ -80,6 +80,7 @@ class TableLiveSource(JobHost):
             self._thread.join(timeout_s)
             if self._thread.is_alive():
                 logger.warning('epoch still running at shutdown source="%s"', self.name)
+        self._close_pool()
         for job in self.jobs.values():
             job.close()
 
@@ -114,9 +115,9 @@ class TableLiveSource(JobHost):
             epoch = self._epoch + 1
             mutations = self._apply_mutations(self.registry.drain(self.name), epoch)
             live = self._live(before, delivered)
-            for job in list(self.jobs.values()):
-                self._run_job(job, epoch, lambda job=job: job.run_epoch(
-                    epoch, before, delivered, live if job.needs_live() else None))
+            self._run_jobs(epoch, [(job, lambda job=job: job.run_epoch(
+                epoch, before, delivered, live if job.needs_live() else None))
+                for job in list(self.jobs.values())])
             if mutations:
                 self.registry.mark_applied([m.id for m in mutations], epoch)
             self._epoch, self.delivered = epoch, delivered
