@@ -10,6 +10,7 @@ what one Prometheus target should carry; a split that no longer qualifies has it
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -93,9 +94,9 @@ def split_series(policy: metrics.PerSplit, stages: I8, lags: I64, lost: I64, sho
     n = len(stages)
     if policy.mode == "always":
         return np.ones(n, dtype=bool)
-    wanted: Mask = (stages != FINISHED) | (lost > 0)
     if policy.mode == "never" or policy.max_splits <= 0:
         return np.zeros(n, dtype=bool)
+    wanted: Mask = (stages != FINISHED) | (lost > 0)
     picked = np.flatnonzero(wanted)
     if len(picked) > policy.max_splits:  # lexsort: the last key is the first one sorted on
         order = np.lexsort((picked, ~shown[picked], -lags[picked], lost[picked] <= 0))
@@ -124,6 +125,8 @@ class JobMetrics:
         self._shown: set[str] = set()
         #: The per-split state last published: (splits, stage codes, lags, shown mask).
         self._published: tuple[tuple[str, ...], Any, Any, Mask] | None = None
+        #: Data loss is counted by reads ahead too (their thread): it and the per-split series change apart.
+        self._lock = threading.Lock()
         # a job rebuilt or retried: its predecessor's per-split series are not this one's to count on
         metrics.forget_splits(job)
         metrics.JOB_DATA_LOSS.labels(job)  # 0 from the start: increase() sees the first loss
@@ -152,10 +155,11 @@ class JobMetrics:
 
     def data_loss(self, split: str, offsets: int) -> None:
         """``offsets`` of ``split`` were below the log start and skipped."""
-        self.lost[split] = self.lost.get(split, 0) + offsets
-        metrics.JOB_DATA_LOSS.labels(self.job).inc(offsets)
-        if split in self._shown:
-            metrics.DATA_LOSS_OFFSETS.labels(self.job, split).inc(offsets)
+        with self._lock:
+            self.lost[split] = self.lost.get(split, 0) + offsets
+            metrics.JOB_DATA_LOSS.labels(self.job).inc(offsets)
+            if split in self._shown:
+                metrics.DATA_LOSS_OFFSETS.labels(self.job, split).inc(offsets)
 
     def state(self, table: SplitTable, ahead: Mapping[str, tuple[int, int]], rates: Rates,
               eta_seconds: float | None, *, committed: bool) -> None:
@@ -166,7 +170,8 @@ class JobMetrics:
         if committed:
             metrics.COMMITS.labels(self.job).inc()
         lags = table.lags({split: last for split, (_, last) in ahead.items()})
-        self._splits(table, lags)
+        with self._lock:
+            self._splits(table, lags)
         metrics.JOB_ROWS.labels(self.job, "history").set(rates.rows_history)
         metrics.JOB_ROWS.labels(self.job, "read_ahead").set(sum(n for n, _ in ahead.values()))
         metrics.JOB_ROWS.labels(self.job, "live").set(rates.rows_live)
@@ -178,7 +183,10 @@ class JobMetrics:
         metrics.JOB_BACKFILLING.labels(self.job).set(0 if is_backfill_done(table) else 1)
 
     def _splits(self, table: SplitTable, lags: I64) -> None:
-        """The picked splits' stage and lag where they changed; series of splits no longer picked removed."""
+        """The picked splits' stage and lag where they changed; series of splits no longer picked removed.
+
+        Called under ``_lock``.
+        """
         stages, splits, job = table.stage, table.splits, self.job
         last = self._published
         same = last is not None and last[0] == splits
