@@ -232,8 +232,9 @@ def _load(bootstrap: str) -> dict[str, Any]:
         "load.ready_s": round(ready_s, 1),
         "load.trigger_interval_s": INTERVAL_S,
         "load.live_rows_per_s_offered": LIVE_PER_S,
-        "load.live_rows_per_s": round(delta("live_rows_total") / seconds, 1),
-        "load.history_rows_per_s": round(delta("history_rows_total") / seconds, 1),
+        # job_rows: per-split row counters exist only for the splits metrics.per_split picks
+        "load.live_rows_per_s": round(delta("job_rows", kind="live") / seconds, 1),
+        "load.history_rows_per_s": round(delta("job_rows", kind="history") / seconds, 1),
         "load.epochs": epochs,
         "load.window_intervals": round(verdict.expected, 1),
         "load.epochs_ratio": round(verdict.ratio, 3),

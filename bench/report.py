@@ -67,6 +67,8 @@ GOALS = (
     *(Goal(f"table_backfill.{s}.ratio_vs_plain_read", f"table backfill `{s}` of a changing 1M-row table vs a "
            "plain Spark read", "≥ 0.7", _at_least(0.7)) for s in ("snapshot", "arrangement", "chain")),
     Goal("memory.rss_ratio_5m_vs_1m", "peak RSS backfilling 5M vs 1M records", "≤ 1.10", _at_most(1.10)),
+    Goal("quiet.metrics_series_10k", "sample lines one Finished job on 10,000 splits adds to `/metrics`",
+         "≤ 100", _at_most(100)),
 )
 
 

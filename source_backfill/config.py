@@ -13,7 +13,7 @@ import os
 import re
 import tomllib
 from pathlib import Path, PurePath
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
@@ -25,6 +25,9 @@ from pydantic_settings import (
 )
 
 from source_backfill.errors import ConfigError
+
+if TYPE_CHECKING:
+    from source_backfill.metrics import PerSplit
 
 #: Names of sources and jobs appear in paths, metric labels and URLs.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
@@ -424,11 +427,24 @@ class ApiConfig(_Frozen):
 
 
 class MetricsConfig(_Frozen):
-    """The Prometheus endpoint."""
+    """The Prometheus endpoint, and which splits get series of their own."""
 
     #: A separate Prometheus port; off (``false`` in TOML, which has no null, or ``off``/``none``/``null``
     #: in the environment) serves ``/metrics`` on the API port only.
     port: int | None = Field(default=9108, ge=0, le=65535)
+    #: Per-split series (``history_rows``, ``live_rows``, ``split_stage``, ``split_lag_offsets``,
+    #: ``data_loss_offsets``): ``auto`` for the splits not Finished and those with data loss, at most
+    #: ``per_split_max`` per job (data loss first, then the most lagging); ``always`` for every split (four
+    #: series per split: 40,000 for a job on 10,000 partitions); ``never``. The job-level series are
+    #: always exported, and ``GET /jobs/{name}`` has every split.
+    per_split: Literal["auto", "always", "never"] = "auto"
+    per_split_max: int = Field(default=50, ge=0, le=100_000)
+
+    def per_split_policy(self) -> PerSplit:
+        """The policy ``source_backfill.metrics`` applies (``metrics.configure_per_split``)."""
+        from source_backfill.metrics import PerSplit
+
+        return PerSplit(self.per_split, self.per_split_max)
 
     @field_validator("port", mode="before")
     @classmethod

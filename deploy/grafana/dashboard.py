@@ -70,20 +70,25 @@ def rows() -> list[tuple[str, list[dict[str, Any]]]]:
                 kind="stat", description="1 while backfilling / failed (job_backfilling, job_failed)."),
         ]),
         ("Splits", [
-            panel("Offsets left to backfill per split", [
-                target(f"{P}split_lag_offsets{{{JOB}}}", "{{job}} {{split}}")],
-                description="target - backfilled offset per split (split_lag_offsets); the target "
-                            "follows the live stream while the split backfills."),
-            panel("Split stage", [
-                target(f"{P}split_stage{{{JOB}}}", "{{job}} {{split}}")],
-                description="0 backfilling, 1 source_caching_up, 2 finished (split_stage)."),
+            panel("Offsets left to backfill", [
+                target(f"{P}job_lag_offsets{{{JOB}}}", "{{job}} all splits"),
+                target(f"{P}job_split_lag_max_offsets{{{JOB}}}", "{{job}} slowest split")],
+                description="target - backfilled offset, summed over the job's splits (job_lag_offsets) and "
+                            "of its slowest split (job_split_lag_max_offsets); the target follows the live "
+                            "stream while a split backfills."),
+            panel("Most lagging splits", [
+                target(f"topk(10, {P}split_lag_offsets{{{JOB}}})", "{{job}} {{split}}")],
+                description="Offsets left per split (split_lag_offsets), for the splits that have series of "
+                            "their own: with metrics.per_split = auto (the default) the most lagging splits "
+                            "not Finished, at most metrics.per_split_max per job. Every split: GET "
+                            "/jobs/{name}."),
         ]),
         ("Throughput", [
             panel("History vs live rows/s", [
-                target(f"sum by (job) (rate({P}history_rows_total{{{JOB}}}{rate}))", "{{job}} history"),
-                target(f"sum by (job) (rate({P}live_rows_total{{{JOB}}}{rate}))", "{{job}} live")],
-                unit="rowsps", description="Rows per second from history reads and from the live stream "
-                                           "(history_rows_total, live_rows_total)."),
+                target(f'sum by (job) (rate({P}job_rows{{{JOB}, kind="history"}}{rate}))', "{{job}} history"),
+                target(f'sum by (job) (rate({P}job_rows{{{JOB}, kind="live"}}{rate}))', "{{job}} live")],
+                unit="rowsps", description="Rows per second written from history reads and from the live "
+                                           "stream (job_rows: totals since the daemon started)."),
             panel("Commits/s", [
                 target(f"sum by (job) (rate({P}commits_total{{{JOB}}}{rate}))", "{{job}}")],
                 unit="ops", description="Delta commits per second per job (commits_total)."),
@@ -125,9 +130,10 @@ def rows() -> list[tuple[str, list[dict[str, Any]]]]:
                 target(f"{P}job_failed{{{JOB}}} == 1", "{{job}}")],
                 description="Jobs that stopped (job_failed): see GET /jobs/{name}, then retry or drop."),
             panel("Offsets lost (data loss)", [
-                target(f"sum by (job, split) ({P}data_loss_offsets_total{{{JOB}}})", "{{job}} {{split}}")],
+                target(f"sum by (job) ({P}job_data_loss_offsets_total{{{JOB}}})", "{{job}}")],
                 description="Offsets skipped below the log start with fail_on_data_loss = false "
-                            "(data_loss_offsets_total, since the daemon started)."),
+                            "(job_data_loss_offsets_total, since the daemon started); per split: "
+                            "data_loss_offsets_total, and GET /jobs/{name}."),
             panel("Commit conflicts", [
                 target(f"sum by (job) (increase({P}commit_conflicts_total{{{JOB}}}{rate}))", "{{job}}")],
                 description="Epoch commits retried because another writer committed to the table first "

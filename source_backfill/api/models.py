@@ -63,6 +63,8 @@ class SplitView(BaseModel):
     #: The last offset copied by reads ahead not committed yet (running ones too), and their rows.
     read_ahead_offset: int | None = None
     rows_read_ahead: int = 0
+    #: Offsets skipped below the log start (``fail_on_data_loss = false``) since the daemon started.
+    data_loss_offsets: int = 0
 
     @classmethod
     def of(cls, s: SplitProgress) -> SplitView:
@@ -73,7 +75,8 @@ class SplitView(BaseModel):
         return cls(split=s.split, stage=s.stage, backfilled_offset=s.backfilled_offset,
                    target_offset=s.target_offset, rows=s.rows, lag=s.lag,
                    progress=split_fraction(s.stage, read, s.target_offset),
-                   read_ahead_offset=s.read_ahead_offset, rows_read_ahead=s.rows_read_ahead)
+                   read_ahead_offset=s.read_ahead_offset, rows_read_ahead=s.rows_read_ahead,
+                   data_loss_offsets=s.data_loss_offsets)
 
 
 def split_fraction(stage: str, backfilled_offset: int | None, target_offset: int | None) -> float | None:

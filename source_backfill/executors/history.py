@@ -56,11 +56,14 @@ class HistoryReader:
     """Reads history ranges of one source for one job's sink."""
 
     def __init__(self, spark: SparkSession, source: SourceConfig, admin: KafkaAdmin, *,
-                 bootstrap_servers: str) -> None:
+                 bootstrap_servers: str, on_data_loss: Callable[[str, int], None] | None = None) -> None:
         self.spark = spark
         self.source = source
         self.admin = admin
         self.bootstrap_servers = bootstrap_servers
+        #: ``on_data_loss(split, offsets)``: lost history counted (the job's metrics, which pick the
+        #: splits with series of their own); None: the job-level counter only.
+        self._on_data_loss = on_data_loss
         #: Per split, the offset below which lost history (under the log start) is already counted.
         self._lost_to: dict[str, int] = {}
 
@@ -175,7 +178,10 @@ class HistoryReader:
             lost_end = min(log_start.get(r.split, r.start), r.end)
             if lost_end > first:
                 self._lost_to[r.split] = lost_end
-                metrics.DATA_LOSS_OFFSETS.labels(job, r.split).inc(lost_end - first)
+                if self._on_data_loss is not None:
+                    self._on_data_loss(r.split, lost_end - first)
+                else:
+                    metrics.JOB_DATA_LOSS.labels(job).inc(lost_end - first)
                 logger.warning('history lost, skipped job="%s" split="%s" offsets="%d..%d" log_start=%d',
                                job, r.split, first, lost_end - 1, lost_end)
 

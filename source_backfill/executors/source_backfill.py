@@ -146,7 +146,8 @@ class SourceBackfillJob:
         self._rates = Rates()
         self._metrics = JobMetrics(spec.name)
         self._interval_s = source.trigger_interval_s
-        self.history = HistoryReader(spark, source, admin, bootstrap_servers=bootstrap_servers)
+        self.history = HistoryReader(spark, source, admin, bootstrap_servers=bootstrap_servers,
+                                     on_data_loss=self._metrics.data_loss)
         self.sink = DeltaEpochSink(spec.sink_path, spec.name, self.output_schema(), writer=spec.writer,
                                    on_conflict=metrics.COMMIT_CONFLICTS.labels(spec.name).inc)
         self.reads_ahead = spec.read_ahead and self.sink.writes_before_commit()

@@ -77,6 +77,7 @@ class Daemon:
         from source_backfill.runtime.watchdog import JvmWatchdog
 
         cfg = self.settings
+        metrics.configure_per_split(cfg.metrics.per_split_policy())  # before any job publishes
         root = cfg.daemon.state_root
         root.mkdir(parents=True, exist_ok=True)
         # a job's sink may not be a delta source's table either (it would write into what it reads)

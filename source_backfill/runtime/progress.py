@@ -32,6 +32,9 @@ class SplitProgress:
     #: their rows: the backfill's progress before an epoch commits it.
     read_ahead_offset: int | None = None
     rows_read_ahead: int = 0
+    #: Offsets skipped below the log start (``fail_on_data_loss = false``) since the daemon started: the
+    #: per-split figure, which ``/metrics`` carries only for the splits ``metrics.per_split`` picks.
+    data_loss_offsets: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +91,7 @@ def to_job_progress(job: SourceBackfillJob) -> JobProgress:
         status = "backfilling"
     ahead = job.read_ahead()
     summary = job.progress(ahead)
+    lost = job._metrics.lost  # noqa: SLF001 - same package, read-only
     splits = []
     for split, state in sorted((states or {}).items()):
         rows_ahead, last_ahead = ahead.get(split, (0, None))
@@ -101,6 +105,7 @@ def to_job_progress(job: SourceBackfillJob) -> JobProgress:
                 lag=split_lag(state, last_ahead),
                 read_ahead_offset=last_ahead,
                 rows_read_ahead=rows_ahead,
+                data_loss_offsets=lost.get(split, 0),
             )
         )
     return JobProgress(

@@ -174,7 +174,7 @@ def test_per_split_progress_is_visible(live_api) -> None:
         splits=[
             SplitProgress("events:0", "backfilling", 5199, 9999, 5200, 4800),
             SplitProgress("events:1", "source_caching_up", 99, 99, 100, 0),
-            SplitProgress("events:2", "finished", None, None, 0, 0),
+            SplitProgress("events:2", "finished", None, None, 0, 0, data_loss_offsets=37),
             SplitProgress("events:3", "backfilling", 999, 9999, 1000, 7000, read_ahead_offset=2999,
                           rows_read_ahead=2000),  # a read ahead copied 2000 more, not committed yet
         ],
@@ -185,8 +185,9 @@ def test_per_split_progress_is_visible(live_api) -> None:
     assert (job["splits_total"], job["splits_finished"], job["eta_seconds"]) == (4, 1, 8.5)
     assert job["splits"][0] == {"split": "events:0", "stage": "backfilling", "backfilled_offset": 5199,
                                 "target_offset": 9999, "rows": 5200, "lag": 4800, "progress": 0.52,
-                                "read_ahead_offset": None, "rows_read_ahead": 0}
+                                "read_ahead_offset": None, "rows_read_ahead": 0, "data_loss_offsets": 0}
     assert [s["progress"] for s in job["splits"][1:3]] == [1.0, 1.0]
+    assert job["splits"][2]["data_loss_offsets"] == 37  # every split's, whatever /metrics exports
     ahead = job["splits"][3]  # progress counts what the read ahead copied: 3000 of 10000
     assert (ahead["progress"], ahead["read_ahead_offset"], ahead["rows_read_ahead"]) == (0.3, 2999, 2000)
     live_api.registry.set_failed("p", "history read failed: boom")

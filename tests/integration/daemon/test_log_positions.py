@@ -81,6 +81,8 @@ def test_log_start_moved_under_a_backfill_skips_and_counts_the_lost_offsets(
         assert not set(range(pos + 1, 2000)) & set(held[sid])  # the lost range is absent ...
         # ... and counted, offset for offset
         assert metric_total(metrics.DATA_LOSS_OFFSETS, job="j", split=sid) == 2000 - (pos + 1)
+    # the job's total, exported whatever metrics.per_split picks
+    assert metric_total(metrics.JOB_DATA_LOSS, job="j") == sum(2000 - (pos + 1) for pos in positions.values())
 
 
 def test_start_at_latest_gets_exactly_the_records_after_attach(

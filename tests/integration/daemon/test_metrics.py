@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[3]
 ASSERTED_ELSEWHERE = {
     "source_errors_total": "daemon/test_broker_faults.py (live_query), daemon/test_log_positions.py",
     "data_loss_offsets_total": "daemon/test_log_positions.py",
+    "job_data_loss_offsets_total": "daemon/test_log_positions.py",
     "job_failed": "daemon/test_isolation.py",
     "commit_conflicts_total": "daemon/test_table_faults.py",
     "table_backfill_rows_total": "daemon/test_table_daemon.py",
@@ -75,7 +76,9 @@ def test_progress_and_epoch_metrics_move_where_their_events_happen(
 
     during = scrape(d.api_url)
     assert total(during, "job_backfilling", job="m") == 1
-    assert total(during, "split_lag_offsets", job="m") > 0
+    assert total(during, "split_lag_offsets", job="m") > 0  # splits not Finished have series of their own
+    assert total(during, "job_lag_offsets", job="m") >= total(during, "split_lag_offsets", job="m")
+    assert total(during, "job_split_lag_max_offsets", job="m") > 0
     assert any(v == 0 for lab, v in during["split_stage"] if lab["job"] == "m")  # a split backfilling
     assert total(during, "job_splits", job="m", stage="backfilling") >= 1
     assert total(during, "job_eta_seconds", job="m") > 0
@@ -85,17 +88,17 @@ def test_progress_and_epoch_metrics_move_where_their_events_happen(
     p.send(50, 3, start=5000, weights=[0, 0, 1])  # into the new partition only; the stream goes on
     wait_for(lambda: finished(d, "m") and len(job_of(d, "m").states or {}) == 3, timeout=240,
              what="finished on three splits")
-    wait_for(lambda: total(scrape(d.api_url), "live_rows_total", job="m") > 0, what="live rows counted")
+    wait_for(lambda: total(scrape(d.api_url), "job_rows", job="m", kind="live") > 0, what="live rows counted")
 
     after = scrape(d.api_url)
-    history = total(after, "history_rows_total", job="m")
-    assert history >= 3000
-    assert total(after, "job_rows", job="m", kind="history") == history
-    assert total(after, "job_rows", job="m", kind="live") > 0
+    assert total(after, "job_rows", job="m", kind="history") >= 3000
+    # Finished: the per-split series are gone (metrics.per_split = auto), the job-level ones say it all
+    per_split = ("history_rows_total", "live_rows_total", "split_stage", "split_lag_offsets")
+    assert [(n, lab) for n in per_split for lab, _ in after.get(n, []) if lab["job"] == "m"] == []
+    assert total(after, "job_lag_offsets", job="m") == 0
+    assert total(after, "job_split_lag_max_offsets", job="m") == 0
     assert total(after, "split_changes_total", job="m", change="added") >= 1
     assert total(after, "job_backfilling", job="m") == 0
-    assert total(after, "split_lag_offsets", job="m") == 0
-    assert all(v == 2 for lab, v in after["split_stage"] if lab["job"] == "m")
     assert total(after, "job_splits", job="m", stage="finished") == 3
     assert total(after, "commits_total", job="m") > total(during, "commits_total", job="m") > 0
     assert total(after, "history_reads_ahead_total", job="m", outcome="adopted") > 0
@@ -117,10 +120,11 @@ def test_every_readme_metric_is_asserted_somewhere():
     here = {"history_rows_total", "live_rows_total", "split_stage", "split_lag_offsets",
             "split_changes_total", "history_reads_ahead_total", "epoch_duration_seconds",
             "epoch_lag_seconds", "epoch", "commits_total", "job_rows", "job_splits", "job_eta_seconds",
-            "job_backfilling"}
+            "job_backfilling", "job_lag_offsets", "job_split_lag_max_offsets"}
     assert here | set(ASSERTED_ELSEWHERE) == _readme_metrics()
     tests = ROOT / "tests" / "integration"
     names = {"source_errors_total": "SOURCE_ERRORS", "data_loss_offsets_total": "DATA_LOSS_OFFSETS",
+             "job_data_loss_offsets_total": "JOB_DATA_LOSS",
              "job_failed": "JOB_FAILED", "commit_conflicts_total": "COMMIT_CONFLICTS",
              "spark_work_timeouts_total": "SPARK_WORK_TIMEOUTS"}
     for metric, where in ASSERTED_ELSEWHERE.items():

@@ -97,6 +97,19 @@ def test_metrics_port_can_be_turned_off_in_toml_and_env(tmp_path, monkeypatch):
         load_settings(write(tmp_path, "[metrics]\nport = true\n"))
 
 
+def test_per_split_metrics_are_auto_capped_by_default_and_typed(tmp_path, monkeypatch):
+    from source_backfill.metrics import PerSplit
+
+    assert load_settings().metrics.per_split_policy() == PerSplit("auto", 50)
+    s = load_settings(write(tmp_path, '[metrics]\nper_split = "always"\nper_split_max = 10\n'))
+    assert s.metrics.per_split_policy() == PerSplit("always", 10)
+    monkeypatch.setenv("SOURCE_BACKFILL_METRICS__PER_SPLIT", "never")
+    assert load_settings().metrics.per_split == "never"
+    monkeypatch.delenv("SOURCE_BACKFILL_METRICS__PER_SPLIT")
+    with pytest.raises(ConfigError, match="metrics.per_split"):
+        load_settings(write(tmp_path, '[metrics]\nper_split = "some"\n'))
+
+
 def test_config_errors_never_show_secrets(tmp_path, monkeypatch):
     monkeypatch.setenv("SOURCE_BACKFILL_API__PORT", "not-a-port")
     text = TOML.replace("[api]\nport = 9000\n", '[api]\nport = 9000\ntoken = ["s3cret-token"]\n')
