@@ -13,7 +13,9 @@
   ``load.verdict`` ``FAILED: …`` (in ``latest.json`` too) and ``python -m bench load`` exit non-zero.
 
 ``BENCH_QUICK=1`` (or ``python -m bench --quick``) shrinks both to a smoke run of a few minutes;
-``BENCH_LOAD_SKIP_MEMORY=1`` runs the load part alone; ``BENCH_LOAD_INTERVAL_S`` sets its trigger
+``BENCH_LOAD_SKIP_MEMORY=1`` runs the load part alone; ``BENCH_LOAD_JOBS`` sets its jobs (10, half of
+them backfilling), ``BENCH_LOAD_PARALLEL_JOBS`` the source's ``max_parallel_jobs`` (the daemon's
+default); ``BENCH_LOAD_INTERVAL_S`` sets its trigger
 (default 30 s: see the comment at ``INTERVAL_S``); ``BENCH_LOAD_SPARK_CONF`` (a JSON object) adds Spark conf
 to its daemons (JVM diagnostics, settings to compare); ``BENCH_LOAD_LOG`` keeps the load daemon's log there.
 """
@@ -38,8 +40,10 @@ QUICK = os.environ.get("BENCH_QUICK") == "1"
 MEMORY_RECORDS = (100_000, 500_000) if QUICK else (1_000_000, 5_000_000)
 LOAD_MINUTES = float(os.environ.get("BENCH_LOAD_MINUTES", "1" if QUICK else "10"))
 LOAD_PARTITIONS = 100
-LOAD_JOBS = 10
-LOAD_BACKFILLING = 5
+LOAD_JOBS = int(os.environ.get("BENCH_LOAD_JOBS", "10"))
+LOAD_BACKFILLING = LOAD_JOBS // 2
+#: The source's ``max_parallel_jobs`` (None: the daemon's default): jobs side by side or in series.
+PARALLEL_JOBS = int(os.environ.get("BENCH_LOAD_PARALLEL_JOBS") or 0) or None
 LOAD_HISTORY = 100_000 if QUICK else 500_000
 LIVE_PER_S = 1000.0
 # The trigger the load runs at: 1 s epochs do not hold with 10 jobs on 2 cores (17 s on average, see the
@@ -59,6 +63,8 @@ def _config(work: Path, bootstrap: str, topic: str, port: int, jobs: list[dict[s
         "[[sources]]", 'name = "src"', f'bootstrap_servers = "{bootstrap}"', f'topics = ["{topic}"]',
         f"trigger_interval_s = {INTERVAL_S}",
     ]
+    if PARALLEL_JOBS is not None:
+        lines.append(f"max_parallel_jobs = {PARALLEL_JOBS}")
     for job in jobs:
         lines += ["[[jobs]]", f'name = "{job["name"]}"', 'source = "src"',
                   f'sink_path = "{work / "tables" / job["name"]}"']
@@ -240,6 +246,8 @@ def _load(bootstrap: str) -> dict[str, Any]:
         "load.epochs_ratio": round(verdict.ratio, 3),
         "load.epochs_per_s": round(epochs / seconds, 3),
         "load.epoch_mean_s": round(delta("epoch_duration_seconds_sum", source="src") / max(epochs, 1), 3),
+        "load.epoch_p50_s": _quantile(after, before, 0.5),
+        "load.max_parallel_jobs": PARALLEL_JOBS,
         "load.epochs_within_interval": round(within / max(epochs, 1), 3),
         "load.errors": delta("source_errors_total"),
         "load.failed_jobs": total(after, "job_failed"),
@@ -253,6 +261,19 @@ def _load(bootstrap: str) -> dict[str, Any]:
         print(f"  load: daemon log tail:\n{log_tail}", flush=True)
     print(f"  {verdict.line()}", flush=True)
     return result
+
+
+def _quantile(after: Any, before: Any, q: float) -> float | None:
+    """The epoch duration at quantile ``q`` over the window: the upper bound of the histogram's bucket."""
+    def buckets(samples: Any) -> dict[float, float]:
+        return {float(lab["le"]): v for lab, v in samples.get("epoch_duration_seconds_bucket", [])
+                if lab.get("source") == "src"}
+
+    was = buckets(before)
+    counts = sorted((le, n - was.get(le, 0.0)) for le, n in buckets(after).items())
+    if not counts or counts[-1][1] <= 0:
+        return None
+    return next(le for le, n in counts if n >= q * counts[-1][1])
 
 
 def main() -> dict[str, Any]:
