@@ -114,16 +114,24 @@ class DaemonProcess:
             self.proc.wait(30)
         self.proc = None
 
-    def stop(self, timeout_s: float = 60.0) -> None:
-        """SIGTERM (the daemon finishes its epoch), SIGKILL after ``timeout_s``."""
+    def stop(self, timeout_s: float = 60.0) -> int | None:
+        """SIGTERM to the daemon (it finishes its epoch), SIGKILL to its process group after ``timeout_s``.
+
+        Returns the daemon's exit code (None: it was not running, or had to be killed).
+
+        The daemon alone, as Docker and Kubernetes do (to PID 1): a SIGTERM to the group reached Spark's
+        JVM too, which shut down under the running epoch, so the daemon logged a dead JVM and exited 70.
+        """
+        code = None
         if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
+            os.kill(self.proc.pid, signal.SIGTERM)
             try:
-                self.proc.wait(timeout_s)
+                code = self.proc.wait(timeout_s)
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(30)
         self.proc = None
+        return code
 
     def tail(self, lines: int = 40) -> str:
         """The last lines of the daemon's console log."""

@@ -159,6 +159,38 @@ def _topic(kafka_admin, kafka_bootstrap: str, records: int) -> str:
     return topic
 
 
+def test_a_sigterm_mid_epochs_stops_the_daemon_cleanly_and_its_jvm_with_it(
+    tmp_path, kafka_bootstrap, kafka_admin
+):
+    """SIGTERM to the daemon (as Docker and Kubernetes send it): the running epoch ends, exit code 0.
+
+    The test kit once sent it to the process group: the JVM shut down under the epoch, and the daemon
+    reported a dead JVM and exited 70 on every stop.
+    """
+    topic = _topic(kafka_admin, kafka_bootstrap, 500)
+    daemon = _daemon(tmp_path, kafka_bootstrap, [{"name": "src", "topics": [topic]}],
+                     [{"name": "a", "source": "src"}, {"name": "b", "source": "src"}])
+    daemon.start()
+    try:
+        daemon.wait_ready(240)
+        daemon.wait_finished("a", timeout_s=120)
+        assert daemon.pid is not None
+        jvm = _spark_jvm(daemon.pid)
+    finally:
+        code = daemon.stop()
+    log = daemon.log.read_text(errors="replace")
+    assert code == 0, log[-3000:]
+    assert "Spark JVM is gone" not in log
+    wait_for(lambda: not _running(jvm), timeout=30, what="the daemon's JVM gone with it")
+
+
+def _running(pid: int) -> bool:
+    try:
+        return "\nState:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+
+
 def test_a_dead_jvm_fails_liveness_and_the_daemon_exits_non_zero_within_30_s(
     tmp_path, kafka_bootstrap, kafka_admin
 ):
