@@ -21,8 +21,8 @@ from typing import Any
 
 from bench import RESULTS
 
-#: Modules that take 10 minutes or more: left out of a plain ``make bench`` (15 minutes in all).
-LONG = ("bench_load",)
+#: Modules that take 10 minutes or more (soaks): left out of a plain ``make bench`` (15 minutes in all).
+LONG = ("bench_load", "bench_scale_jobs")
 
 
 def record(module: str, figures: dict[str, Any], path: Path = RESULTS) -> None:

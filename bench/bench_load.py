@@ -55,16 +55,17 @@ WATCH_S = 2.0
 SPARK_CONF: dict[str, str] = json.loads(os.environ.get("BENCH_LOAD_SPARK_CONF", "{}"))
 
 
-def _config(work: Path, bootstrap: str, topic: str, port: int, jobs: list[dict[str, Any]]) -> Path:
+def _config(work: Path, bootstrap: str, topic: str, port: int, jobs: list[dict[str, Any]], *,
+            interval_s: float = INTERVAL_S, parallel: int | None = PARALLEL_JOBS) -> Path:
     lines = [
         "[daemon]", f'state_root = "{work / "state"}"', "[spark]", 'master = "local[2]"',
         f"conf = {{ {', '.join(f'{json.dumps(k)} = {json.dumps(v)}' for k, v in SPARK_CONF.items())} }}",
         "[api]", f"port = {port}", "[metrics]", "port = false",
         "[[sources]]", 'name = "src"', f'bootstrap_servers = "{bootstrap}"', f'topics = ["{topic}"]',
-        f"trigger_interval_s = {INTERVAL_S}",
+        f"trigger_interval_s = {interval_s}",
     ]
-    if PARALLEL_JOBS is not None:
-        lines.append(f"max_parallel_jobs = {PARALLEL_JOBS}")
+    if parallel is not None:
+        lines.append(f"max_parallel_jobs = {parallel}")
     for job in jobs:
         lines += ["[[jobs]]", f'name = "{job["name"]}"', 'source = "src"',
                   f'sink_path = "{work / "tables" / job["name"]}"']
@@ -169,22 +170,26 @@ def _memory(bootstrap: str, records: int) -> dict[str, float]:
     return {"peak_rss_mib": peak / 2**20, "seconds": seconds}
 
 
-def _load(bootstrap: str) -> dict[str, Any]:
+def _load(bootstrap: str, *, n_jobs: int = LOAD_JOBS, interval_s: float = INTERVAL_S,
+          minutes: float = LOAD_MINUTES, parallel: int | None = PARALLEL_JOBS) -> dict[str, Any]:
+    """The load soak: ``n_jobs`` jobs (half backfilling) at an ``interval_s`` trigger for ``minutes``."""
     from connectors.kafka.admin import KafkaAdmin
     from source_backfill.testing.process import DaemonProcess, free_port
 
+    n_backfilling = n_jobs // 2
     work = Path(tempfile.mkdtemp(prefix="bench-load-"))
-    topic = "load"
+    topic = f"load-{work.name}"  # runs on one broker do not share a topic
     KafkaAdmin(bootstrap).create_topic(topic, LOAD_PARTITIONS)
     fill(bootstrap, topic, LOAD_HISTORY, LOAD_PARTITIONS)
-    window_s = LOAD_MINUTES * 60
+    window_s = minutes * 60
     rate = LOAD_HISTORY / window_s * 0.8  # keeps each backfilling job busy past the window
     jobs: list[dict[str, Any]] = [{"name": f"bf{i}", "rate_limit": round(rate)}
-                                  for i in range(LOAD_BACKFILLING)]
+                                  for i in range(n_backfilling)]
     jobs += [{"name": f"live{i}", "start": '{kind = "latest"}'}
-             for i in range(LOAD_JOBS - LOAD_BACKFILLING)]
+             for i in range(n_jobs - n_backfilling)]
     port = free_port()
-    daemon = DaemonProcess(_config(work, bootstrap, topic, port, jobs), port, work / "daemon.log")
+    daemon = DaemonProcess(_config(work, bootstrap, topic, port, jobs, interval_s=interval_s,
+                                   parallel=parallel), port, work / "daemon.log")
     stop = threading.Event()
     producer = threading.Thread(target=live, args=(bootstrap, topic, LOAD_PARTITIONS, LIVE_PER_S, stop, 50),
                                 daemon=True)
@@ -196,7 +201,7 @@ def _load(bootstrap: str) -> dict[str, Any]:
         ready_s = daemon.wait_ready(300)
         watch.start()
         deadline = time.monotonic() + 300
-        while not all(_status(daemon, j["name"]) == "finished" for j in jobs[LOAD_BACKFILLING:]):
+        while not all(_status(daemon, j["name"]) == "finished" for j in jobs[n_backfilling:]):
             if time.monotonic() > deadline or watch.dead:
                 msg = f"load bench: the latest-start jobs did not finish; log tail:\n{daemon.tail()}"
                 raise RuntimeError(msg)
@@ -207,7 +212,7 @@ def _load(bootstrap: str) -> dict[str, Any]:
             time.sleep(min(WATCH_S, max(0.0, end - time.monotonic())))
         watch.check()
         after, t1 = scrape(daemon.url) or watch.last_scrape, time.monotonic()
-        backfilling = sum(_status(daemon, j["name"]) == "backfilling" for j in jobs[:LOAD_BACKFILLING])
+        backfilling = sum(_status(daemon, j["name"]) == "backfilling" for j in jobs[:n_backfilling])
         log_tail = daemon.tail()
     except RuntimeError:
         if not watch.dead:
@@ -226,17 +231,17 @@ def _load(bootstrap: str) -> dict[str, Any]:
         return total(after, name, **labels) - total(before, name, **labels)
 
     epochs = max(0.0, delta("epoch_duration_seconds_count", source="src"))
-    within = delta("epoch_duration_seconds_bucket", source="src", le=str(float(INTERVAL_S)))
+    within = delta("epoch_duration_seconds_bucket", source="src", le=str(float(interval_s)))
     seconds = max(t1 - t0, 1e-9)
-    verdict = judge(epochs=epochs, window_s=window_s, interval_s=INTERVAL_S, dead=watch.dead,
+    verdict = judge(epochs=epochs, window_s=window_s, interval_s=interval_s, dead=watch.dead,
                     errors=delta("source_errors_total"), failed_jobs=total(after, "job_failed"))
     result: dict[str, Any] = {
         "load.partitions": LOAD_PARTITIONS,
-        "load.jobs": LOAD_JOBS,
+        "load.jobs": n_jobs,
         "load.minutes": round((t1 - t0) / 60, 2),
-        "load.window_minutes": LOAD_MINUTES,
+        "load.window_minutes": minutes,
         "load.ready_s": round(ready_s, 1),
-        "load.trigger_interval_s": INTERVAL_S,
+        "load.trigger_interval_s": interval_s,
         "load.live_rows_per_s_offered": LIVE_PER_S,
         # job_rows: per-split row counters exist only for the splits metrics.per_split picks
         "load.live_rows_per_s": round(delta("job_rows", kind="live") / seconds, 1),
@@ -247,7 +252,7 @@ def _load(bootstrap: str) -> dict[str, Any]:
         "load.epochs_per_s": round(epochs / seconds, 3),
         "load.epoch_mean_s": round(delta("epoch_duration_seconds_sum", source="src") / max(epochs, 1), 3),
         "load.epoch_p50_s": _quantile(after, before, 0.5),
-        "load.max_parallel_jobs": PARALLEL_JOBS,
+        "load.max_parallel_jobs": parallel,
         "load.epochs_within_interval": round(within / max(epochs, 1), 3),
         "load.errors": delta("source_errors_total"),
         "load.failed_jobs": total(after, "job_failed"),
@@ -264,7 +269,10 @@ def _load(bootstrap: str) -> dict[str, Any]:
 
 
 def _quantile(after: Any, before: Any, q: float) -> float | None:
-    """The epoch duration at quantile ``q`` over the window: the upper bound of the histogram's bucket."""
+    """The epoch duration at quantile ``q`` over the window, from the histogram's buckets.
+
+    Interpolated linearly within the bucket it falls in, as Prometheus' ``histogram_quantile`` does.
+    """
     def buckets(samples: Any) -> dict[float, float]:
         return {float(lab["le"]): v for lab, v in samples.get("epoch_duration_seconds_bucket", [])
                 if lab.get("source") == "src"}
@@ -273,7 +281,15 @@ def _quantile(after: Any, before: Any, q: float) -> float | None:
     counts = sorted((le, n - was.get(le, 0.0)) for le, n in buckets(after).items())
     if not counts or counts[-1][1] <= 0:
         return None
-    return next(le for le, n in counts if n >= q * counts[-1][1])
+    rank = q * counts[-1][1]
+    low, below = 0.0, 0.0
+    for le, n in counts:
+        if n >= rank:
+            if le == float("inf"):
+                return low
+            return round(low + (le - low) * (rank - below) / max(n - below, 1e-9), 3)
+        low, below = le, n
+    return None
 
 
 def main() -> dict[str, Any]:
