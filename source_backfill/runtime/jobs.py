@@ -18,10 +18,11 @@ this base holds the rest once:
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from source_backfill import metrics
@@ -59,7 +60,7 @@ class JobHost:
         self._job_failures: dict[str, int] = {}
         self._stopping = threading.Event()
         #: The threads the jobs' epochs run on (made at the first epoch with two jobs or more).
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool: _Workers | None = None
 
     @property
     def name(self) -> str:
@@ -188,9 +189,9 @@ class JobHost:
                 self._run_job(job, epoch, run)
             return
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.config.max_parallel_jobs,
-                                            thread_name_prefix=f"jobs-{self.name}")
-        futures = [self._pool.submit(self._run_job, job, epoch, run) for job, run in runs]
+            self._pool = _Workers(self.config.max_parallel_jobs, f"jobs-{self.name}")
+        futures = [self._pool.submit(lambda job=job, run=run: self._run_job(job, epoch, run))
+                   for job, run in runs]
         errors = [f.exception() for f in futures]  # waits for each
         first = next((e for e in errors if e is not None), None)
         if first is not None:
@@ -200,7 +201,7 @@ class JobHost:
         """The jobs' threads end (after a running epoch: the caller has waited for it or given up)."""
         pool, self._pool = self._pool, None
         if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
+            pool.shutdown()
 
     # -- failures ----------------------------------------------------------------------------------------
     def _run_job(self, job: Any, epoch: int, run: Any) -> None:
@@ -275,3 +276,39 @@ class JobHost:
             "jobs": sorted(self.jobs),
             "failed_jobs": sorted(r.name for r in self.registry.failed() if r.source == self.name),
         }
+
+
+class _Workers:
+    """Daemon threads that run the jobs' epochs (a fixed number, kept: each has its py4j connection).
+
+    Not a ``ThreadPoolExecutor``: its threads are joined at the interpreter's exit, so a job's epoch still
+    in Spark past the shutdown timeout would hold the process up; a daemon thread does not (the epoch
+    thread of Spark's ``foreachBatch`` is a daemon thread too).
+    """
+
+    def __init__(self, size: int, name: str) -> None:
+        self._tasks: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]] | None] = queue.SimpleQueue()
+        self._threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True)
+                         for i in range(size)]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(self, fn: Callable[[], Any]) -> Future[Any]:
+        future: Future[Any] = Future()
+        self._tasks.put((fn, future))
+        return future
+
+    def shutdown(self) -> None:
+        """Each thread ends once the tasks queued before this call have run."""
+        for _ in self._threads:
+            self._tasks.put(None)
+
+    def _work(self) -> None:
+        while (task := self._tasks.get()) is not None:
+            fn, future = task
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn())
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting epoch thread
+                future.set_exception(exc)

@@ -173,3 +173,21 @@ def test_a_job_in_flight_at_a_jvm_death_runs_alone_after_the_others(host_factory
     host._run_jobs(1, [(job, runner(job.name)) for job in host.jobs.values()])
     assert beside["s1"] == {"s1"} and beside["s2"] == {"s2"}
     assert beside["a"] == beside["b"] == {"a", "b"}
+
+
+def test_the_jobs_threads_never_hold_up_the_process_exit(host_factory) -> None:
+    """Daemon threads: a job's epoch stuck in Spark past the shutdown timeout does not keep the process."""
+    host = host_factory(["a", "b"], parallel=2)
+    names: list[tuple[str, bool]] = []
+
+    def run() -> None:
+        names.append((threading.current_thread().name, threading.current_thread().daemon))
+
+    host._run_jobs(1, [(job, run) for job in host.jobs.values()])
+    assert len(names) == 2 and all(daemon for _, daemon in names), names
+    assert all(name.startswith("jobs-src-") for name, _ in names)
+    threads = list(host._pool._threads)
+    host._close_pool()
+    for thread in threads:
+        thread.join(5)
+    assert not any(thread.is_alive() for thread in threads)
