@@ -115,6 +115,14 @@ def table_bar(table: dict[str, Any], width: int = BAR_WIDTH) -> str:
             f"vnodes {done}/{total}  {table.get('phase')}  lag {'?' if lag is None else lag} versions")
 
 
+def latency_text(job: dict[str, Any]) -> str | None:
+    """``p50 0.21s p99 0.84s`` (live latency over the API's window); None when the job has no figure."""
+    lat = job.get("live_latency") or {}
+    if lat.get("p50_s") is None or lat.get("p99_s") is None:
+        return None
+    return f"p50 {lat['p50_s']:.2f}s p99 {lat['p99_s']:.2f}s"
+
+
 def job_line(job: dict[str, Any]) -> str:
     """One summary line of a job."""
     flags = []
@@ -137,6 +145,9 @@ def job_line(job: dict[str, Any]) -> str:
         f"live {job.get('rows_live', 0)} rows",
         f"eta {eta:.0f}s" if eta is not None else "eta -",
     ]
+    latency = latency_text(job)
+    if latency is not None:
+        parts.append(f"latency {latency}")
     line = "  ".join(parts)
     if flags:
         line += "  [" + ", ".join(flags) + "]"
@@ -162,7 +173,7 @@ def render_jobs(jobs: list[dict[str, Any]]) -> str:
 
 def render_table(jobs: list[dict[str, Any]]) -> str:
     """``jobs list``: one row per job."""
-    header = ("NAME", "SOURCE", "STATUS", "PAUSED", "RATE", "SPLITS", "HISTORY", "LIVE", "ETA")
+    header = ("NAME", "SOURCE", "STATUS", "PAUSED", "RATE", "SPLITS", "HISTORY", "LIVE", "ETA", "LATENCY")
     rows = [header]
     for j in jobs:
         rows.append((
@@ -172,6 +183,7 @@ def render_table(jobs: list[dict[str, Any]]) -> str:
             f"{j.get('splits_finished', 0)}/{j.get('splits_total', 0)}",
             str(j.get("rows_history", 0)), str(j.get("rows_live", 0)),
             "-" if j.get("eta_seconds") is None else f"{j['eta_seconds']:.0f}s",
+            latency_text(j) or "-",
         ))
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)

@@ -8,7 +8,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from source_backfill.config import StartSpec
-from source_backfill.runtime.progress import JobProgress, JobStatus, SplitProgress, TableProgress
+from source_backfill.runtime.progress import (
+    JobProgress,
+    JobStatus,
+    LiveLatency,
+    SplitProgress,
+    TableProgress,
+)
 from source_backfill.runtime.registry import JobRecord
 
 
@@ -42,6 +48,25 @@ class TableView(BaseModel):
                    vnodes_total=t.vnodes_total, pinned_version=t.pinned_version,
                    cursor_version=t.cursor_version, lag_versions=t.lag_versions, rows=dict(t.rows),
                    progress=t.vnodes_completed / max(1, t.vnodes_total))
+
+
+class LatencyView(BaseModel):
+    """Live latency of a Kafka job (README "Live latency"): record timestamp -> commit of its epoch."""
+
+    #: p50 and p99 (seconds) over the live rows committed in the last ``window_s`` seconds (null: none).
+    p50_s: float | None
+    p99_s: float | None
+    window_s: float
+    rows: int
+    #: The records' ``timestampType``: ``create_time`` (producer's clock, may be skewed) or
+    #: ``log_append_time`` (broker's); null before the first live row.
+    timestamp_type: str | None
+
+    @classmethod
+    def of(cls, lat: LiveLatency) -> LatencyView:
+        """The view of a job's published latency."""
+        return cls(p50_s=lat.p50_s, p99_s=lat.p99_s, window_s=lat.window_s, rows=lat.rows,
+                   timestamp_type=lat.timestamp_type)
 
 
 class SplitView(BaseModel):
@@ -123,6 +148,8 @@ class JobView(BaseModel):
     splits: list[SplitView]
     #: Jobs on a ``delta`` source: the table backfill's progress (``null`` for Kafka jobs).
     table: TableView | None = None
+    #: Kafka jobs: p50/p99 of the live rows' latency over the last minute (``null`` for table jobs).
+    live_latency: LatencyView | None = None
 
     @classmethod
     def of(cls, record: JobRecord, progress: JobProgress | None, pending: int = 0) -> JobView:
@@ -158,6 +185,8 @@ class JobView(BaseModel):
             last_error=progress.last_error if progress is not None else None,
             splits=splits,
             table=TableView.of(progress.table) if progress is not None and progress.table else None,
+            live_latency=LatencyView.of(progress.live_latency)
+            if progress is not None and progress.live_latency else None,
         )
 
 

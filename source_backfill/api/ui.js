@@ -139,6 +139,11 @@
       ["limit", `limit ${job.rate_limit === null ? "unlimited" : num(job.rate_limit) + " rows/s"}`],
       ["epoch", `epoch ${num(job.epoch)}`],
     ];
+    const lat = job.live_latency; // record timestamp -> commit, live rows of the last window_s
+    if (lat && lat.p50_s !== null && lat.p99_s !== null) {
+      facts.push(["latency", `latency p50 ${lat.p50_s.toFixed(2)} s / p99 ${lat.p99_s.toFixed(2)} s ` +
+                             `(last ${lat.window_s} s)`]);
+    }
     if (job.pending_mutations) facts.push(["pending", `${job.pending_mutations} change(s) pending`]);
     if (job.transform) facts.push(["transform", `transform: ${job.transform}`]);
     p.facts.replaceChildren(...facts.flatMap(([k, v], i) => [i ? " · " : "", el("span", { className: k }, v)]));

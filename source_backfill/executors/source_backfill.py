@@ -67,8 +67,9 @@ from source_backfill.core import (
     states_to_json,
 )
 from source_backfill.core.columnar import SplitTable
+from source_backfill.core.latency import LatencyWindow
 from source_backfill.errors import JobError, SourceBackfillError, SparkWorkTimeoutError, one_line
-from source_backfill.executors.accounting import JobMetrics, Rates
+from source_backfill.executors.accounting import JobMetrics, Rates, live_latencies
 from source_backfill.executors.history import (
     HistoryReader,
     count_per_split,
@@ -145,6 +146,8 @@ class SourceBackfillJob:
         self._covered_to: dict[str, int] = {}
         self._rates = Rates()
         self._metrics = JobMetrics(spec.name)
+        #: Live latency of the rows committed in the last minute (core.latency: p50/p99 for the API).
+        self.latency = LatencyWindow()
         self._interval_s = source.trigger_interval_s
         self.history = HistoryReader(spark, source, admin, bootstrap_servers=bootstrap_servers,
                                      on_data_loss=self._metrics.data_loss)
@@ -327,6 +330,7 @@ class SourceBackfillJob:
                    ahead: Adopted, counts: dict[str, int], read_s: float, t0: float) -> bool:
         """After the commit (or its skip): states, adopted reads, accounting, the next read ahead."""
         if result.committed:
+            self._live_latency(inp, plan, time.time())
             with self._reads.lock:  # the adopted reads leave the list as the states take them in
                 self.states = new_states
                 self._reads.retire(ahead.reads)
@@ -348,6 +352,12 @@ class SourceBackfillJob:
         if self.reads_ahead:
             self._read_ahead()
         return bool(result.committed)
+
+    def _live_latency(self, inp: EpochInput, plan: Any, committed_at: float) -> None:
+        """The epoch's live rows are committed now: their latency (core.latency) to metric and window."""
+        latencies, kind = live_latencies(inp.live, plan.emit_above, inp.rows, committed_at * 1000)
+        self._metrics.latency(latencies)
+        self.latency.add(time.monotonic(), latencies, kind)
 
     def _budget(self, interval_s: float) -> int:
         """History offsets one epoch may read now (0 in a read-error backoff)."""

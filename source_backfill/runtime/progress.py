@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from source_backfill.core import split_lag
+from source_backfill.core.latency import LatencyWindow, timestamp_type_name
 
 if TYPE_CHECKING:
     from source_backfill.executors.source_backfill import SourceBackfillJob
@@ -57,6 +59,20 @@ class TableProgress:
 
 
 @dataclass(frozen=True, slots=True)
+class LiveLatency:
+    """Live latency of a job's rows committed in the last ``window_s`` seconds (core.latency's definition)."""
+
+    #: p50 and p99 (seconds) of record timestamp -> commit; None when no live row was committed in the window.
+    p50_s: float | None
+    p99_s: float | None
+    window_s: float
+    #: Live rows committed in the window.
+    rows: int
+    #: ``create_time`` (the producer's clock) or ``log_append_time`` (the broker's); None before any live row.
+    timestamp_type: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class JobProgress:
     """A job's progress as published by the epoch loop after each epoch."""
 
@@ -74,6 +90,17 @@ class JobProgress:
     last_error: str | None = None
     #: Jobs on a ``delta`` source: their table-backfill progress (no splits).
     table: TableProgress | None = None
+    #: Kafka jobs: the live latency over the last minute.
+    live_latency: LiveLatency | None = None
+
+
+def live_latency(window: LatencyWindow, now: float | None = None) -> LiveLatency:
+    """The published figure of a job's latency window (p50, p99) at ``now`` (monotonic; default: now)."""
+    at = time.monotonic() if now is None else now
+    quantiles = window.quantiles(at, (0.5, 0.99))
+    p50, p99 = quantiles if quantiles is not None else (None, None)
+    return LiveLatency(p50_s=p50, p99_s=p99, window_s=window.window_s, rows=window.rows(at),
+                       timestamp_type=timestamp_type_name(window.timestamp_type))
 
 
 # -- from running jobs ----------------------------------------------------------------------------------
@@ -119,6 +146,7 @@ def to_job_progress(job: SourceBackfillJob) -> JobProgress:
         history_rows_per_s=job._rates.history_rows_per_s,  # noqa: SLF001 - same package, read-only
         rows_read_ahead=sum(n for n, _ in ahead.values()),
         last_error=job.last_error,
+        live_latency=live_latency(job.latency),
     )
 
 

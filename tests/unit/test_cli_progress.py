@@ -1,0 +1,23 @@
+"""What the CLI shows of a job's progress and live latency (from the API's JSON, no daemon)."""
+
+from source_backfill.cli import job_line, render_table
+
+
+def job(**kw):
+    base = {"name": "j", "source": "src", "status": "finished", "epoch": 7, "splits_finished": 2,
+            "splits_total": 2, "rows_history": 100, "rows_live": 50, "eta_seconds": 0.0, "paused": False,
+            "rate_limit": None, "splits": []}
+    return {**base, **kw}
+
+
+def test_the_live_latency_is_shown_when_the_api_has_it():
+    j = job(live_latency={"p50_s": 0.213, "p99_s": 0.84, "window_s": 60, "rows": 10,
+                          "timestamp_type": "create_time"})
+    assert "latency p50 0.21s p99 0.84s" in job_line(j)
+    assert "p50 0.21s p99 0.84s" in render_table([j]).splitlines()[1]
+
+
+def test_no_latency_figure_without_live_rows_in_the_window():
+    j = job(live_latency={"p50_s": None, "p99_s": None, "window_s": 60, "rows": 0, "timestamp_type": None})
+    assert "latency" not in job_line(j) and "latency" not in job_line(job())
+    assert render_table([j]).splitlines()[1].rstrip().endswith("-")
