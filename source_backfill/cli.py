@@ -115,6 +115,14 @@ def table_bar(table: dict[str, Any], width: int = BAR_WIDTH) -> str:
             f"vnodes {done}/{total}  {table.get('phase')}  lag {'?' if lag is None else lag} versions")
 
 
+def eta_text(job: dict[str, Any]) -> str:
+    """``42s``, ``paused`` (history stopped: paused or rate 0), or ``-`` (no rate known yet)."""
+    if job.get("history_paused"):
+        return "paused"
+    eta = job.get("eta_seconds")
+    return "-" if eta is None else f"{eta:.0f}s"
+
+
 def latency_text(job: dict[str, Any]) -> str | None:
     """``p50 0.21s p99 0.84s`` (live latency over the API's window); None when the job has no figure."""
     lat = job.get("live_latency") or {}
@@ -134,7 +142,6 @@ def job_line(job: dict[str, Any]) -> str:
         flags.append("dropping")
     if job.get("pending_mutations"):
         flags.append(f"{job['pending_mutations']} pending")
-    eta = job.get("eta_seconds")
     parts = [
         f"{job['name']}",
         f"{job['status']}",
@@ -143,8 +150,12 @@ def job_line(job: dict[str, Any]) -> str:
         f"history {job.get('rows_history', 0)} rows"
         + (f" (+{job['rows_read_ahead']} read ahead)" if job.get("rows_read_ahead") else ""),
         f"live {job.get('rows_live', 0)} rows",
-        f"eta {eta:.0f}s" if eta is not None else "eta -",
     ]
+    if job.get("progress") is not None:
+        parts.append(f"{job['progress'] * 100:.1f}%")
+    parts.append(f"eta {eta_text(job)}")
+    if job.get("status") == "backfilling" and job.get("history_rows_per_s") is not None:
+        parts.append(f"history {job['history_rows_per_s']:.0f} rows/s")
     latency = latency_text(job)
     if latency is not None:
         parts.append(f"latency {latency}")
@@ -182,7 +193,7 @@ def render_table(jobs: list[dict[str, Any]]) -> str:
             "-" if j.get("rate_limit") is None else f"{j['rate_limit']:g}",
             f"{j.get('splits_finished', 0)}/{j.get('splits_total', 0)}",
             str(j.get("rows_history", 0)), str(j.get("rows_live", 0)),
-            "-" if j.get("eta_seconds") is None else f"{j['eta_seconds']:.0f}s",
+            eta_text(j),
             latency_text(j) or "-",
         ))
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]

@@ -137,10 +137,20 @@ class JobView(BaseModel):
     rows_live: int
     #: History rows copied by reads ahead (running ones too) that no epoch committed yet.
     rows_read_ahead: int = 0
+    #: History rows copied per second (wall clock, last 60 s, reads ahead included).
     history_rows_per_s: float | None
     splits_total: int
     splits_finished: int
+    #: Seconds until the backfill finishes: offsets left over the recent rate, bounded by the rate limit;
+    #: ``null`` while ``history_paused`` or before a rate is known.
     eta_seconds: float | None
+    #: Fraction of the job's history copied (reads ahead counted as copied): Kafka jobs, rows copied over
+    #: copied + offsets left; table jobs, ``table.progress``. ``null`` before the first epoch.
+    progress: float | None = None
+    #: Offsets still to backfill, all splits (reads ahead counted as read).
+    remaining_offsets: int | None = None
+    #: Paused or rate limit 0 with history left: the ETA is ``null`` and shown as "paused".
+    history_paused: bool = False
     finish_reported: bool
     error: str | None
     #: The last history read error while the job backs off and retries (cleared by a good read).
@@ -180,6 +190,9 @@ class JobView(BaseModel):
             splits_total=len(splits),
             splits_finished=sum(1 for s in splits if s.stage == "finished"),
             eta_seconds=progress.eta_seconds if progress is not None else None,
+            progress=progress.progress if progress is not None else None,
+            remaining_offsets=progress.remaining_offsets if progress is not None else None,
+            history_paused=progress.history_paused if progress is not None else False,
             finish_reported=progress.finish_reported if progress is not None else False,
             error=record.error,
             last_error=progress.last_error if progress is not None else None,

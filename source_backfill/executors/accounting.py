@@ -24,6 +24,7 @@ from source_backfill import metrics
 from source_backfill.core import LiveStats, Stage, is_backfill_done
 from source_backfill.core.columnar import FINISHED, I8, I64, SplitTable
 from source_backfill.core.latency import Latencies, measure, measure_spread, merge
+from source_backfill.core.progress import Throughput
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -41,7 +42,11 @@ def ema(previous: float | None, value: float) -> float:
 
 @dataclass
 class Rates:
-    """Measured history throughput and epoch cost, input of the adaptive budget; rows written."""
+    """Measured history throughput and epoch cost, input of the adaptive budget; rows written.
+
+    ``history_rows_per_s`` and ``ahead_rows_per_s`` are the speed of one read (sizing budgets); what the
+    job achieves over time, reads ahead, pauses and rate limit included, is ``copied`` (ETA and API).
+    """
 
     history_rows_per_s: float | None = None
     #: Throughput of the reads ahead (one background job each), input of their size.
@@ -54,6 +59,8 @@ class Rates:
     rows_history: int = 0
     rows_live: int = 0
     started_at: float = field(default_factory=time.monotonic)
+    #: History rows copied (committed + read ahead), wall clock: the rate the ETA and the API give.
+    copied: Throughput = field(default_factory=Throughput)
 
     def epoch(self, inline: tuple[int, float], elapsed: float, history_rows: int, live_rows: int) -> None:
         """An epoch took ``elapsed`` s; ``inline``: (rows, seconds) of the history it read itself.
@@ -73,11 +80,6 @@ class Rates:
         """A read ahead copied ``rows`` in ``seconds``: the size of the next one follows."""
         if rows and seconds > 0:
             self.ahead_rows_per_s = ema(self.ahead_rows_per_s, rows / seconds)
-
-    @property
-    def history_rate(self) -> float | None:
-        """Rows/s history is read at, for the ETA: the reads ahead's when they ran, else the epochs'."""
-        return self.ahead_rows_per_s or self.history_rows_per_s
 
 
 def estimate_above(stats: LiveStats, threshold: int) -> int:

@@ -165,6 +165,7 @@ class SourceBackfillJob:
                 'job recovered job="%s" epoch=%d splits=%d finished=%s',
                 spec.name, recovered.epoch, len(self.states), is_backfill_done(self.states),
             )
+        self._rates.copied.observe(time.monotonic(), self._rates.rows_history)  # the rate's first point
 
     @property
     def name(self) -> str:
@@ -596,13 +597,20 @@ class SourceBackfillJob:
         return self._reads.copied() if self.reads_ahead else {}
 
     def progress(self, read_ahead: Mapping[str, tuple[int, int]] | None = None) -> Any:
-        """Pure progress summary of the current states (core.job_progress), reads ahead counted as read.
+        """Progress summary of the current states (core.job_progress), reads ahead counted as read.
+
+        The rate is the wall-clock growth of the history rows copied over the last minute (sampled
+        here: after every epoch and whenever progress is asked for).
 
         ``read_ahead``: :meth:`read_ahead` if the caller has it already.
         """
         ahead = self.read_ahead() if read_ahead is None else read_ahead
-        return job_progress(self.states or {}, self._rates.history_rate,
-                            {split: last for split, (_, last) in ahead.items()})
+        rows_ahead = sum(n for n, _ in ahead.values())
+        now = time.monotonic()
+        self._rates.copied.observe(now, self._rates.rows_history + rows_ahead)
+        return job_progress(self.states or {}, self._rates.copied.rate(now),
+                            {split: last for split, (_, last) in ahead.items()},
+                            rate_limit=self.rate_limit, paused=self.paused, rows_read_ahead=rows_ahead)
 
     @property
     def finish_reported(self) -> bool:

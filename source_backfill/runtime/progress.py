@@ -82,8 +82,16 @@ class JobProgress:
     rows_live: int
     splits: list[SplitProgress] = field(default_factory=list)
     finish_reported: bool = False
+    #: Seconds left at the recent rate bounded by the rate limit; None while paused or unknown.
     eta_seconds: float | None = None
+    #: History rows copied per second, wall clock, over the last 60 s (reads ahead included).
     history_rows_per_s: float | None = None
+    #: Fraction of the job's history copied (reads ahead counted); 1.0 once nothing is left.
+    progress: float | None = None
+    #: Offsets still to backfill, all splits (reads ahead counted as read).
+    remaining_offsets: int | None = None
+    #: History reads stopped (paused, or rate limit 0) with offsets left: no ETA.
+    history_paused: bool = False
     #: History rows copied by reads ahead (running ones too) that no epoch committed yet.
     rows_read_ahead: int = 0
     #: The last history read error while the job backs off (None after a good read).
@@ -143,7 +151,10 @@ def to_job_progress(job: SourceBackfillJob) -> JobProgress:
         splits=splits,
         finish_reported=job.finish_reported,
         eta_seconds=summary.eta_seconds,
-        history_rows_per_s=job._rates.history_rows_per_s,  # noqa: SLF001 - same package, read-only
+        history_rows_per_s=summary.history_rows_per_s,
+        progress=summary.fraction if states is not None else None,
+        remaining_offsets=summary.remaining_offsets if states is not None else None,
+        history_paused=summary.paused,
         rows_read_ahead=sum(n for n, _ in ahead.values()),
         last_error=job.last_error,
         live_latency=live_latency(job.latency),

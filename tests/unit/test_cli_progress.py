@@ -21,3 +21,15 @@ def test_no_latency_figure_without_live_rows_in_the_window():
     j = job(live_latency={"p50_s": None, "p99_s": None, "window_s": 60, "rows": 0, "timestamp_type": None})
     assert "latency" not in job_line(j) and "latency" not in job_line(job())
     assert render_table([j]).splitlines()[1].rstrip().endswith("-")
+
+
+def test_paused_instead_of_an_eta_and_the_jobs_percentage_and_history_rate():
+    j = job(status="backfilling", paused=True, rate_limit=5000, history_paused=True, eta_seconds=None,
+            progress=0.4567, history_rows_per_s=1234.4)
+    line = job_line(j)
+    assert "eta paused" in line and "eta 8s" not in line and "45.7%" in line
+    assert "history 1234 rows/s" in line
+    assert "paused" in render_table([j]).splitlines()[1]
+    j = job(status="backfilling", eta_seconds=62.0, progress=0.5, history_rows_per_s=2000.0)
+    assert "eta 62s" in job_line(j) and "50.0%" in job_line(j)
+    assert "eta -" in job_line(job(status="backfilling", eta_seconds=None))
