@@ -44,7 +44,8 @@ class Throughput:
 
     :meth:`observe` the total at any moment (monotonic seconds); :meth:`rate` is the total's growth since
     the oldest sample of the window over the time since it: above 0 whenever the total grew in the window,
-    falling towards 0 while it does not. A total that goes down (copies thrown away) restarts the window.
+    falling towards 0 while it does not. A total that goes down (copies thrown away) restarts the window,
+    and so does a window without any growth (a job waiting for its first epoch, or paused).
     """
 
     window_s: float = RATE_WINDOW_S
@@ -52,7 +53,9 @@ class Throughput:
 
     def observe(self, now: float, total: int) -> None:
         """The total at ``now``."""
-        if self.samples and total < self.samples[-1][1]:
+        if self.samples and (total < self.samples[-1][1] or total == self.samples[0][1]):
+            # copies thrown away; or nothing moved in the whole window (not started yet, paused): the
+            # window starts now, so a backfill starting or resuming is not averaged with the idle time
             self.samples.clear()
         self.samples.append((now, total))
         # keep one sample at or before the window's start: the rate spans the whole window

@@ -87,3 +87,14 @@ def test_the_jobs_fraction_counts_what_reads_ahead_copied():
     p = job_progress(states, read_ahead_to={"t:0": 89}, rows_read_ahead=40)
     assert p.remaining_offsets == 10 and p.fraction == pytest.approx(100 / 110)
     assert copied_fraction(0, 0) == 1.0 and copied_fraction(0, 10) == 0.0
+
+
+def test_idle_time_before_the_backfill_starts_does_not_dilute_the_rate():
+    # the daemon took 20 s to start the job's first read: the rate is the copy's, not averaged with that
+    meter = Throughput()
+    for t in range(21):
+        meter.observe(float(t), 0)
+    assert meter.rate(20.0) is None  # nothing moved: no rate, not 0 rows/s
+    for t in range(21, 31):
+        meter.observe(float(t), 1500 * (t - 20))
+    assert meter.rate(30.0) == pytest.approx(1500)
