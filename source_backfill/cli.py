@@ -105,14 +105,23 @@ def split_bar(split: dict[str, Any], width: int = BAR_WIDTH) -> str:
 
 
 def table_bar(table: dict[str, Any], width: int = BAR_WIDTH) -> str:
-    """``snapshot  [#####-----]  52.0%  vnodes 133/256  consuming_snapshot  lag 4 versions``."""
+    """``snapshot  [#####-----]  52.0%  rows 520/1000  vnodes 133/256  consuming_snapshot  lag 4 versions``.
+
+    The fraction is the API's ``progress`` (rows copied of the snapshot's row count); vnodes completed of
+    all when it has none.
+    """
     total = int(table.get("vnodes_total") or 0)
     done = int(table.get("vnodes_completed") or 0)
-    frac = 1.0 if total <= 0 else max(0.0, min(1.0, done / total))
+    frac = table.get("progress")
+    if frac is None:
+        frac = 1.0 if total <= 0 else done / total
+    frac = max(0.0, min(1.0, float(frac)))
     filled = round(frac * width)
     lag = table.get("lag_versions")
+    rows = "" if table.get("rows_total") is None else \
+        f"rows {table.get('rows_copied', 0)}/{table['rows_total']}  "
     return (f"{table.get('strategy')}  [{'#' * filled}{'-' * (width - filled)}] {frac * 100:5.1f}%  "
-            f"vnodes {done}/{total}  {table.get('phase')}  lag {'?' if lag is None else lag} versions")
+            f"{rows}vnodes {done}/{total}  {table.get('phase')}  lag {'?' if lag is None else lag} versions")
 
 
 def eta_text(job: dict[str, Any]) -> str:

@@ -38,8 +38,12 @@ class TableView(BaseModel):
     cursor_version: int | None
     lag_versions: int | None
     rows: dict[str, int]
-    #: Fraction of the copy done (vnodes completed / total); 1.0 once the snapshot is copied.
+    #: Fraction of the copy done: ``rows_copied`` of ``rows_total`` (vnodes completed / total while the
+    #: row count is not known yet); 1.0 once the snapshot is copied.
     progress: float
+    #: Rows of the table version being copied (the pinned one; arrangement: its cursor's), and copied.
+    rows_total: int | None = None
+    rows_copied: int = 0
 
     @classmethod
     def of(cls, t: TableProgress) -> TableView:
@@ -47,7 +51,7 @@ class TableView(BaseModel):
         return cls(strategy=t.strategy, phase=t.phase, vnodes_completed=t.vnodes_completed,
                    vnodes_total=t.vnodes_total, pinned_version=t.pinned_version,
                    cursor_version=t.cursor_version, lag_versions=t.lag_versions, rows=dict(t.rows),
-                   progress=t.vnodes_completed / max(1, t.vnodes_total))
+                   progress=t.progress, rows_total=t.rows_total, rows_copied=t.rows_copied)
 
 
 class LatencyView(BaseModel):

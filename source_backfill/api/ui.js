@@ -129,7 +129,10 @@
     const rate = rowsPerSecond(job.name, job.rows_history + job.rows_live);
     const t = job.table; // a job on a delta source: its strategy's phase, vnodes copied, versions behind
     const facts = [
-      t ? ["tablecopy", `${t.strategy}: ${t.phase}, vnodes ${t.vnodes_completed}/${t.vnodes_total}, ` +
+      t ? ["tablecopy", `${t.strategy}: ${t.phase}, ` +
+                        (t.rows_total === null || t.rows_total === undefined ? ""
+                          : `rows ${num(t.rows_copied)}/${num(t.rows_total)}, `) +
+                        `vnodes ${t.vnodes_completed}/${t.vnodes_total}, ` +
                         `lag ${num(t.lag_versions)} versions`]
         : ["splits", `splits ${job.splits_finished}/${job.splits_total} finished` +
           (job.splits.length ? ` (${Object.entries(stages).map(([k, v]) => `${k} ${v}`).join(", ")})` : "")],

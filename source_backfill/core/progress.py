@@ -138,3 +138,38 @@ def job_progress(
         fraction=copied_fraction(backfilled + rows_read_ahead, remaining),
         paused=remaining > 0 and (paused or rate_limit == 0),
     )
+
+
+def table_fraction(snapshot_done: bool, rows_copied: int, rows_total: int | None,
+                   vnodes_completed: int, vnodes_total: int) -> float:
+    """A table-backfill job's copy: rows copied of the snapshot's row count, 1.0 once the snapshot is done.
+
+    Vnodes complete only near the end of a copy that reads every vnode a chunk at a time (0 of 256 while
+    130,000 rows were copied): they count only while the row count is unknown. Below 1.0 until the
+    snapshot phase ends.
+    """
+    if snapshot_done:
+        return 1.0
+    if rows_total:
+        return max(0.0, min(rows_copied / rows_total, 0.999))
+    return max(0.0, min(vnodes_completed / max(1, vnodes_total), 0.999))
+
+
+def table_eta(snapshot_done: bool, rows_left: int | None, rows_per_s: float | None,
+              lag_versions: int | None, versions_per_s: float | None, rate_limit: float | None = None, *,
+              paused: bool = False) -> float | None:
+    """Seconds until a table-backfill job follows its table live, in every phase.
+
+    Snapshot: the rows left over the copy rate (bounded by the rate limit, :func:`eta`). Replay: the
+    versions behind over the rate the lag shrinks at (``versions_per_s``: replayed minus arrived).
+    Following live: 0. None while paused, or with no rate measured yet (or a lag that does not shrink).
+    """
+    if not snapshot_done:
+        if rows_left is None:
+            return None
+        return eta(rows_left, rows_per_s, rate_limit, paused=paused)
+    if not lag_versions:
+        return 0.0
+    if paused or rate_limit == 0 or not versions_per_s or versions_per_s <= 0:
+        return None
+    return lag_versions / versions_per_s

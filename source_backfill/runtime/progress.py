@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Literal
 
 from source_backfill.core import split_lag
 from source_backfill.core.latency import LatencyWindow, timestamp_type_name
+from source_backfill.core.progress import table_eta, table_fraction
 
 if TYPE_CHECKING:
     from source_backfill.executors.source_backfill import SourceBackfillJob
@@ -56,6 +57,12 @@ class TableProgress:
     lag_versions: int | None
     #: Rows emitted per stage.
     rows: dict[str, int] = field(default_factory=dict)
+    #: Rows of the table version the snapshot phase copies (the pinned one; arrangement: its cursor's);
+    #: None until the job has read it.
+    rows_total: int | None = None
+    #: Rows copied of them (``consuming_snapshot``), and the fraction (core.table_fraction).
+    rows_copied: int = 0
+    progress: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,13 +179,28 @@ def table_job_progress(job: TableBackfillJob) -> JobProgress:
         status = "finished" if job.backfill_done else "backfilling"
     rows = dict(job.rows)
     table = None
+    eta_s: float | None = None
+    rate: float | None = None
+    paused = False
     if state is not None:
+        snapshot_done = state.phase is not Phase.CONSUMING_SNAPSHOT
+        vnodes_done = state.vnodes.count if snapshot_done else state.vnodes.completed()
+        copied = rows.get(Phase.CONSUMING_SNAPSHOT.value, 0)
+        total = job.snapshot_rows
+        now = time.monotonic()
+        rate = job.copied_rate.rate(now)
+        replayed, arrived = job.replayed_rate.rate(now), job.arrived_rate.rate(now)
+        shrinking = None if replayed is None else replayed - (arrived or 0.0)
+        paused = not job.backfill_done and (job.paused or job.rate_limit == 0)
+        eta_s = 0.0 if job.backfill_done else table_eta(
+            snapshot_done, None if total is None else max(0, total - copied), rate, job.lag_versions,
+            shrinking, job.rate_limit, paused=job.paused)
         table = TableProgress(
             strategy=state.strategy.value, phase=state.phase.value,
-            vnodes_completed=state.vnodes.count if state.phase is not Phase.CONSUMING_SNAPSHOT
-            else state.vnodes.completed(),
+            vnodes_completed=vnodes_done,
             vnodes_total=state.vnodes.count, pinned_version=state.pinned, cursor_version=state.cursor,
-            lag_versions=job.lag_versions, rows=rows,
+            lag_versions=job.lag_versions, rows=rows, rows_total=total, rows_copied=copied,
+            progress=table_fraction(snapshot_done, copied, total, vnodes_done, state.vnodes.count),
         )
     return JobProgress(
         epoch=job.committed_epoch,
@@ -186,6 +208,11 @@ def table_job_progress(job: TableBackfillJob) -> JobProgress:
         rows_history=sum(rows.get(p.value, 0) for p in (Phase.CONSUMING_SNAPSHOT, Phase.CONSUMING_LOG_STORE)),
         rows_live=rows.get(Phase.CONSUME_UPSTREAM.value, 0),
         finish_reported=job.backfill_done,
+        eta_seconds=eta_s,
+        history_rows_per_s=rate if table is not None and table.phase == Phase.CONSUMING_SNAPSHOT.value
+        else None,
+        progress=None if table is None else table.progress,
+        history_paused=paused,
         last_error=job.last_error,
         table=table,
     )

@@ -33,3 +33,13 @@ def test_paused_instead_of_an_eta_and_the_jobs_percentage_and_history_rate():
     j = job(status="backfilling", eta_seconds=62.0, progress=0.5, history_rows_per_s=2000.0)
     assert "eta 62s" in job_line(j) and "50.0%" in job_line(j)
     assert "eta -" in job_line(job(status="backfilling", eta_seconds=None))
+
+
+def test_a_table_jobs_bar_follows_the_rows_copied():
+    from source_backfill.cli import table_bar
+
+    table = {"strategy": "snapshot", "phase": "consuming_snapshot", "vnodes_completed": 0,
+             "vnodes_total": 256, "lag_versions": 2, "progress": 130_000 / 180_000, "rows_total": 180_000,
+             "rows_copied": 130_000}
+    assert table_bar(table, width=10) == ("snapshot  [#######---]  72.2%  rows 130000/180000  vnodes 0/256  "
+                                          "consuming_snapshot  lag 2 versions")

@@ -98,3 +98,25 @@ def test_idle_time_before_the_backfill_starts_does_not_dilute_the_rate():
     for t in range(21, 31):
         meter.observe(float(t), 1500 * (t - 20))
     assert meter.rate(30.0) == pytest.approx(1500)
+
+
+def test_table_fraction_counts_rows_copied_of_the_snapshot_not_completed_vnodes():
+    from source_backfill.core.progress import table_fraction
+
+    # the user's job: 0 of 256 vnodes completed while 130,000 of 180,000 rows were copied
+    assert table_fraction(False, 130_000, 180_000, 0, 256) == pytest.approx(130 / 180)
+    assert table_fraction(False, 0, None, 64, 256) == 0.25  # row count not known yet: vnodes
+    assert table_fraction(False, 200_000, 180_000, 256, 256) < 1.0  # 100 % only once the snapshot is done
+    assert table_fraction(True, 0, None, 0, 256) == 1.0
+
+
+def test_table_eta_in_every_phase():
+    from source_backfill.core.progress import table_eta
+
+    assert table_eta(False, 50_000, 2_500.0, None, None) == pytest.approx(20)  # copying the snapshot
+    assert table_eta(False, 50_000, 9_000.0, None, None, 2_000.0) == pytest.approx(25)  # the limit bounds it
+    assert table_eta(False, 50_000, 2_500.0, None, None, paused=True) is None
+    assert table_eta(False, None, 2_500.0, None, None) is None  # row count not known yet
+    assert table_eta(True, None, None, 12, 3.0) == pytest.approx(4)  # replaying: 12 versions, lag -3/s
+    assert table_eta(True, None, None, 12, -1.0) is None  # the lag does not shrink: no promise
+    assert table_eta(True, None, None, 0, None) == 0.0
