@@ -143,7 +143,7 @@
       ["eta", (job.progress === null || job.progress === undefined ? "" :
                `${(Math.floor(job.progress * 1000) / 10).toFixed(1)}% · `) +
               (job.history_paused ? "paused" : `ETA ${duration(job.eta_seconds)}`) +
-              (job.status === "backfilling" && job.history_rows_per_s !== null
+              (job.status === "backfilling" && job.history_rows_per_s != null
                 ? ` at ${num(Math.round(job.history_rows_per_s))} history rows/s` : "")],
       ["limit", `limit ${job.rate_limit === null ? "unlimited" : num(job.rate_limit) + " rows/s"}`],
       ["epoch", `epoch ${num(job.epoch)}`],
