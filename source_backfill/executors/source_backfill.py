@@ -355,8 +355,16 @@ class SourceBackfillJob:
         return bool(result.committed)
 
     def _live_latency(self, inp: EpochInput, plan: Any, committed_at: float) -> None:
-        """The epoch's live rows are committed now: their latency (core.latency) to metric and window."""
-        latencies, kind = live_latencies(inp.live, plan.emit_above, inp.rows, committed_at * 1000)
+        """The epoch's live rows are committed now: their latency (core.latency) to metric and window.
+
+        A measurement that fails is logged, never the epoch's failure: its commit is done.
+        """
+        try:
+            latencies, kind = live_latencies(inp.live, plan.emit_above, inp.rows, committed_at * 1000)
+        except Exception as exc:  # noqa: BLE001 - observability only
+            logger.warning('live latency not measured job="%s" epoch=%d error="%s"', self.name, inp.epoch,
+                           one_line(exc))
+            return
         self._metrics.latency(latencies)
         self.latency.add(time.monotonic(), latencies, kind)
 
