@@ -14,9 +14,14 @@ pytestmark = pytest.mark.integration
 HISTOGRAM = "live_latency_seconds"
 
 
+@pytest.mark.parametrize("path", ["driver", "spark"])
 def test_a_finished_jobs_live_rows_fill_the_latency_histogram_and_the_api(
-    daemon_factory, new_topic, producer_for, tmp_path
+    daemon_factory, new_topic, producer_for, tmp_path, monkeypatch, path
 ):
+    if path == "spark":  # every live batch aggregated by Spark: latency from each split's timestamp range
+        from source_backfill.runtime import source as live_source
+
+        monkeypatch.setattr(live_source, "SMALL_BATCH_ROWS", 0)
     topic = new_topic(2)
     p = producer_for(topic)
     p.send(200, 2)  # some history: not measured
@@ -32,9 +37,12 @@ def test_a_finished_jobs_live_rows_fill_the_latency_histogram_and_the_api(
     assert history >= 200
     assert measured <= total(after, "job_rows", job="lat", kind="live")  # live rows only, never history
     mean = total(after, f"{HISTOGRAM}_sum", job="lat") / measured
-    assert 0 < mean < 30
+    # seconds, not hours (a time zone) nor negative (a unit): forcing the Spark path on 2 shared cores,
+    # epochs fall behind and the figure is honestly tens of seconds
+    assert 0 < mean < 120
     job = httpx.get(f"{d.api_url}/jobs/lat").json()
     lat = job["live_latency"]
     assert lat["timestamp_type"] == "create_time" and lat["window_s"] == 60 and lat["rows"] > 0
-    assert 0 < lat["p50_s"] <= lat["p99_s"] < 30
-    print(f"live latency p50={lat['p50_s']:.3f}s p99={lat['p99_s']:.3f}s mean={mean:.3f}s rows={lat['rows']}")
+    assert 0 < lat["p50_s"] <= lat["p99_s"] < 120
+    print(f"{path}: live latency p50={lat['p50_s']:.3f}s p99={lat['p99_s']:.3f}s mean={mean:.3f}s "
+          f"rows={lat['rows']}")
