@@ -105,14 +105,39 @@ def split_bar(split: dict[str, Any], width: int = BAR_WIDTH) -> str:
 
 
 def table_bar(table: dict[str, Any], width: int = BAR_WIDTH) -> str:
-    """``snapshot  [#####-----]  52.0%  vnodes 133/256  consuming_snapshot  lag 4 versions``."""
+    """``snapshot  [#####-----]  52.0%  rows 520/1000  vnodes 133/256  consuming_snapshot  lag 4 versions``.
+
+    The fraction is the API's ``progress`` (rows copied of the snapshot's row count); vnodes completed of
+    all when it has none.
+    """
     total = int(table.get("vnodes_total") or 0)
     done = int(table.get("vnodes_completed") or 0)
-    frac = 1.0 if total <= 0 else max(0.0, min(1.0, done / total))
+    frac = table.get("progress")
+    if frac is None:
+        frac = 1.0 if total <= 0 else done / total
+    frac = max(0.0, min(1.0, float(frac)))
     filled = round(frac * width)
     lag = table.get("lag_versions")
+    rows = "" if table.get("rows_total") is None else \
+        f"rows {table.get('rows_copied', 0)}/{table['rows_total']}  "
     return (f"{table.get('strategy')}  [{'#' * filled}{'-' * (width - filled)}] {frac * 100:5.1f}%  "
-            f"vnodes {done}/{total}  {table.get('phase')}  lag {'?' if lag is None else lag} versions")
+            f"{rows}vnodes {done}/{total}  {table.get('phase')}  lag {'?' if lag is None else lag} versions")
+
+
+def eta_text(job: dict[str, Any]) -> str:
+    """``42s``, ``paused`` (history stopped: paused or rate 0), or ``-`` (no rate known yet)."""
+    if job.get("history_paused"):
+        return "paused"
+    eta = job.get("eta_seconds")
+    return "-" if eta is None else f"{eta:.0f}s"
+
+
+def latency_text(job: dict[str, Any]) -> str | None:
+    """``p50 0.21s p99 0.84s`` (live latency over the API's window); None when the job has no figure."""
+    lat = job.get("live_latency") or {}
+    if lat.get("p50_s") is None or lat.get("p99_s") is None:
+        return None
+    return f"p50 {lat['p50_s']:.2f}s p99 {lat['p99_s']:.2f}s"
 
 
 def job_line(job: dict[str, Any]) -> str:
@@ -126,7 +151,6 @@ def job_line(job: dict[str, Any]) -> str:
         flags.append("dropping")
     if job.get("pending_mutations"):
         flags.append(f"{job['pending_mutations']} pending")
-    eta = job.get("eta_seconds")
     parts = [
         f"{job['name']}",
         f"{job['status']}",
@@ -135,8 +159,15 @@ def job_line(job: dict[str, Any]) -> str:
         f"history {job.get('rows_history', 0)} rows"
         + (f" (+{job['rows_read_ahead']} read ahead)" if job.get("rows_read_ahead") else ""),
         f"live {job.get('rows_live', 0)} rows",
-        f"eta {eta:.0f}s" if eta is not None else "eta -",
     ]
+    if job.get("progress") is not None:
+        parts.append(f"{job['progress'] * 100:.1f}%")
+    parts.append(f"eta {eta_text(job)}")
+    if job.get("status") == "backfilling" and job.get("history_rows_per_s") is not None:
+        parts.append(f"history {job['history_rows_per_s']:.0f} rows/s")
+    latency = latency_text(job)
+    if latency is not None:
+        parts.append(f"latency {latency}")
     line = "  ".join(parts)
     if flags:
         line += "  [" + ", ".join(flags) + "]"
@@ -162,7 +193,7 @@ def render_jobs(jobs: list[dict[str, Any]]) -> str:
 
 def render_table(jobs: list[dict[str, Any]]) -> str:
     """``jobs list``: one row per job."""
-    header = ("NAME", "SOURCE", "STATUS", "PAUSED", "RATE", "SPLITS", "HISTORY", "LIVE", "ETA")
+    header = ("NAME", "SOURCE", "STATUS", "PAUSED", "RATE", "SPLITS", "HISTORY", "LIVE", "ETA", "LATENCY")
     rows = [header]
     for j in jobs:
         rows.append((
@@ -171,7 +202,8 @@ def render_table(jobs: list[dict[str, Any]]) -> str:
             "-" if j.get("rate_limit") is None else f"{j['rate_limit']:g}",
             f"{j.get('splits_finished', 0)}/{j.get('splits_total', 0)}",
             str(j.get("rows_history", 0)), str(j.get("rows_live", 0)),
-            "-" if j.get("eta_seconds") is None else f"{j['eta_seconds']:.0f}s",
+            eta_text(j),
+            latency_text(j) or "-",
         ))
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)

@@ -83,6 +83,21 @@ def rows() -> list[tuple[str, list[dict[str, Any]]]]:
                             "not Finished, at most metrics.per_split_max per job. Every split: GET "
                             "/jobs/{name}."),
         ]),
+        ("Live latency", [
+            panel("Live latency p50 / p99", [
+                target(f"histogram_quantile({q}, sum by (job, le) "
+                       f"(rate({P}live_latency_seconds_bucket{{{JOB}}}[1m])))", f"{{{{job}}}} p{name}")
+                for q, name in ((0.5, "50"), (0.99, "99"))
+            ], unit="s", description="Live rows' record timestamp (CreateTime or LogAppendTime: "
+                                     "GET /jobs/{name} live_latency.timestamp_type) to the Delta commit "
+                                     "holding them, over the last minute (live_latency_seconds; history "
+                                     "rows not counted). The same figure as GET /jobs/{name}: README "
+                                     "\"Live latency\"."),
+            panel("Jobs backfilling", [
+                target(f"count({P}job_backfilling{{{JOB}}} == 1)", "backfilling")],
+                description="Jobs still backfilling (job_backfilling): a Finished job's live latency rising "
+                            "while another backfills is what alert SourceBackfillLiveLatencyRises reports."),
+        ]),
         ("Throughput", [
             panel("History vs live rows/s", [
                 target(f'sum by (job) (rate({P}job_rows{{{JOB}, kind="history"}}{rate}))', "{{job}} history"),

@@ -8,7 +8,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from source_backfill.config import StartSpec
-from source_backfill.runtime.progress import JobProgress, JobStatus, SplitProgress, TableProgress
+from source_backfill.runtime.progress import (
+    JobProgress,
+    JobStatus,
+    LiveLatency,
+    SplitProgress,
+    TableProgress,
+)
 from source_backfill.runtime.registry import JobRecord
 
 
@@ -32,8 +38,12 @@ class TableView(BaseModel):
     cursor_version: int | None
     lag_versions: int | None
     rows: dict[str, int]
-    #: Fraction of the copy done (vnodes completed / total); 1.0 once the snapshot is copied.
+    #: Fraction of the copy done: ``rows_copied`` of ``rows_total`` (vnodes completed / total while the
+    #: row count is not known yet); 1.0 once the snapshot is copied.
     progress: float
+    #: Rows of the table version being copied (the pinned one; arrangement: its cursor's), and copied.
+    rows_total: int | None = None
+    rows_copied: int = 0
 
     @classmethod
     def of(cls, t: TableProgress) -> TableView:
@@ -41,7 +51,26 @@ class TableView(BaseModel):
         return cls(strategy=t.strategy, phase=t.phase, vnodes_completed=t.vnodes_completed,
                    vnodes_total=t.vnodes_total, pinned_version=t.pinned_version,
                    cursor_version=t.cursor_version, lag_versions=t.lag_versions, rows=dict(t.rows),
-                   progress=t.vnodes_completed / max(1, t.vnodes_total))
+                   progress=t.progress, rows_total=t.rows_total, rows_copied=t.rows_copied)
+
+
+class LatencyView(BaseModel):
+    """Live latency of a Kafka job (README "Live latency"): record timestamp -> commit of its epoch."""
+
+    #: p50 and p99 (seconds) over the live rows committed in the last ``window_s`` seconds (null: none).
+    p50_s: float | None
+    p99_s: float | None
+    window_s: float
+    rows: int
+    #: The records' ``timestampType``: ``create_time`` (producer's clock, may be skewed) or
+    #: ``log_append_time`` (broker's); null before the first live row.
+    timestamp_type: str | None
+
+    @classmethod
+    def of(cls, lat: LiveLatency) -> LatencyView:
+        """The view of a job's published latency."""
+        return cls(p50_s=lat.p50_s, p99_s=lat.p99_s, window_s=lat.window_s, rows=lat.rows,
+                   timestamp_type=lat.timestamp_type)
 
 
 class SplitView(BaseModel):
@@ -112,10 +141,20 @@ class JobView(BaseModel):
     rows_live: int
     #: History rows copied by reads ahead (running ones too) that no epoch committed yet.
     rows_read_ahead: int = 0
+    #: History rows copied per second (wall clock, last 60 s, reads ahead included).
     history_rows_per_s: float | None
     splits_total: int
     splits_finished: int
+    #: Seconds until the backfill finishes: offsets left over the recent rate, bounded by the rate limit;
+    #: ``null`` while ``history_paused`` or before a rate is known.
     eta_seconds: float | None
+    #: Fraction of the job's history copied (reads ahead counted as copied): Kafka jobs, rows copied over
+    #: copied + offsets left; table jobs, ``table.progress``. ``null`` before the first epoch.
+    progress: float | None = None
+    #: Offsets still to backfill, all splits (reads ahead counted as read).
+    remaining_offsets: int | None = None
+    #: Paused or rate limit 0 with history left: the ETA is ``null`` and shown as "paused".
+    history_paused: bool = False
     finish_reported: bool
     error: str | None
     #: The last history read error while the job backs off and retries (cleared by a good read).
@@ -123,6 +162,8 @@ class JobView(BaseModel):
     splits: list[SplitView]
     #: Jobs on a ``delta`` source: the table backfill's progress (``null`` for Kafka jobs).
     table: TableView | None = None
+    #: Kafka jobs: p50/p99 of the live rows' latency over the last minute (``null`` for table jobs).
+    live_latency: LatencyView | None = None
 
     @classmethod
     def of(cls, record: JobRecord, progress: JobProgress | None, pending: int = 0) -> JobView:
@@ -153,11 +194,16 @@ class JobView(BaseModel):
             splits_total=len(splits),
             splits_finished=sum(1 for s in splits if s.stage == "finished"),
             eta_seconds=progress.eta_seconds if progress is not None else None,
+            progress=progress.progress if progress is not None else None,
+            remaining_offsets=progress.remaining_offsets if progress is not None else None,
+            history_paused=progress.history_paused if progress is not None else False,
             finish_reported=progress.finish_reported if progress is not None else False,
             error=record.error,
             last_error=progress.last_error if progress is not None else None,
             splits=splits,
             table=TableView.of(progress.table) if progress is not None and progress.table else None,
+            live_latency=LatencyView.of(progress.live_latency)
+            if progress is not None and progress.live_latency else None,
         )
 
 

@@ -129,16 +129,30 @@
     const rate = rowsPerSecond(job.name, job.rows_history + job.rows_live);
     const t = job.table; // a job on a delta source: its strategy's phase, vnodes copied, versions behind
     const facts = [
-      t ? ["tablecopy", `${t.strategy}: ${t.phase}, vnodes ${t.vnodes_completed}/${t.vnodes_total}, ` +
+      t ? ["tablecopy", `${t.strategy}: ${t.phase}, ` +
+                        (t.rows_total === null || t.rows_total === undefined ? ""
+                          : `rows ${num(t.rows_copied)}/${num(t.rows_total)}, `) +
+                        `vnodes ${t.vnodes_completed}/${t.vnodes_total}, ` +
                         `lag ${num(t.lag_versions)} versions`]
         : ["splits", `splits ${job.splits_finished}/${job.splits_total} finished` +
           (job.splits.length ? ` (${Object.entries(stages).map(([k, v]) => `${k} ${v}`).join(", ")})` : "")],
-      ["rows", `${num(job.rows_history)} history / ${num(job.rows_live)} live`],
+      ["rows", `${num(job.rows_history)} history` +
+               (job.rows_read_ahead ? ` (+${num(job.rows_read_ahead)} read ahead)` : "") +
+               ` / ${num(job.rows_live)} live`],
       ["speed", rate === null ? "— rows/s" : `${num(Math.round(rate))} rows/s`],
-      ["eta", `ETA ${duration(job.eta_seconds)}`],
+      ["eta", (job.progress === null || job.progress === undefined ? "" :
+               `${(Math.floor(job.progress * 1000) / 10).toFixed(1)}% · `) +
+              (job.history_paused ? "paused" : `ETA ${duration(job.eta_seconds)}`) +
+              (job.status === "backfilling" && job.history_rows_per_s != null
+                ? ` at ${num(Math.round(job.history_rows_per_s))} history rows/s` : "")],
       ["limit", `limit ${job.rate_limit === null ? "unlimited" : num(job.rate_limit) + " rows/s"}`],
       ["epoch", `epoch ${num(job.epoch)}`],
     ];
+    const lat = job.live_latency; // record timestamp -> commit, live rows of the last window_s
+    if (lat && lat.p50_s !== null && lat.p99_s !== null) {
+      facts.push(["latency", `latency p50 ${lat.p50_s.toFixed(2)} s / p99 ${lat.p99_s.toFixed(2)} s ` +
+                             `(last ${lat.window_s} s)`]);
+    }
     if (job.pending_mutations) facts.push(["pending", `${job.pending_mutations} change(s) pending`]);
     if (job.transform) facts.push(["transform", `transform: ${job.transform}`]);
     p.facts.replaceChildren(...facts.flatMap(([k, v], i) => [i ? " · " : "", el("span", { className: k }, v)]));
@@ -148,7 +162,12 @@
       const bar = el("progress", { max: 1 });
       if (s.progress !== null) bar.value = s.progress; // no value: indeterminate (target unknown)
       const pct = s.progress === null ? "" : ` ${Math.floor(s.progress * 100)}%`;
-      const cells = [num(s.backfilled_offset), num(s.target_offset), num(s.rows), num(s.lag)];
+      // committed, and what reads ahead copied and no epoch committed yet (the bar counts both, as the CLI)
+      const ahead = s.read_ahead_offset !== null && s.read_ahead_offset !== undefined;
+      const cells = [num(s.backfilled_offset) + (ahead ? ` (read ahead to ${num(s.read_ahead_offset)})` : ""),
+                     num(s.target_offset),
+                     num(s.rows) + (s.rows_read_ahead ? ` (+${num(s.rows_read_ahead)} read ahead)` : ""),
+                     num(s.lag)];
       return el("tr", { className: "split" }, el("td", {}, s.split), el("td", {}, s.stage),
         el("td", {}, bar, pct), ...cells.map((c) => el("td", { className: "num" }, c)));
     }));

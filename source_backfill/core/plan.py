@@ -36,12 +36,20 @@ from source_backfill.core.splits import SplitId, SplitState, Stage
 
 @dataclass(frozen=True, slots=True)
 class LiveStats:
-    """One split's share of a live batch: first and last offset, row count, next live position."""
+    """One split's share of a live batch: first and last offset, row count, next live position.
+
+    ``ts_min_ms``/``ts_max_ms``: the smallest and largest record timestamp of the split's rows (ms since
+    the epoch) and ``ts_type`` the largest ``timestampType``, for the live latency (core.latency) when the
+    rows themselves stay on the executors; None when not known.
+    """
 
     first: int
     last: int
     count: int
     end: int
+    ts_min_ms: float | None = None
+    ts_max_ms: float | None = None
+    ts_type: int | None = None
 
 
 class HistoryRange(NamedTuple):

@@ -15,7 +15,7 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -23,6 +23,11 @@ import numpy.typing as npt
 from source_backfill import metrics
 from source_backfill.core import LiveStats, Stage, is_backfill_done
 from source_backfill.core.columnar import FINISHED, I8, I64, SplitTable
+from source_backfill.core.latency import Latencies, measure, measure_spread, merge
+from source_backfill.core.progress import Throughput
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 Mask = npt.NDArray[np.bool_]
 
@@ -37,7 +42,11 @@ def ema(previous: float | None, value: float) -> float:
 
 @dataclass
 class Rates:
-    """Measured history throughput and epoch cost, input of the adaptive budget; rows written."""
+    """Measured history throughput and epoch cost, input of the adaptive budget; rows written.
+
+    ``history_rows_per_s`` and ``ahead_rows_per_s`` are the speed of one read (sizing budgets); what the
+    job achieves over time, reads ahead, pauses and rate limit included, is ``copied`` (ETA and API).
+    """
 
     history_rows_per_s: float | None = None
     #: Throughput of the reads ahead (one background job each), input of their size.
@@ -50,6 +59,8 @@ class Rates:
     rows_history: int = 0
     rows_live: int = 0
     started_at: float = field(default_factory=time.monotonic)
+    #: History rows copied (committed + read ahead), wall clock: the rate the ETA and the API give.
+    copied: Throughput = field(default_factory=Throughput)
 
     def epoch(self, inline: tuple[int, float], elapsed: float, history_rows: int, live_rows: int) -> None:
         """An epoch took ``elapsed`` s; ``inline``: (rows, seconds) of the history it read itself.
@@ -70,11 +81,6 @@ class Rates:
         if rows and seconds > 0:
             self.ahead_rows_per_s = ema(self.ahead_rows_per_s, rows / seconds)
 
-    @property
-    def history_rate(self) -> float | None:
-        """Rows/s history is read at, for the ETA: the reads ahead's when they ran, else the epochs'."""
-        return self.ahead_rows_per_s or self.history_rows_per_s
-
 
 def estimate_above(stats: LiveStats, threshold: int) -> int:
     """Rows of a batch above ``threshold``, assuming offsets spread evenly (metrics only)."""
@@ -82,6 +88,42 @@ def estimate_above(stats: LiveStats, threshold: int) -> int:
         return 0
     width = max(1, stats.last - stats.first + 1)
     return round(stats.count * (stats.last - threshold) / width)
+
+
+def live_latencies(live: Mapping[str, LiveStats], emit_above: Mapping[str, int | None], rows: pa.Table | None,
+                   commit_ms: float) -> tuple[Latencies, int | None]:
+    """The latencies of the live rows an epoch committed at ``commit_ms``, and their ``timestampType``.
+
+    ``rows``: the live batch on the driver (each emitted row measured), else each split's timestamp range
+    in ``live`` (its emitted rows, the batch's highest offsets, spread evenly in it). History rows: none.
+    """
+    if rows is not None:
+        import pyarrow as pa  # noqa: F811 - the annotation's import is for type checkers only
+        import pyarrow.compute as pc
+
+        from source_backfill.executors.live_filter import live_rows_arrow
+
+        emitted = live_rows_arrow(rows, emit_above)
+        if emitted.num_rows == 0:
+            return Latencies.empty(), None
+        column = emitted.column("timestamp")
+        per_ms = {"s": 1e-3, "ms": 1.0, "us": 1e3, "ns": 1e6}[column.type.unit]
+        stamps = column.cast(pa.int64()).to_numpy(zero_copy_only=False) / per_ms
+        kind = pc.max(emitted.column("timestampType")).as_py()
+        return measure(stamps, commit_ms), kind
+    parts, kind = [], None
+    for split, stats in live.items():
+        threshold = emit_above.get(split)
+        if threshold is None or stats.ts_min_ms is None or stats.ts_max_ms is None:
+            continue
+        emitted = stats.count if threshold < stats.first else estimate_above(stats, threshold)
+        if not emitted:
+            continue
+        low = stats.ts_min_ms + (stats.ts_max_ms - stats.ts_min_ms) * (1 - emitted / max(1, stats.count))
+        parts.append(measure_spread(low, stats.ts_max_ms, emitted, commit_ms))
+        if stats.ts_type is not None:
+            kind = max(kind if kind is not None else stats.ts_type, stats.ts_type)
+    return merge(parts), kind
 
 
 def split_series(policy: metrics.PerSplit, stages: I8, lags: I64, lost: I64, shown: Mask) -> Mask:
@@ -152,6 +194,11 @@ class JobMetrics:
             if split in shown:
                 metrics.HISTORY_ROWS.labels(self.job, split).inc(n)
         return live_rows
+
+    def latency(self, latencies: Latencies) -> None:
+        """Live rows committed: their latencies into ``live_latency_seconds``."""
+        if latencies.rows:
+            metrics.observe_counts(metrics.LIVE_LATENCY.labels(self.job), latencies.counts, latencies.sum_s)
 
     def data_loss(self, split: str, offsets: int) -> None:
         """``offsets`` of ``split`` were below the log start and skipped."""

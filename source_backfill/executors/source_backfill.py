@@ -67,8 +67,9 @@ from source_backfill.core import (
     states_to_json,
 )
 from source_backfill.core.columnar import SplitTable
+from source_backfill.core.latency import LatencyWindow
 from source_backfill.errors import JobError, SourceBackfillError, SparkWorkTimeoutError, one_line
-from source_backfill.executors.accounting import JobMetrics, Rates
+from source_backfill.executors.accounting import JobMetrics, Rates, live_latencies
 from source_backfill.executors.history import (
     HistoryReader,
     count_per_split,
@@ -145,6 +146,8 @@ class SourceBackfillJob:
         self._covered_to: dict[str, int] = {}
         self._rates = Rates()
         self._metrics = JobMetrics(spec.name)
+        #: Live latency of the rows committed in the last minute (core.latency: p50/p99 for the API).
+        self.latency = LatencyWindow()
         self._interval_s = source.trigger_interval_s
         self.history = HistoryReader(spark, source, admin, bootstrap_servers=bootstrap_servers,
                                      on_data_loss=self._metrics.data_loss)
@@ -162,6 +165,7 @@ class SourceBackfillJob:
                 'job recovered job="%s" epoch=%d splits=%d finished=%s',
                 spec.name, recovered.epoch, len(self.states), is_backfill_done(self.states),
             )
+        self._rates.copied.observe(time.monotonic(), self._rates.rows_history)  # the rate's first point
 
     @property
     def name(self) -> str:
@@ -327,6 +331,7 @@ class SourceBackfillJob:
                    ahead: Adopted, counts: dict[str, int], read_s: float, t0: float) -> bool:
         """After the commit (or its skip): states, adopted reads, accounting, the next read ahead."""
         if result.committed:
+            self._live_latency(inp, plan, time.time())
             with self._reads.lock:  # the adopted reads leave the list as the states take them in
                 self.states = new_states
                 self._reads.retire(ahead.reads)
@@ -348,6 +353,20 @@ class SourceBackfillJob:
         if self.reads_ahead:
             self._read_ahead()
         return bool(result.committed)
+
+    def _live_latency(self, inp: EpochInput, plan: Any, committed_at: float) -> None:
+        """The epoch's live rows are committed now: their latency (core.latency) to metric and window.
+
+        A measurement that fails is logged, never the epoch's failure: its commit is done.
+        """
+        try:
+            latencies, kind = live_latencies(inp.live, plan.emit_above, inp.rows, committed_at * 1000)
+        except Exception as exc:  # noqa: BLE001 - observability only
+            logger.warning('live latency not measured job="%s" epoch=%d error="%s"', self.name, inp.epoch,
+                           one_line(exc))
+            return
+        self._metrics.latency(latencies)
+        self.latency.add(time.monotonic(), latencies, kind)
 
     def _budget(self, interval_s: float) -> int:
         """History offsets one epoch may read now (0 in a read-error backoff)."""
@@ -586,13 +605,20 @@ class SourceBackfillJob:
         return self._reads.copied() if self.reads_ahead else {}
 
     def progress(self, read_ahead: Mapping[str, tuple[int, int]] | None = None) -> Any:
-        """Pure progress summary of the current states (core.job_progress), reads ahead counted as read.
+        """Progress summary of the current states (core.job_progress), reads ahead counted as read.
+
+        The rate is the wall-clock growth of the history rows copied over the last minute (sampled
+        here: after every epoch and whenever progress is asked for).
 
         ``read_ahead``: :meth:`read_ahead` if the caller has it already.
         """
         ahead = self.read_ahead() if read_ahead is None else read_ahead
-        return job_progress(self.states or {}, self._rates.history_rate,
-                            {split: last for split, (_, last) in ahead.items()})
+        rows_ahead = sum(n for n, _ in ahead.values())
+        now = time.monotonic()
+        self._rates.copied.observe(now, self._rates.rows_history + rows_ahead)
+        return job_progress(self.states or {}, self._rates.copied.rate(now),
+                            {split: last for split, (_, last) in ahead.items()},
+                            rate_limit=self.rate_limit, paused=self.paused, rows_read_ahead=rows_ahead)
 
     @property
     def finish_reported(self) -> bool:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from source_backfill import metrics
 from source_backfill.core.budget import table_budget
+from source_backfill.core.progress import Throughput
 from source_backfill.core.table_backfill import (
     ArrangementStep,
     Phase,
@@ -104,6 +105,13 @@ class TableBackfillJob:
         #: (:func:`arrangement_step`; in memory only, a restart starts over with a plain epoch).
         self._copied_last = False
         self._step = ArrangementStep.FOLLOW
+        #: Rows of the table version the snapshot phase copies (the pinned one; arrangement: the cursor's),
+        #: counted when it is indexed; None before.
+        self.snapshot_rows: int | None = None
+        #: Wall-clock rates for the progress and ETA: rows copied, versions replayed, versions delivered.
+        now = time.monotonic()
+        self.copied_rate, self.replayed_rate, self.arrived_rate = Throughput(), Throughput(), Throughput()
+        self.copied_rate.observe(now, self.rows[Phase.CONSUMING_SNAPSHOT.value])
 
     def _conflict(self) -> None:
         metrics.COMMIT_CONFLICTS.labels(self.name).inc()
@@ -276,6 +284,7 @@ class TableBackfillJob:
         if self._index is None or self._index[0] != version:
             t0 = time.monotonic()
             index = VersionIndex(self.table.rows_arrow(version), self.primary_key, self.vnode_count)
+            self.snapshot_rows = index.rows.num_rows  # the copy's total: its progress and ETA
             logger.info('table snapshot indexed job="%s" version=%d rows=%d seconds=%.2f', self.name, version,
                         index.rows.num_rows, time.monotonic() - t0)
             self._index = (version, index)
@@ -329,6 +338,11 @@ class TableBackfillJob:
         self.rows = total
         self.state = state
         self.committed_epoch = epoch
+        now = time.monotonic()
+        self.copied_rate.observe(now, total[Phase.CONSUMING_SNAPSHOT.value])
+        if state.cursor is not None:
+            self.replayed_rate.observe(now, state.cursor)
+        self.arrived_rate.observe(now, delivered)
         lag = self.lag_versions
         if lag is not None:
             metrics.TABLE_BACKFILL_LAG.labels(self.name).set(lag)

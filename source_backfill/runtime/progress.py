@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from source_backfill.core import split_lag
+from source_backfill.core.latency import LatencyWindow, timestamp_type_name
+from source_backfill.core.progress import table_eta, table_fraction
 
 if TYPE_CHECKING:
     from source_backfill.executors.source_backfill import SourceBackfillJob
@@ -54,6 +57,26 @@ class TableProgress:
     lag_versions: int | None
     #: Rows emitted per stage.
     rows: dict[str, int] = field(default_factory=dict)
+    #: Rows of the table version the snapshot phase copies (the pinned one; arrangement: its cursor's);
+    #: None until the job has read it.
+    rows_total: int | None = None
+    #: Rows copied of them (``consuming_snapshot``), and the fraction (core.table_fraction).
+    rows_copied: int = 0
+    progress: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class LiveLatency:
+    """Live latency of a job's rows committed in the last ``window_s`` seconds (core.latency's definition)."""
+
+    #: p50 and p99 (seconds) of record timestamp -> commit; None when no live row was committed in the window.
+    p50_s: float | None
+    p99_s: float | None
+    window_s: float
+    #: Live rows committed in the window.
+    rows: int
+    #: ``create_time`` (the producer's clock) or ``log_append_time`` (the broker's); None before any live row.
+    timestamp_type: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,14 +89,33 @@ class JobProgress:
     rows_live: int
     splits: list[SplitProgress] = field(default_factory=list)
     finish_reported: bool = False
+    #: Seconds left at the recent rate bounded by the rate limit; None while paused or unknown.
     eta_seconds: float | None = None
+    #: History rows copied per second, wall clock, over the last 60 s (reads ahead included).
     history_rows_per_s: float | None = None
+    #: Fraction of the job's history copied (reads ahead counted); 1.0 once nothing is left.
+    progress: float | None = None
+    #: Offsets still to backfill, all splits (reads ahead counted as read).
+    remaining_offsets: int | None = None
+    #: History reads stopped (paused, or rate limit 0) with offsets left: no ETA.
+    history_paused: bool = False
     #: History rows copied by reads ahead (running ones too) that no epoch committed yet.
     rows_read_ahead: int = 0
     #: The last history read error while the job backs off (None after a good read).
     last_error: str | None = None
     #: Jobs on a ``delta`` source: their table-backfill progress (no splits).
     table: TableProgress | None = None
+    #: Kafka jobs: the live latency over the last minute.
+    live_latency: LiveLatency | None = None
+
+
+def live_latency(window: LatencyWindow, now: float | None = None) -> LiveLatency:
+    """The published figure of a job's latency window (p50, p99) at ``now`` (monotonic; default: now)."""
+    at = time.monotonic() if now is None else now
+    quantiles = window.quantiles(at, (0.5, 0.99))
+    p50, p99 = quantiles if quantiles is not None else (None, None)
+    return LiveLatency(p50_s=p50, p99_s=p99, window_s=window.window_s, rows=window.rows(at),
+                       timestamp_type=timestamp_type_name(window.timestamp_type))
 
 
 # -- from running jobs ----------------------------------------------------------------------------------
@@ -116,9 +158,13 @@ def to_job_progress(job: SourceBackfillJob) -> JobProgress:
         splits=splits,
         finish_reported=job.finish_reported,
         eta_seconds=summary.eta_seconds,
-        history_rows_per_s=job._rates.history_rows_per_s,  # noqa: SLF001 - same package, read-only
+        history_rows_per_s=summary.history_rows_per_s,
+        progress=summary.fraction if states is not None else None,
+        remaining_offsets=summary.remaining_offsets if states is not None else None,
+        history_paused=summary.paused,
         rows_read_ahead=sum(n for n, _ in ahead.values()),
         last_error=job.last_error,
+        live_latency=live_latency(job.latency),
     )
 
 
@@ -133,13 +179,28 @@ def table_job_progress(job: TableBackfillJob) -> JobProgress:
         status = "finished" if job.backfill_done else "backfilling"
     rows = dict(job.rows)
     table = None
+    eta_s: float | None = None
+    rate: float | None = None
+    paused = False
     if state is not None:
+        snapshot_done = state.phase is not Phase.CONSUMING_SNAPSHOT
+        vnodes_done = state.vnodes.count if snapshot_done else state.vnodes.completed()
+        copied = rows.get(Phase.CONSUMING_SNAPSHOT.value, 0)
+        total = job.snapshot_rows
+        now = time.monotonic()
+        rate = job.copied_rate.rate(now)
+        replayed, arrived = job.replayed_rate.rate(now), job.arrived_rate.rate(now)
+        shrinking = None if replayed is None else replayed - (arrived or 0.0)
+        paused = not job.backfill_done and (job.paused or job.rate_limit == 0)
+        eta_s = 0.0 if job.backfill_done else table_eta(
+            snapshot_done, None if total is None else max(0, total - copied), rate, job.lag_versions,
+            shrinking, job.rate_limit, paused=job.paused)
         table = TableProgress(
             strategy=state.strategy.value, phase=state.phase.value,
-            vnodes_completed=state.vnodes.count if state.phase is not Phase.CONSUMING_SNAPSHOT
-            else state.vnodes.completed(),
+            vnodes_completed=vnodes_done,
             vnodes_total=state.vnodes.count, pinned_version=state.pinned, cursor_version=state.cursor,
-            lag_versions=job.lag_versions, rows=rows,
+            lag_versions=job.lag_versions, rows=rows, rows_total=total, rows_copied=copied,
+            progress=table_fraction(snapshot_done, copied, total, vnodes_done, state.vnodes.count),
         )
     return JobProgress(
         epoch=job.committed_epoch,
@@ -147,6 +208,11 @@ def table_job_progress(job: TableBackfillJob) -> JobProgress:
         rows_history=sum(rows.get(p.value, 0) for p in (Phase.CONSUMING_SNAPSHOT, Phase.CONSUMING_LOG_STORE)),
         rows_live=rows.get(Phase.CONSUME_UPSTREAM.value, 0),
         finish_reported=job.backfill_done,
+        eta_seconds=eta_s,
+        history_rows_per_s=rate if table is not None and table.phase == Phase.CONSUMING_SNAPSHOT.value
+        else None,
+        progress=None if table is None else table.progress,
+        history_paused=paused,
         last_error=job.last_error,
         table=table,
     )

@@ -312,19 +312,21 @@ def _live_stats(batch: DataFrame, end: dict[str, int], rows: pa.Table | None) ->
             {"topic": r["topic"], "partition": r["partition"], "first": r["offset_min"],
              "last": r["offset_max"], "n": r["offset_count"]}
             for r in grouped.to_pylist()
-        ]
+        ]  # the rows' timestamps are on the driver: the jobs measure their live latency row by row
     else:
-        found = [
-            r.asDict()
-            for r in batch.groupBy("topic", "partition")
-            .agg(F.min("offset").alias("first"), F.max("offset").alias("last"), F.count("*").alias("n"))
-            .collect()
-        ]
+        # the same aggregation gives the timestamp range the jobs' live latency is estimated from
+        aggs = [F.min("offset").alias("first"), F.max("offset").alias("last"), F.count("*").alias("n")]
+        if {"timestamp", "timestampType"} <= set(batch.columns):
+            ts = F.col("timestamp").cast("double") * 1000
+            aggs += [F.min(ts).alias("ts_min"), F.max(ts).alias("ts_max"),
+                     F.max("timestampType").alias("ts_type")]
+        found = [r.asDict() for r in batch.groupBy("topic", "partition").agg(*aggs).collect()]
     stats: dict[str, LiveStats] = {}
     for row in found:
         split = split_id(row["topic"], row["partition"])
         stats[split] = LiveStats(
             first=int(row["first"]), last=int(row["last"]), count=int(row["n"]),
             end=max(end.get(split, 0), int(row["last"]) + 1),
+            ts_min_ms=row.get("ts_min"), ts_max_ms=row.get("ts_max"), ts_type=row.get("ts_type"),
         )
     return stats

@@ -18,7 +18,7 @@ from pydantic import SecretStr
 from source_backfill.api.app import create_app
 from source_backfill.api.server import ApiServer
 from source_backfill.config import JobSpec
-from source_backfill.runtime.progress import JobProgress, SplitProgress, TableProgress
+from source_backfill.runtime.progress import JobProgress, LiveLatency, SplitProgress, TableProgress
 from source_backfill.runtime.registry import JobRegistry
 from tests.integration.api.conftest import SOURCES, TOKEN
 
@@ -233,3 +233,21 @@ def test_a_table_job_shows_its_phase_vnodes_and_lag(page, live_api) -> None:
     until(lambda: "vnodes 64/256" in section.find_element(By.CLASS_NAME, "facts").text)
     facts = section.find_element(By.CLASS_NAME, "facts").text
     assert "snapshot: consuming_snapshot" in facts and "lag 2 versions" in facts and "splits" not in facts
+
+
+def test_latency_percentage_paused_and_read_ahead_show_as_in_the_cli(page, live_api) -> None:
+    # 98 % copied by a read ahead, nothing committed: the page said "backfilled -1, rows 0" beside it
+    spec = JobSpec(name="lat", source="events", sink_path="/t/lat")
+    live_api.registry.create(spec)
+    live_api.registry.publish_progress("lat", JobProgress(
+        epoch=4, status="backfilling", rows_history=0, rows_live=7, eta_seconds=None, progress=0.98,
+        history_paused=True, rows_read_ahead=9800, splits=[
+            SplitProgress("events:0", "backfilling", None, 9999, 0, 199, read_ahead_offset=9799,
+                          rows_read_ahead=9800)],
+        live_latency=LiveLatency(0.213, 0.84, 60.0, 7, "create_time")))
+    section = job(page, "lat")
+    until(lambda: "latency p50 0.21 s / p99 0.84 s" in section.find_element(By.CLASS_NAME, "facts").text)
+    facts = section.find_element(By.CLASS_NAME, "facts").text
+    assert "98.0% · paused" in facts and "ETA" not in facts and "read ahead)" in facts
+    cells = [c.text for c in section.find_elements(By.CSS_SELECTOR, "tr.split td")]
+    assert any("read ahead to" in c for c in cells) and any("read ahead)" in c for c in cells), cells

@@ -50,3 +50,17 @@ def test_the_live_filter_on_the_driver_keeps_what_sparks_filter_keeps(spark):
         [("a", 0, o) for o in range(15, 20)] + [("b", 0, o) for o in range(3)])
     assert live_rows_arrow(batch, {"a:0": -1, "a:1": -1, "b:0": -1}).num_rows == 18  # all finished
     assert live_rows_arrow(batch, {"a:0": None, "a:1": None, "b:0": None}).num_rows == 0
+
+
+def test_sparks_aggregation_gives_each_splits_timestamp_range_for_the_live_latency(spark):
+    rows = [("a", 0, o, 1_700_000_000_000 + 10 * o, 0) for o in range(5)]
+    rows.append(("b", 0, 7, 1_700_000_000_500, 1))
+    schema = "topic string, partition int, offset long, ms long, timestampType int"
+    batch = spark.createDataFrame(rows, schema)
+    batch = batch.selectExpr("topic", "partition", "offset", "timestamp_millis(ms) AS timestamp",
+                             "timestampType")
+    stats = live_source._live_stats(batch, {"a:0": 5, "b:0": 8}, None)  # noqa: SLF001 - Spark's groupBy
+    assert (stats["a:0"].ts_min_ms, stats["a:0"].ts_max_ms, stats["a:0"].ts_type) == (
+        1_700_000_000_000, 1_700_000_000_040, 0)
+    assert (stats["b:0"].ts_min_ms, stats["b:0"].ts_max_ms, stats["b:0"].ts_type) == (
+        1_700_000_000_500, 1_700_000_000_500, 1)

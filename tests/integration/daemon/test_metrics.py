@@ -32,6 +32,7 @@ ASSERTED_ELSEWHERE = {
     "job_crashes": "daemon/test_jvm_survival.py",
     "job_quarantined": "daemon/test_jvm_survival.py",
     "spark_jvm_up": "daemon/test_jvm_survival.py",
+    "live_latency_seconds": "daemon/test_live_latency.py",
 }
 
 

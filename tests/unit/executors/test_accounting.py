@@ -3,6 +3,7 @@
 import uuid
 
 import numpy as np
+import pytest
 from prometheus_client import REGISTRY, generate_latest
 
 from source_backfill import metrics
@@ -199,3 +200,53 @@ def test_the_daemons_policy_applies_when_none_is_given():
     finally:
         metrics.configure_per_split(metrics.PerSplit())
         metrics.forget_job(job)
+
+
+# -- live latency --------------------------------------------------------------------------------------
+def test_live_latency_measures_only_the_live_rows_the_epoch_emits_on_the_driver():
+    import pyarrow as pa
+
+    from source_backfill.executors.accounting import live_latencies
+
+    commit_ms = 1_700_000_000_000
+    n = 10
+    rows = pa.table({
+        "topic": ["t"] * 2 * n, "partition": pa.array([0] * n + [1] * n, pa.int32()),
+        "offset": pa.array(list(range(n)) * 2, pa.int64()),
+        "timestamp": pa.array([(commit_ms - 100) * 1000] * n + [(commit_ms - 5000) * 1000] * n,
+                              pa.timestamp("us", "UTC")),  # microseconds, as Spark gives them
+        "timestampType": pa.array([1] * 2 * n, pa.int32()),
+    })
+    # t:1 still backfilling (emits nothing), t:0 emits offsets > 4
+    lat, kind = live_latencies({}, {"t:0": 4, "t:1": None}, rows, commit_ms)
+    assert lat.rows == 5 and lat.sum_s == 0.5 and kind == 1
+    lat, _ = live_latencies({}, {"t:0": None, "t:1": None}, rows, commit_ms)
+    assert lat.rows == 0
+
+
+def test_live_latency_from_spark_stats_spreads_the_emitted_rows_over_the_timestamp_range():
+    from source_backfill.executors.accounting import live_latencies
+
+    commit_ms = 1_700_000_000_000
+    live = {"t:0": LiveStats(100, 199, 100, 200, commit_ms - 10_000, commit_ms - 0, 0),
+            "t:1": LiveStats(0, 9, 10, 10, commit_ms - 1000, commit_ms - 1000, 0),
+            "t:2": LiveStats(0, 9, 10, 10)}  # no timestamps known: not measured
+    lat, kind = live_latencies(live, {"t:0": 149, "t:1": -1, "t:2": -1}, None, commit_ms)
+    assert lat.rows == 50 + 10 and kind == 0
+    # t:0's upper half of offsets: the newest half of its timestamps, 0-5 s old
+    assert lat.sum_s == pytest.approx(50 * 2.5 + 10 * 1.0, rel=0.01)
+
+
+def test_live_latency_histogram_counts_rows_per_bucket():
+    from source_backfill.core.latency import measure
+
+    job = job_name()
+    jm = JobMetrics(job, AUTO)
+    jm.latency(measure([1000.0 - 30, 1000.0 - 300, 1000.0 - 300, 1000.0 - 70_000], 1000.0))
+    assert value("live_latency_seconds_count", job=job) == 4
+    assert value("live_latency_seconds_bucket", job=job, le="0.05") == 1
+    assert value("live_latency_seconds_bucket", job=job, le="0.5") == 3
+    assert value("live_latency_seconds_bucket", job=job, le="60.0") == 3
+    assert value("live_latency_seconds_sum", job=job) == pytest.approx(0.63 + 70)
+    metrics.forget_job(job)
+    assert value("live_latency_seconds_count", job=job) is None

@@ -1,0 +1,51 @@
+"""Honest progress on a real daemon: the history rate is above 0 in every sample while rows are copied,
+the ETA never promises more than the rate limit allows, and a paused job shows "paused", not an ETA."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+from tests.integration.daemon.conftest import finished, job_of, job_spec, wait_for
+
+pytestmark = pytest.mark.integration
+
+RECORDS = 12_000
+LIMIT = 1_500.0
+
+
+def test_rate_eta_and_pause_while_a_rate_limited_job_backfills(daemon_factory, new_topic, producer_for,
+                                                               tmp_path):
+    topic = new_topic(2)
+    producer_for(topic).send(RECORDS, 2)
+    d = daemon_factory([topic], [job_spec("p", tmp_path, rate_limit=LIMIT)])
+    samples = []
+    deadline = time.monotonic() + 180
+    while not finished(d, "p") and time.monotonic() < deadline:
+        job = httpx.get(f"{d.api_url}/jobs/p").json()
+        samples.append(job)
+        if len(samples) == 12:  # a few seconds in: pause, look, resume
+            d.registry.pause("p")
+            wait_for(lambda: job_of(d, "p").paused, what="pause applied")
+            time.sleep(2)
+            paused = httpx.get(f"{d.api_url}/jobs/p").json()
+            d.registry.resume("p")
+            if not paused["finish_reported"]:
+                assert paused["history_paused"] and paused["eta_seconds"] is None, paused
+        time.sleep(0.5)
+    assert finished(d, "p")
+    copying = [s for s in samples if s["status"] == "backfilling" and not s["history_paused"]
+               and s["rows_history"] + s["rows_read_ahead"] > 0 and s["remaining_offsets"]]
+    assert len(copying) >= 5, "the backfill was too quick to sample"
+    for s in copying:
+        assert s["history_rows_per_s"] and s["history_rows_per_s"] > 0, s
+        # never faster than the rate limit allows
+        assert s["eta_seconds"] is not None and s["eta_seconds"] >= s["remaining_offsets"] / LIMIT - 1e-6, s
+        assert 0 <= s["progress"] <= 1
+    before_pause = [s["progress"] for s in samples[:12] if s["progress"] is not None]
+    assert before_pause == sorted(before_pause)  # (a pause throws reads ahead away: their copies go back)
+    rates = [round(s["history_rows_per_s"]) for s in copying]
+    etas = [round(s["eta_seconds"], 1) for s in copying]
+    print(f"samples={len(samples)} copying={len(copying)} rates={rates} etas={etas}")
