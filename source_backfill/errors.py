@@ -27,6 +27,10 @@ class SinkPathError(ConfigError):
     """A job's sink path is outside the daemon's data root."""
 
 
+class SinkConflictError(SinkPathError):
+    """A job's sink path is taken: another job's table (or a folder of it), or a table another job wrote."""
+
+
 class StateFormatError(SourceBackfillError):
     """A persisted backfill state is malformed (bad JSON, unknown stage, wrong types)."""
 

@@ -249,3 +249,23 @@ def test_connections_have_tcp_nodelay(live_api) -> None:
     connections = list(live_api.server._server.server_state.connections)
     sockets = [c.transport.get_extra_info("socket") for c in connections]
     assert sockets and all(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) for s in sockets)
+
+
+def test_a_clashing_sink_is_a_409_at_create_and_changes_nothing(live_api, tmp_path) -> None:
+    import pyarrow as pa
+    from deltalake import CommitProperties, write_deltalake
+
+    from connectors.delta.log import KEY_JOB
+
+    old = tmp_path / "old"  # a table job "gone" wrote (dropped since): the new job would fail on it later
+    write_deltalake(str(old), pa.table({"x": [1]}),
+                    commit_properties=CommitProperties(custom_metadata={KEY_JOB: "gone"}))
+    live_api.admin.post("/jobs", json=job_body("a")).raise_for_status()
+    log = (live_api.registry.path).read_bytes()
+    for sink, text in ((str(old), 'written by job "gone"'), ("/tables/a/part", 'job "a"'),
+                       (str(old / "inner"), "inside an existing Delta table")):
+        r = live_api.admin.post("/jobs", json={**job_body("b"), "sink_path": sink})
+        assert r.status_code == 409, r.text
+        err = _error(r)
+        assert err["type"] == "sink_conflict" and err["field"] == "sink_path" and text in err["message"]
+    assert [j.name for j in live_api.registry.list()] == ["a"] and live_api.registry.path.read_bytes() == log
