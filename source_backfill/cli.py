@@ -210,8 +210,10 @@ def _cmd_jobs_create(args: argparse.Namespace, out: IO[str]) -> int:
         start = {"kind": "timestamp", "timestamp_ms": args.start_timestamp}
     elif args.start_latest:
         start = {"kind": "latest"}
-    body: dict[str, Any] = {"name": args.name, "source": args.source, "sink_path": args.sink,
-                            "start": start}
+    # a relative --sink means relative to where the command runs, not to the daemon's working directory
+    # (joined, not normalized: a '..' after a symlink is the daemon's to resolve, as its path rules do)
+    sink = args.sink if os.path.isabs(args.sink) else os.path.join(os.getcwd(), args.sink)  # noqa: PTH118
+    body: dict[str, Any] = {"name": args.name, "source": args.source, "sink_path": sink, "start": start}
     if args.rate_limit is not None:
         body["rate_limit"] = args.rate_limit
     if args.max_rows_per_epoch is not None:
@@ -389,7 +391,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the API's JSON")
     p = action("create", "create a job (it attaches at the next epoch boundary)", _cmd_jobs_create)
     p.add_argument("--source", required=True, help="name of a configured source")
-    p.add_argument("--sink", required=True, metavar="PATH", help="Delta table path of the job's output")
+    p.add_argument("--sink", required=True, metavar="PATH",
+                   help="Delta table path of the job's output (a relative one is taken from this "
+                   "command's working directory)")
     start = p.add_mutually_exclusive_group()
     start.add_argument("--start-offsets", type=_offsets, metavar="JSON",
                        help="start offset per split, e.g. '{\"topic:0\": 42}' (others: earliest)")

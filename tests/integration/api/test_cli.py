@@ -270,3 +270,13 @@ def test_table_bar_and_create_options_of_a_table_job() -> None:
     assert rendered.splitlines()[1] == "  " + cli.table_bar(table)
     # a strategy the daemon does not have is a usage error, refused before any request
     assert cli.main(["jobs", "create", "t", "--source", "s", "--sink", "/x", "--strategy", "sideways"]) == 2
+
+
+def test_a_relative_sink_is_resolved_against_the_cli_s_directory(run, live_api, tmp_path, monkeypatch) -> None:
+    here = tmp_path / "elsewhere"
+    here.mkdir()
+    monkeypatch.chdir(here)  # not the daemon's (this process's original) working directory
+    code, out, err = run("jobs", "create", "rel", "--source", "events", "--sink", "out/rel")
+    assert code == 0, err
+    assert live_api.registry.get("rel").spec.sink_path == str(here / "out" / "rel")
+    assert str(here / "out" / "rel") in out
