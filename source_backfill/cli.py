@@ -1,6 +1,7 @@
 """The ``source-backfill`` command: run the daemon, control its jobs over the API, watch backfill progress.
 
-Exit codes: 0 ok, 1 the API refused the request (or could not be reached), 2 usage or configuration error.
+Exit codes: 0 ok, 1 the API refused the request (or could not be reached), 2 usage or configuration error,
+3 ``verify`` found the table not exactly once.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ ENV_TOKEN_FILE = "SOURCE_BACKFILL_API_TOKEN_FILE"  # noqa: S105 - the name of an
 DEFAULT_API = "http://127.0.0.1:8080"
 BAR_WIDTH = 20
 
-EXIT_OK, EXIT_API, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_API, EXIT_USAGE, EXIT_DIFFERS = 0, 1, 2, 3
+#: How often ``verify`` polls its run.
+VERIFY_POLL_S = 0.5
 
 
 class CliError(Exception):
@@ -259,6 +262,23 @@ def _mutation(
     return run
 
 
+def _cmd_verify(args: argparse.Namespace, out: IO[str]) -> int:
+    """Start a verify run, poll it to its end, print its summary; exit 3 if not exactly once."""
+    client = _client(args)
+    run = client.call("POST", f"/jobs/{args.job}/verify")
+    while run["status"] == "running":
+        time.sleep(VERIFY_POLL_S)
+        run = client.call("GET", f"/jobs/{args.job}/verify/{run['id']}")
+    if args.json:
+        print(json.dumps(run, indent=2), file=out)
+    if run["status"] != "done":
+        msg = f'verify of job "{args.job}" {run["status"]}: {run.get("error")}'
+        raise CliError(msg)
+    if not args.json:
+        print(run["summary"], file=out)
+    return EXIT_OK if run["ok"] else EXIT_DIFFERS
+
+
 def _cmd_status(args: argparse.Namespace, out: IO[str]) -> int:
     client = _client(args)
 
@@ -365,7 +385,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="source-backfill",
         description="Attach jobs to a live shared Kafka source; backfill history, hand over exactly once.",
-        epilog="exit codes: 0 ok, 1 API error or the daemon could not start, 2 usage or configuration error",
+        epilog="exit codes: 0 ok, 1 API error or the daemon could not start, 2 usage or configuration error, "
+               "3 verify found differences",
     )
     _api_flags(parser, top=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -421,6 +442,16 @@ def build_parser() -> argparse.ArgumentParser:
            _mutation("retried", "POST", "/jobs/{name}/retry"))
     action("drop", "detach the job at the next epoch boundary (its table stays)",
            _mutation("dropped", "DELETE", "/jobs/{name}"))
+
+    verify = sub.add_parser(
+        "verify", help="check a job's table holds its source exactly once (exit 3 if not)",
+        description="Check, offset by offset, that the job's table holds its Kafka log exactly once up to "
+                    "the job's committed positions; the daemon runs it in the background, this command "
+                    "polls it and prints one summary line (and the differences, counted, with examples).")
+    _api_flags(verify, top=False)
+    verify.add_argument("job", metavar="JOB", help="job name")
+    verify.add_argument("--json", action="store_true", help="print the API's JSON of the finished run")
+    verify.set_defaults(handler=_cmd_verify)
 
     status = sub.add_parser("status", help="per-split backfill progress bars")
     _api_flags(status, top=False)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from source_backfill.core.splits import split_id
+from source_backfill.errors import VerifyRefusedError
 
 
 @dataclass(frozen=True)
@@ -172,10 +173,6 @@ OFFSET_COLUMNS = ("topic", "partition", "offset")
 EXAMPLES = 5
 
 
-class VerifyRefusedError(Exception):
-    """The job's table cannot be checked offset by offset (said why, e.g. its transform drops the columns)."""
-
-
 @dataclass
 class SplitTally:
     """One split's comparison, counted (a few offsets kept as examples), as the table is streamed."""
@@ -300,6 +297,31 @@ def committed_positions(table: Any, job: str) -> dict[str, tuple[int | None, int
     return out
 
 
+def check_verifiable(table_path: str, job: str) -> None:
+    """VerifyRefusedError saying why ``job``'s table cannot be checked offset by offset; quick (no scan).
+
+    No table yet, a table without the offset columns (a transform that drops them), no commit of the job.
+    """
+    from deltalake import DeltaTable
+
+    if not DeltaTable.is_deltatable(table_path):
+        msg = f'job "{job}" has no table yet (nothing committed): nothing to check'
+        raise VerifyRefusedError(msg)
+    dt = DeltaTable(table_path)
+    _check_columns(dt)
+    committed_positions(dt, job)
+
+
+def _check_columns(dt: Any) -> None:
+    names = [f.name for f in dt.schema().fields]
+    lacking = [c for c in OFFSET_COLUMNS if c not in names]
+    if lacking:
+        msg = (f"the table keeps no {'/'.join(lacking)} column (its transform drops them): its rows "
+               "cannot be matched to Kafka offsets; keep topic, partition and offset in the transform's "
+               "SELECT to make it checkable")
+        raise VerifyRefusedError(msg)
+
+
 def verify_job(
     table_path: str,
     job: str,
@@ -331,13 +353,7 @@ def verify_job(
     from source_backfill.config import LatestStart, OffsetsStart, TimestampStart
 
     dt = DeltaTable(table_path)
-    names = [f.name for f in dt.schema().fields]
-    lacking = [c for c in OFFSET_COLUMNS if c not in names]
-    if lacking:
-        msg = (f"the table keeps no {'/'.join(lacking)} column (its transform drops them): its rows "
-               "cannot be matched to Kafka offsets; keep topic, partition and offset in the transform's "
-               "SELECT to make it checkable")
-        raise VerifyRefusedError(msg)
+    _check_columns(dt)
     positions = committed_positions(dt, job)
     splits = sorted(positions)
     firsts = admin.earliest_offsets(splits) if splits else {}

@@ -27,7 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from source_backfill import metrics  # noqa: F401 - importing registers every metric with prometheus_client
 from source_backfill.api.guard import ControlPlaneGuard
-from source_backfill.api.models import ErrorBody, ErrorDetail, JobView, ThrottleBody
+from source_backfill.api.models import ErrorBody, ErrorDetail, JobView, ThrottleBody, VerifyView
 from source_backfill.config import LOOPBACK_HOSTS, NAME_PATTERN, JobSpec
 from source_backfill.errors import (
     ConfigError,
@@ -42,6 +42,7 @@ from source_backfill.errors import (
     StateWriteError,
 )
 from source_backfill.runtime.registry import JobRecord, JobRegistry
+from source_backfill.runtime.verifications import Verifications
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +109,7 @@ def create_app(
     guard_reads: bool = False,
     max_body_bytes: int = 1 << 20,
     allowed_hosts: Iterable[str] = LOOPBACK_HOSTS,
+    verifications: Verifications | None = None,
 ) -> FastAPI:
     """The control API over ``registry``.
 
@@ -116,6 +118,7 @@ def create_app(
     ``max_body_bytes`` are refused with 413 before they are read. A request naming a ``Host`` not in
     ``allowed_hosts`` is refused (421; not the probes ``/live`` and ``/ready``), and so is a mutation from
     another origin (403) or with a body that is not JSON (415): :class:`ControlPlaneGuard`.
+    ``verifications`` runs ``POST /jobs/{name}/verify`` (none: those routes answer 503).
     """
     app = FastAPI(
         title="source-backfill",
@@ -277,6 +280,34 @@ def create_app(
     def drop_job(name: JobName) -> JobView:
         """Detach the job at the next epoch boundary; its table is left as it is."""
         return view(registry.drop(name))
+
+    # -- verify: a background run per job, polled -----------------------------------------------------------
+    def runs() -> Verifications:
+        if verifications is None:
+            raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "verify is not available on this daemon")
+        return verifications
+
+    verify_errors = {code: {"model": ErrorBody} for code in (404, 409, 422, 503)}
+
+    @app.post("/jobs/{name}/verify", tags=["jobs"], status_code=status.HTTP_202_ACCEPTED,
+              dependencies=guard, responses=mutating["responses"] | verify_errors)
+    def start_verify(name: JobName, response: Response) -> VerifyView:
+        """Start checking the job's table against its source, exactly once up to its committed positions.
+
+        Answers at once with a run to poll (``GET /jobs/{name}/verify/{id}``); while a run of the job is
+        going, that run. Refused (422, saying why) when the table cannot be checked: no table yet, or a
+        transform that drops the topic/partition/offset columns. Changes nothing.
+        """
+        registry.get(name)
+        run = runs().start(name)
+        response.headers["Location"] = f"/jobs/{name}/verify/{run.id}"
+        return VerifyView(**run.to_json())
+
+    @app.get("/jobs/{name}/verify/{run_id}", tags=["jobs"], dependencies=read_guard,
+             responses=read_errors | {code: {"model": ErrorBody} for code in (404, 422, 503)})
+    def get_verify(name: JobName, run_id: Annotated[str, Path(pattern=r"^[0-9a-f]{1,32}$")]) -> VerifyView:
+        """A verify run: running, done (ok, summary, per-split counts), refused or error (saying why)."""
+        return VerifyView(**runs().get(name, run_id).to_json())
 
     return app
 

@@ -161,6 +161,24 @@ class JobView(BaseModel):
         )
 
 
+class VerifyView(BaseModel):
+    """A verify run (``POST /jobs/{name}/verify`` starts one): its status, and once done its result."""
+
+    id: str
+    job: str
+    status: str = Field(description="running, done, refused or error")
+    started_at: float
+    finished_at: float | None
+    #: Done: the table holds the source exactly once up to the job's committed positions.
+    ok: bool | None
+    #: Done: ``late-copy: exactly once, N records, 0 missing, 0 duplicated`` (or the differences).
+    summary: str | None
+    #: Done: totals, per split ``from``/``to`` (the offsets checked) and counts, a few offsets as examples.
+    result: dict[str, Any] | None
+    #: Refused or error: why.
+    error: str | None
+
+
 class ErrorDetail(BaseModel):
     """What went wrong, and which request field caused it (dotted path, ``null`` when none)."""
 

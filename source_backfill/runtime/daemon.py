@@ -126,9 +126,13 @@ class Daemon:
                                              limits=self._server_limits(), name="metrics")
             self._metrics_server.start()
             logger.info('metrics served url="%s/metrics"', self._metrics_server.url)
+        from source_backfill.runtime.paths import redact
+        from source_backfill.runtime.verifications import Verifications
+
         app = create_app(
             self.registry, cfg.api.token, health=self.health, guard_reads=cfg.api.guard_reads,
             max_body_bytes=cfg.api.max_body_bytes, allowed_hosts=cfg.api.served_hosts,
+            verifications=Verifications(self._verify_work, lambda text: redact(text, root)),
         )
         self._api = ApiServer(app, cfg.api.host, cfg.api.port, limits=self._server_limits())
         self._api.start()
@@ -187,6 +191,26 @@ class Daemon:
             from source_backfill.executors.transform import check_transform
 
             check_transform(self.spark, spec.transform)
+
+    def _verify_work(self, name: str) -> Any:
+        """What a verify run of job ``name`` does, after the quick checks (VerifyRefusedError says why not).
+
+        A Kafka job: its table against the log up to its committed positions (:func:`verify_job`).
+        """
+        from source_backfill.errors import VerifyRefusedError
+        from source_backfill.verify import check_verifiable, verify_job
+
+        record = self.registry.get(name)
+        source = self.sources.get(record.source)
+        admin = getattr(source, "admin", None)
+        if source is None or admin is None:
+            msg = (f'job "{name}" reads source "{record.source}", which is not a running Kafka source here: '
+                   "verify checks Kafka jobs offset by offset")
+            raise VerifyRefusedError(msg)
+        spec = record.spec
+        check_verifiable(spec.sink_path, name)
+        bootstrap, options = source.bootstrap_servers, dict(source.config.kafka)
+        return lambda: verify_job(spec.sink_path, name, admin, bootstrap, options, start=spec.start)
 
     def _check_registered_transforms(self) -> None:
         """Check every registered job's transform once Spark is up, here and not in an epoch.

@@ -10,7 +10,8 @@ from deltalake import CommitProperties, write_deltalake
 
 from connectors.delta.log import KEY_JOB, KEY_PLAN, KEY_STATE
 from source_backfill.config import OffsetsStart
-from source_backfill.verify import VerifyRefusedError, verify_job
+from source_backfill.errors import VerifyRefusedError
+from source_backfill.verify import verify_job
 
 
 def _table(path, topic, offsets, *, job="late-copy", states=None, end=None, columns=None):
