@@ -227,10 +227,44 @@ def _cmd_jobs_create(args: argparse.Namespace, out: IO[str]) -> int:
         body["strategy"] = args.strategy
     if args.mode is not None:
         body["mode"] = args.mode
+    if args.dry_run:
+        plan = _client(args).call("POST", "/jobs?dry_run=true", body)
+        print(json.dumps(plan, indent=2) if args.json else render_plan(plan), file=out)
+        return EXIT_OK
     job = _client(args).call("POST", "/jobs", body)
     print(f'created job "{job["name"]}" on source "{job["source"]}" -> {job["sink_path"]}; '
           "it attaches at the next epoch", file=out)
     return EXIT_OK
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+
+
+def render_plan(plan: dict[str, Any]) -> str:
+    """A dry run's plan: per split offsets, total, the two time estimates, warnings."""
+    job = plan["job"]
+    lines = [f'dry run: job "{job["name"]}" on source "{job["source"]}" -> {job["sink_path"]}: every check '
+             "passed; nothing was created"]
+    for s in plan.get("splits", []):
+        lines.append(f"  {s['split']}  offsets {s['from_offset']}..{s['to_offset']}  {s['offsets']} to copy")
+    total_bytes = plan.get("bytes_total")
+    lines.append(f"  total {plan.get('offsets_total', 0)} offsets, "
+                 + (f"{total_bytes} bytes" if total_bytes is not None else
+                    f"bytes {plan.get('bytes_note') or 'unknown'}"))
+    limit = plan.get("rate_limit_rows_per_s")
+    at_limit = _duration(plan.get("seconds_at_rate_limit"))
+    lines.append("  at the rate limit: " + ("none (unlimited)" if limit is None else
+                                            f"{limit:g} rows/s, {at_limit}"))
+    measured = plan.get("measured_rows_per_s")
+    at_measured = _duration(plan.get("seconds_at_measured_rate"))
+    lines.append("  at the measured history rate: " + ((plan.get("measured_note") or "none")
+                                                        if measured is None
+                                                        else f"{measured:,.0f} rows/s, {at_measured}"))
+    lines += [f"  warning: {w}" for w in plan.get("warnings", [])]
+    return "\n".join(lines)
 
 
 def _cmd_jobs_show(args: argparse.Namespace, out: IO[str]) -> int:
@@ -428,6 +462,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "{source}'")
     p.add_argument("--strategy", choices=("snapshot", "arrangement", "chain"),
                    help="jobs on a delta source: how the table is copied")
+    p.add_argument("--dry-run", action="store_true",
+                   help="check everything a create checks and print the plan (offsets per split, time at the "
+                   "rate limit and at the measured history rate); create nothing")
+    p.add_argument("--json", action="store_true", help="with --dry-run: print the API's JSON")
     p.add_argument("--mode", choices=("merge", "changelog"),
                    help="jobs on a delta source: the table copied by key (merge, default) or a changelog")
     p = action("show", "show a job with per-split progress", _cmd_jobs_show)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from importlib import resources
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Path, Request, status
+from fastapi import Depends, FastAPI, Path, Query, Request, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -27,7 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from source_backfill import metrics  # noqa: F401 - importing registers every metric with prometheus_client
 from source_backfill.api.guard import ControlPlaneGuard
-from source_backfill.api.models import ErrorBody, ErrorDetail, JobView, ThrottleBody, VerifyView
+from source_backfill.api.models import DryRunView, ErrorBody, ErrorDetail, JobView, ThrottleBody, VerifyView
 from source_backfill.config import LOOPBACK_HOSTS, NAME_PATTERN, JobSpec
 from source_backfill.errors import (
     ConfigError,
@@ -110,6 +110,7 @@ def create_app(
     max_body_bytes: int = 1 << 20,
     allowed_hosts: Iterable[str] = LOOPBACK_HOSTS,
     verifications: Verifications | None = None,
+    dry_run: Callable[[JobSpec], dict[str, Any]] | None = None,
 ) -> FastAPI:
     """The control API over ``registry``.
 
@@ -118,7 +119,8 @@ def create_app(
     ``max_body_bytes`` are refused with 413 before they are read. A request naming a ``Host`` not in
     ``allowed_hosts`` is refused (421; not the probes ``/live`` and ``/ready``), and so is a mutation from
     another origin (403) or with a body that is not JSON (415): :class:`ControlPlaneGuard`.
-    ``verifications`` runs ``POST /jobs/{name}/verify`` (none: those routes answer 503).
+    ``verifications`` runs ``POST /jobs/{name}/verify`` (none: those routes answer 503); ``dry_run(spec)``
+    checks a create and plans it for ``POST /jobs?dry_run=true`` (none: checked by the registry, no plan).
     """
     app = FastAPI(
         title="source-backfill",
@@ -243,9 +245,26 @@ def create_app(
         """Every live job (not dropped), in creation order."""
         return [view(r) for r in registry.list()]
 
-    @app.post("/jobs", tags=["jobs"], status_code=status.HTTP_201_CREATED, **with_body)
-    def create_job(spec: JobSpec, response: Response) -> JobView:
-        """Register a job; it attaches to its source at the next epoch boundary."""
+    planned: dict[int | str, dict[str, Any]] = {
+        200: {"model": DryRunView, "description": "dry_run=true: checks passed; the plan, nothing created"}}
+
+    @app.post("/jobs", tags=["jobs"], status_code=status.HTTP_201_CREATED, dependencies=guard,
+              responses=with_body["responses"] | planned)
+    def create_job(
+        spec: JobSpec, response: Response,
+        dry_run_: Annotated[bool, Query(alias="dry_run", description=(
+            "Check everything a create checks and answer 200 with the plan (offsets per split, time at the "
+            "rate limit and at the measured history rate, retention warnings); nothing is created"))] = False,
+    ) -> JobView | DryRunView:
+        """Register a job; it attaches to its source at the next epoch boundary (or, dry run, plan it)."""
+        if dry_run_:
+            if dry_run is None:
+                registry.check_create(spec)
+                plan: dict[str, Any] = {}
+            else:
+                plan = dry_run(spec)
+            response.status_code = status.HTTP_200_OK
+            return DryRunView(job=spec, **plan)
         record = registry.create(spec)
         response.headers["Location"] = f"/jobs/{record.name}"
         return view(record)

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from source_backfill.config import StartSpec
+from source_backfill.config import JobSpec, StartSpec
 from source_backfill.runtime.progress import JobProgress, JobStatus, SplitProgress, TableProgress
 from source_backfill.runtime.registry import JobRecord
 
@@ -159,6 +159,41 @@ class JobView(BaseModel):
             splits=splits,
             table=TableView.of(progress.table) if progress is not None and progress.table else None,
         )
+
+
+class SplitPlanView(BaseModel):
+    """A dry run's split: the offsets the job would backfill, ``[from_offset, to_offset)``."""
+
+    split: str
+    from_offset: int
+    #: The live position now (the job's target moves on with the live stream).
+    to_offset: int
+    #: Offsets to copy (records at most: transaction markers and compaction leave gaps).
+    offsets: int
+    log_start: int
+    #: Unknown (None): the Kafka admin client reports no log sizes.
+    bytes: int | None = None
+
+
+class DryRunView(BaseModel):
+    """``POST /jobs?dry_run=true``: every check of a create passed; what the job would do. Nothing changed."""
+
+    dry_run: bool = True
+    #: The job as it would be created.
+    job: JobSpec
+    splits: list[SplitPlanView] = Field(default_factory=list)
+    offsets_total: int = 0
+    bytes_total: int | None = None
+    bytes_note: str | None = None
+    #: The job's history ceiling: its rate limit, and max_rows_per_epoch per trigger interval.
+    rate_limit_rows_per_s: float | None = None
+    seconds_at_rate_limit: float | None = None
+    #: The history rate (rows/s, create to finish) a job without a rate limit reached on this source.
+    measured_rows_per_s: float | None = None
+    seconds_at_measured_rate: float | None = None
+    measured_note: str | None = None
+    #: E.g. the log start would pass the copy at that rate (retention).
+    warnings: list[str] = Field(default_factory=list)
 
 
 class VerifyView(BaseModel):

@@ -269,3 +269,19 @@ def test_a_clashing_sink_is_a_409_at_create_and_changes_nothing(live_api, tmp_pa
         err = _error(r)
         assert err["type"] == "sink_conflict" and err["field"] == "sink_path" and text in err["message"]
     assert [j.name for j in live_api.registry.list()] == ["a"] and live_api.registry.path.read_bytes() == log
+
+
+def test_a_dry_run_checks_like_a_create_and_changes_nothing(live_api, tmp_path) -> None:
+    live_api.admin.post("/jobs", json=job_body("a")).raise_for_status()
+    log = live_api.registry.path.read_bytes()
+    sink = tmp_path / "would-be"
+    r = live_api.admin.post("/jobs?dry_run=true", json={**job_body("b"), "sink_path": str(sink)})
+    assert r.status_code == 200, r.text
+    assert r.json()["dry_run"] is True and r.json()["job"]["name"] == "b"
+    # the same refusals as a create: name taken, sink clash, bad source, bad field; and the token
+    for body, code in ((job_body("a"), 409), ({**job_body("b"), "sink_path": "/tables/a/x"}, 409),
+                       (job_body("b", source="nope"), 404), (job_body("b", rate_limit=-1), 422)):
+        assert live_api.admin.post("/jobs?dry_run=true", json=body).status_code == code, body
+    assert live_api.client.post("/jobs?dry_run=true", json=job_body("b")).status_code == 401
+    assert [j.name for j in live_api.registry.list()] == ["a"]
+    assert live_api.registry.path.read_bytes() == log and not sink.exists()

@@ -1,0 +1,209 @@
+"""A dry run of a create (``POST /jobs?dry_run=true``, ``jobs create --dry-run``): checked and planned.
+
+The registry makes every check a create makes (:meth:`JobRegistry.check_create`: kind, transform, name,
+sink path rules, sink ownership) and records nothing: no registry entry, no mutation log line, no table.
+The plan says, per split, the offsets the job would backfill: from its start (as the job resolves it when
+it attaches: earliest, offsets, timestamp, latest) to the live position now (the job's target moves on
+with the live stream, so this is the history at this moment). Offsets, not records: a log with gaps
+(transaction markers, compaction) holds fewer records than offsets, so the estimate errs long. Bytes are
+unknown: the Kafka admin client reports no log sizes.
+
+Two time estimates: at the job's rate limit (``max_rows_per_epoch`` per trigger interval caps it too) and
+at the history rate this daemon measured on the source (:class:`HistoryRates`: rows a job without a rate
+limit backfilled over the time from its create to its finish, attach included; none before one did). A
+retention warning is given when the log start would pass the copy at that rate: with ``retention.ms`` set
+on a topic, the record written at ``t`` goes at ``t + retention.ms`` at the earliest, so the log start at a
+future moment is the first offset at or after ``then - retention.ms``, compared with where the copy stands.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from source_backfill.config import (
+    EarliestStart,
+    JobSpec,
+    LatestStart,
+    OffsetsStart,
+    SourceConfig,
+    TimestampStart,
+)
+from source_backfill.core.splits import split_id
+
+#: Moments of the copy at which the log start is compared with the copy's position.
+RETENTION_CHECKS = 10
+
+
+@dataclass(frozen=True, slots=True)
+class SplitPlan:
+    """One split's history to copy: offsets ``[start, end)`` (``end``: the live position now)."""
+
+    split: str
+    start: int
+    end: int
+    log_start: int
+
+    @property
+    def offsets(self) -> int:
+        """Offsets to copy (records at most: gaps hold none)."""
+        return max(0, self.end - self.start)
+
+
+@dataclass
+class HistoryRates:
+    """The history rate a source's jobs reached, end to end: rows backfilled over create-to-finish time.
+
+    Fed every fraction of a second with each job's status and history rows (:meth:`observe`). Only jobs
+    without a rate limit that were created while this daemon ran count (a limited job measures its limit;
+    one recovered after a restart counts rows since the restart, not since its create). A job's rate is
+    kept from its finish; while one is backfilling, its rate so far (after at least ``min_s``).
+    """
+
+    #: Jobs created before this (wall clock, s) are not measured.
+    since: float = field(default_factory=time.time)
+    min_s: float = 2.0
+    _rates: dict[str, float] = field(default_factory=dict)
+    _done: set[tuple[str, str, float]] = field(default_factory=set)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def observe(self, source: str, job: str, status: str, rows_history: int, *, created_at: float,
+                limited: bool, now: float | None = None) -> None:
+        """One look at ``job`` on ``source``: its status, history rows, create time (wall clock, s)."""
+        now = time.time() if now is None else now
+        key = (source, job, created_at)
+        with self._lock:
+            if limited or created_at < self.since or key in self._done:
+                return
+            if status not in ("backfilling", "finished"):
+                return
+            seconds = now - created_at
+            if rows_history > 0 and seconds >= self.min_s:
+                self._rates[source] = rows_history / seconds
+            if status == "finished":
+                self._done.add(key)
+
+    def rate(self, source: str) -> float | None:
+        """The source's last measured history rate (rows/s), None before any."""
+        with self._lock:
+            return self._rates.get(source)
+
+
+def effective_limit(spec: JobSpec, interval_s: float) -> float | None:
+    """The job's history rows/s ceiling: its rate limit, and ``max_rows_per_epoch`` per interval."""
+    caps = [c for c in (spec.rate_limit,
+                        None if spec.max_rows_per_epoch is None else spec.max_rows_per_epoch / interval_s)
+            if c is not None]
+    return min(caps) if caps else None
+
+
+def start_offsets(spec: JobSpec, splits: list[str], earliest: Mapping[str, int], ends: Mapping[str, int],
+                  for_timestamp: Callable[[list[str], int], dict[str, int]]) -> dict[str, int]:
+    """Where the job would start per split, as its attach resolves it (``ends`` standing for the position)."""
+    start = spec.start
+    if isinstance(start, OffsetsStart):
+        chosen = {s: max(start.offsets.get(s, earliest[s]), earliest[s]) for s in splits}
+    elif isinstance(start, TimestampStart):
+        chosen = for_timestamp(splits, start.timestamp_ms)
+    elif isinstance(start, LatestStart):
+        chosen = dict(ends)
+    else:
+        assert isinstance(start, EarliestStart)  # noqa: S101 - the config union is closed
+        chosen = dict(earliest)
+    return {s: min(chosen.get(s, ends[s]), ends[s]) for s in splits}
+
+
+def seconds_at(offsets: int, rate: float | None) -> float | None:
+    """Seconds to copy ``offsets`` at ``rate`` rows/s (None: no rate; inf at rate 0 with work to do)."""
+    if rate is None:
+        return None
+    if offsets == 0:
+        return 0.0
+    return float("inf") if rate <= 0 else offsets / rate
+
+
+def retention_overtakes(
+    splits: list[SplitPlan], rate: float, retention_ms: Mapping[str, int | None],
+    log_start_at: Callable[[list[str], int], dict[str, int]], now_ms: int,
+) -> str | None:
+    """A warning when the log start would pass the copy's position at ``rate`` rows/s, else None.
+
+    The copy is taken as spread over the splits in proportion to what each has to copy (they finish
+    together). At moments through the copy, a split's log start is the first offset written at or after
+    ``moment - retention.ms`` (``log_start_at(splits, ts_ms)``); past the copy's position, history is lost
+    (the job fails, or skips it with ``fail_on_data_loss = false``).
+    """
+    total = sum(s.offsets for s in splits)
+    todo = [s for s in splits if s.offsets > 0 and retention_ms.get(s.split.rsplit(":", 1)[0]) is not None]
+    if not todo or rate <= 0 or total == 0:
+        return None
+    duration = total / rate
+    for i in range(1, RETENTION_CHECKS + 1):
+        elapsed = duration * i / RETENTION_CHECKS
+        by_split: dict[int, list[SplitPlan]] = {}
+        for s in todo:
+            by_split.setdefault(int(retention_ms[s.split.rsplit(":", 1)[0]] or 0), []).append(s)
+        for keep_ms, group in by_split.items():
+            starts = log_start_at([s.split for s in group], now_ms + int(elapsed * 1000) - keep_ms)
+            for s in group:
+                copied = s.start + int(s.offsets * i / RETENTION_CHECKS)
+                if starts.get(s.split, -1) > copied:
+                    return (f"retention: at {rate:,.0f} rows/s the log start of {s.split} (retention.ms "
+                            f"{keep_ms}) passes the copy about {elapsed:,.0f} s in (log start "
+                            f"{starts[s.split]}, copied to {copied}): raise the rate limit, or the "
+                            "topic's retention, or start later")
+    return None
+
+
+def source_splits(source: SourceConfig, topic_partitions: Callable[[], dict[str, int]],
+                  list_splits: Callable[[Iterable[str]], list[tuple[str, int]]]) -> list[str]:
+    """The split ids the source reads now (its topics, or those matching its pattern)."""
+    if source.topic_pattern:
+        pattern = re.compile(source.topic_pattern)
+        counts = topic_partitions()
+        return [split_id(t, p) for t in sorted(counts) if pattern.fullmatch(t) for p in range(counts[t])]
+    return [split_id(t, p) for t, p in list_splits(source.topics)]
+
+
+def plan_kafka_job(spec: JobSpec, source: SourceConfig, admin: Any, measured: float | None) -> dict[str, Any]:
+    """The dry run's plan of a job on a Kafka source (the validation is done by the caller)."""
+    splits = source_splits(source, admin.topic_partitions, admin.list_splits)
+    earliest = admin.earliest_offsets(splits)
+    ends = admin.end_offsets(splits)
+    starts = start_offsets(spec, splits, earliest, ends, admin.offsets_for_timestamp)
+    plans = [SplitPlan(s, starts[s], ends[s], earliest[s]) for s in splits]
+    total = sum(p.offsets for p in plans)
+    limit = effective_limit(spec, source.trigger_interval_s)
+    # the copy's pace for the retention check: the slower of the limit and what was measured
+    pace = min(r for r in (limit, measured) if r is not None) if (limit or measured) else None
+    warnings: list[str] = []
+    if pace is not None and total:
+        retention = admin.retention_ms({p.split.rsplit(":", 1)[0] for p in plans if p.offsets})
+        warning = retention_overtakes(plans, pace, retention, admin.offsets_for_timestamp,
+                                      int(time.time() * 1000))
+        if warning:
+            warnings.append(warning)
+    if limit == 0 and total:
+        warnings.append("rate limit 0: no history is read until the job is throttled up")
+    return {
+        "splits": [{"split": p.split, "from_offset": p.start, "to_offset": p.end, "offsets": p.offsets,
+                    "log_start": p.log_start, "bytes": None} for p in plans],
+        "offsets_total": total,
+        "bytes_total": None,
+        "bytes_note": "unknown: the Kafka admin client reports no log sizes",
+        "rate_limit_rows_per_s": limit,
+        "seconds_at_rate_limit": _round(seconds_at(total, limit)),
+        "measured_rows_per_s": None if measured is None else round(measured, 1),
+        "seconds_at_measured_rate": _round(seconds_at(total, measured)),
+        "measured_note": None if measured is not None else
+        "none: no job without a rate limit has backfilled on this source since the daemon started",
+        "warnings": warnings,
+    }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None or value == float("inf") else round(value, 1)

@@ -1,0 +1,66 @@
+"""The dry run's plan: where a job would start, the time at a rate, the measured rate, retention."""
+
+from __future__ import annotations
+
+from source_backfill.config import JobSpec
+from source_backfill.runtime.dry_run import (
+    HistoryRates,
+    SplitPlan,
+    effective_limit,
+    retention_overtakes,
+    seconds_at,
+    start_offsets,
+)
+
+
+def spec(**kw) -> JobSpec:
+    return JobSpec(name="j", source="s", sink_path="/t/j", **kw)
+
+
+def test_start_offsets_follow_the_job_s_attach_rules() -> None:
+    splits, earliest, ends = ["t:0", "t:1"], {"t:0": 10, "t:1": 0}, {"t:0": 100, "t:1": 50}
+    never = lambda *_: {}  # noqa: E731
+    assert start_offsets(spec(), splits, earliest, ends, never) == {"t:0": 10, "t:1": 0}
+    offsets = spec(start={"kind": "offsets", "offsets": {"t:0": 5, "t:1": 70}})
+    assert start_offsets(offsets, splits, earliest, ends, never) == {"t:0": 10, "t:1": 50}  # clamped
+    assert start_offsets(spec(start={"kind": "latest"}), splits, earliest, ends, never) == ends
+    ts = spec(start={"kind": "timestamp", "timestamp_ms": 7})
+    found = {"t:0": 40, "t:1": 3}
+    assert start_offsets(ts, splits, earliest, ends, lambda s, t: found) == found
+
+
+def test_the_limit_and_the_seconds() -> None:
+    assert effective_limit(spec(), 0.5) is None
+    assert effective_limit(spec(rate_limit=2000.0), 0.5) == 2000
+    assert effective_limit(spec(rate_limit=2000.0, max_rows_per_epoch=500), 0.5) == 1000
+    assert seconds_at(50_000, 2000) == 25 and seconds_at(5, None) is None and seconds_at(0, 0) == 0
+    assert seconds_at(5, 0) == float("inf")
+
+
+def test_the_measured_rate_is_create_to_finish_of_unlimited_jobs_created_since_start() -> None:
+    rates = HistoryRates(since=1000.0)
+    rates.observe("s", "old", "finished", 10**6, created_at=900.0, limited=False, now=1001.0)
+    rates.observe("s", "slow", "backfilling", 500, created_at=1000.0, limited=True, now=1010.0)
+    assert rates.rate("s") is None  # recovered after a restart, or limited: not measured
+    rates.observe("s", "a", "backfilling", 1000, created_at=1000.0, limited=False, now=1001.0)
+    assert rates.rate("s") is None  # under 2 s: too early to say
+    rates.observe("s", "a", "backfilling", 30_000, created_at=1000.0, limited=False, now=1003.0)
+    assert rates.rate("s") == 10_000
+    rates.observe("s", "a", "finished", 40_000, created_at=1000.0, limited=False, now=1005.0)
+    rates.observe("s", "a", "finished", 40_000, created_at=1000.0, limited=False, now=1100.0)
+    assert rates.rate("s") == 8000  # kept from its finish, not diluted while it follows the live stream
+
+
+def test_a_retention_warning_when_the_log_start_would_pass_the_copy() -> None:
+    now = 1_000_000
+    # one record a millisecond since now - 100 s; kept 120 s: the log start moves 1000 offsets/s
+    written_at = lambda o: now - 100_000 + o  # noqa: E731
+    plans = [SplitPlan("t:0", 0, 100_000, 0)]
+
+    def log_start_at(splits, ts_ms):
+        return {s: max(0, ts_ms - written_at(0)) for s in splits}
+
+    assert retention_overtakes(plans, 5000, {"t": 120_000}, log_start_at, now) is None  # copy outruns it
+    warning = retention_overtakes(plans, 500, {"t": 120_000}, log_start_at, now)  # 20 s ahead, half its pace
+    assert warning is not None and "log start of t:0" in warning and "passes the copy" in warning
+    assert retention_overtakes(plans, 500, {"t": None}, log_start_at, now) is None  # kept forever
