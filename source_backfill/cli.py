@@ -254,15 +254,17 @@ def render_plan(plan: dict[str, Any]) -> str:
     lines.append(f"  total {plan.get('offsets_total', 0)} offsets, "
                  + (f"{total_bytes} bytes" if total_bytes is not None else
                     f"bytes {plan.get('bytes_note') or 'unknown'}"))
-    limit = plan.get("rate_limit_rows_per_s")
-    at_limit = _duration(plan.get("seconds_at_rate_limit"))
-    lines.append("  at the rate limit: " + ("none (unlimited)" if limit is None else
-                                            f"{limit:g} rows/s, {at_limit}"))
+    limit, asked = plan.get("rate_limit_rows_per_s"), job.get("rate_limit")
+    startup = f" (startup {plan['startup_s']:g} s)" if plan.get("startup_s") else ""
+    pace = f" ({limit:,.0f} at the source's epoch pace)" if limit is not None and limit != asked else ""
+    lines.append("  at the rate limit: " + (
+        "none (unlimited)" if limit is None else
+        f"{asked if asked is not None else limit:,g} rows/s{pace}: "
+        f"{_duration(plan.get('seconds_at_rate_limit'))}{startup}"))
     measured = plan.get("measured_rows_per_s")
-    at_measured = _duration(plan.get("seconds_at_measured_rate"))
-    lines.append("  at the measured history rate: " + ((plan.get("measured_note") or "none")
-                                                        if measured is None
-                                                        else f"{measured:,.0f} rows/s, {at_measured}"))
+    lines.append("  at the measured history rate: " + (
+        (plan.get("measured_note") or "none") if measured is None else
+        f"{measured:,.0f} rows/s: {_duration(plan.get('seconds_at_measured_rate'))}{startup}"))
     lines += [f"  warning: {w}" for w in plan.get("warnings", [])]
     return "\n".join(lines)
 

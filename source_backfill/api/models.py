@@ -185,8 +185,12 @@ class DryRunView(BaseModel):
     offsets_total: int = 0
     bytes_total: int | None = None
     bytes_note: str | None = None
-    #: The job's history ceiling: its rate limit, and max_rows_per_epoch per trigger interval.
+    #: The job's history ceiling: its rate limit, and max_rows_per_epoch per trigger interval, read per
+    #: epoch: so much less when the source's epochs come slower than its trigger interval.
     rate_limit_rows_per_s: float | None = None
+    #: Seconds from a create to the first history rows, last measured on the source (0: none yet); in
+    #: both estimates.
+    startup_s: float = 0.0
     seconds_at_rate_limit: float | None = None
     #: The history rate (rows/s, create to finish) a job without a rate limit reached on this source.
     measured_rows_per_s: float | None = None

@@ -207,13 +207,14 @@ class Daemon:
         admin = getattr(source, "admin", None)
         if source is None or admin is None:
             return {"measured_note": "a delta source: a table copy is not estimated"}
-        return plan_kafka_job(spec, self.settings.source(spec.source), admin,
-                              self.history_rates.rate(spec.source))
+        return plan_kafka_job(spec, self.settings.source(spec.source), admin, self.history_rates)
 
     def _watch_history_rates(self) -> None:
-        """Feed :attr:`history_rates` with every job's status and history rows, 4 times a second."""
+        """Feed :attr:`history_rates` with every source's epoch and job's history rows, 4 times a second."""
         while not self._stop.wait(0.25):
             try:
+                for name, source in self.sources.items():
+                    self.history_rates.observe_epoch(name, source.last_epoch, source.last_epoch_at)
                 for record in self.registry.list():
                     progress = self.registry.progress(record.name)
                     if progress is not None:

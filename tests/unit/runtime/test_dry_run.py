@@ -33,22 +33,34 @@ def test_the_limit_and_the_seconds() -> None:
     assert effective_limit(spec(), 0.5) is None
     assert effective_limit(spec(rate_limit=2000.0), 0.5) == 2000
     assert effective_limit(spec(rate_limit=2000.0, max_rows_per_epoch=500), 0.5) == 1000
+    # a budget per interval: epochs 1 s apart on a 0.5 s trigger read half the limit per second
+    assert effective_limit(spec(rate_limit=2000.0), 0.5, 1.0) == 1000
+    assert effective_limit(spec(rate_limit=2000.0), 0.5, 0.2) == 2000  # never above the limit
     assert seconds_at(50_000, 2000) == 25 and seconds_at(5, None) is None and seconds_at(0, 0) == 0
+    assert seconds_at(50_000, 2000, startup_s=3) == 28
     assert seconds_at(5, 0) == float("inf")
 
 
-def test_the_measured_rate_is_create_to_finish_of_unlimited_jobs_created_since_start() -> None:
+def test_what_the_daemon_measured_on_a_source() -> None:
     rates = HistoryRates(since=1000.0)
-    rates.observe("s", "old", "finished", 10**6, created_at=900.0, limited=False, now=1001.0)
-    rates.observe("s", "slow", "backfilling", 500, created_at=1000.0, limited=True, now=1010.0)
-    assert rates.rate("s") is None  # recovered after a restart, or limited: not measured
-    rates.observe("s", "a", "backfilling", 1000, created_at=1000.0, limited=False, now=1001.0)
-    assert rates.rate("s") is None  # under 2 s: too early to say
-    rates.observe("s", "a", "backfilling", 30_000, created_at=1000.0, limited=False, now=1003.0)
-    assert rates.rate("s") == 10_000
-    rates.observe("s", "a", "finished", 40_000, created_at=1000.0, limited=False, now=1005.0)
+    rates.observe("s", "old", "backfilling", 10**6, created_at=900.0, limited=False, now=1001.0)
+    assert rates.rate("s") is None and rates.startup_s("s") is None  # recovered after a restart
+    rates.observe("s", "a", "backfilling", 0, created_at=1000.0, limited=False, now=1001.0)
+    rates.observe("s", "a", "backfilling", 1000, created_at=1000.0, limited=False, now=1004.0)
+    assert rates.startup_s("s") == 4  # create to the first history rows
+    rates.observe("s", "a", "backfilling", 20_000, created_at=1000.0, limited=False, now=1005.0)
+    assert rates.rate("s") == 4000  # so far, create to now
+    rates.observe("s", "a", "finished", 40_000, created_at=1000.0, limited=False, now=1008.0)
     rates.observe("s", "a", "finished", 40_000, created_at=1000.0, limited=False, now=1100.0)
-    assert rates.rate("s") == 8000  # kept from its finish, not diluted while it follows the live stream
+    assert rates.rate("s") == 5000  # kept from its finish, not diluted while it follows the live stream
+    rates.observe("s", "b", "backfilling", 1000, created_at=1200.0, limited=False, now=1201.0)
+    rates.observe("s", "b", "finished", 9000, created_at=1200.0, limited=False, now=1203.0)
+    assert rates.rate("s") == 5000  # slower than the fastest finished: not the daemon's pace
+    rates.observe("s", "slow", "backfilling", 10, created_at=1300.0, limited=True, now=1300.5)
+    assert rates.rate("s") == 5000 and rates.startup_s("s") == 0.5  # a limited job: its startup only
+    for epoch, at in ((7, 100.0), (8, 101.0), (8, 101.0), (9, 102.5)):
+        rates.observe_epoch("s", epoch, at)
+    assert rates.epoch_period_s("s") == 1.25 and rates.epoch_period_s("other") is None
 
 
 def test_a_retention_warning_when_the_log_start_would_pass_the_copy() -> None:
