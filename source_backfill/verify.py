@@ -371,14 +371,13 @@ def verify_job(
     latest = isinstance(start, LatestStart)
     if latest:  # the job started at its attach position, which no commit records: its first row is it
         lows = {s: None for s in splits}  # type: ignore[misc]
-    grouped = _scan_offsets(dt, batch_rows)
-    if latest:
-        grouped = list(grouped)
-        for s, offs in grouped:
+    if latest:  # a first pass over the offset column for each split's first row (streamed too)
+        for s, offs in _scan_offsets(dt, batch_rows):
             if s in lows and len(offs):
                 low = max(int(offs.min()), firsts[s])
                 lows[s] = low if lows[s] is None else min(lows[s], low)
         lows = {s: (v if v is not None else positions[s][1]) for s, v in lows.items()}
+    grouped = _scan_offsets(dt, batch_rows)
     for s in splits:
         hi = positions[s][1] if positions[s][1] >= 0 else lows[s]
         lo = min(lows[s], hi)

@@ -9,7 +9,7 @@ import pytest
 from deltalake import CommitProperties, write_deltalake
 
 from connectors.delta.log import KEY_JOB, KEY_PLAN, KEY_STATE
-from source_backfill.config import OffsetsStart
+from source_backfill.config import LatestStart, OffsetsStart
 from source_backfill.errors import VerifyRefusedError
 from source_backfill.verify import verify_job
 
@@ -80,6 +80,12 @@ def test_only_what_the_job_committed_is_checked(log, kafka_admin, kafka_bootstra
     result = verify_job(str(t), "late-copy", kafka_admin, kafka_bootstrap,
                         start=OffsetsStart(kind="offsets", offsets={split: committed[3]}))
     assert result.ok and result.totals()["records"] == 7, result.summary()
+    # a latest start: from the first row the table holds (the job's attach position is in no commit)
+    end = committed[-1] + 2
+    _table(t, topic, committed[12:], states=_finished(split, end - 1), end={split: end})
+    result = verify_job(str(t), "late-copy", kafka_admin, kafka_bootstrap, start=LatestStart(kind="latest"),
+                        batch_rows=5)
+    assert result.ok and result.totals()["records"] == len(committed) - 12, result.summary()
 
 
 def test_a_table_without_offset_columns_or_of_another_job_is_refused(log, kafka_admin, kafka_bootstrap,
