@@ -227,19 +227,29 @@ class Daemon:
     def _verify_work(self, name: str) -> Any:
         """What a verify run of job ``name`` does, after the quick checks (VerifyRefusedError says why not).
 
-        A Kafka job: its table against the log up to its committed positions (:func:`verify_job`).
+        A Kafka job: its table against the log up to its committed positions (:func:`verify_job`). A job
+        on a delta source in merge mode, once it follows the source live: its table against the source at
+        the version it caught up to, row for row by key (:func:`verify_table_job`).
         """
         from source_backfill.errors import VerifyRefusedError
-        from source_backfill.verify import check_verifiable, verify_job
+        from source_backfill.verify import check_verifiable, table_job_version, verify_job, verify_table_job
 
         record = self.registry.get(name)
+        spec = record.spec
+        config = self.settings.source(spec.source)
+        if config.kind == "delta":
+            if (spec.mode or "merge") != "merge":
+                msg = (f'job "{name}" writes a changelog: verify compares a merged copy with its source '
+                       "(replay the changelog to compare it)")
+                raise VerifyRefusedError(msg)
+            table_job_version(spec.sink_path, name)
+            source_path, key = str(config.table_path), list(config.primary_key or ())
+            return lambda: verify_table_job(spec.sink_path, name, source_path, key)
         source = self.sources.get(record.source)
         admin = getattr(source, "admin", None)
         if source is None or admin is None:
-            msg = (f'job "{name}" reads source "{record.source}", which is not a running Kafka source here: '
-                   "verify checks Kafka jobs offset by offset")
+            msg = f'job "{name}" reads source "{record.source}", which is not running here'
             raise VerifyRefusedError(msg)
-        spec = record.spec
         check_verifiable(spec.sink_path, name)
         bootstrap, options = source.bootstrap_servers, dict(source.config.kafka)
         return lambda: verify_job(spec.sink_path, name, admin, bootstrap, options, start=spec.start)
