@@ -239,6 +239,14 @@ def plan_kafka_job(spec: JobSpec, source: SourceConfig, admin: Any, rates: Histo
                                       int(time.time() * 1000))
         if warning:
             warnings.append(warning)
+    if isinstance(spec.start, OffsetsStart):
+        unknown = sorted(set(spec.start.offsets) - set(splits))
+        if unknown:
+            warnings.append(f"start.offsets names splits the source does not have: {', '.join(unknown)}")
+        below = sorted(s for s, o in spec.start.offsets.items() if s in earliest and o < earliest[s])
+        if below:
+            warnings.append("start.offsets below the log start (retention removed them): the copy starts at "
+                            f"the log start for {', '.join(below)}")
     if limit == 0 and total:
         warnings.append("rate limit 0: no history is read until the job is throttled up")
     return {

@@ -76,3 +76,43 @@ def test_a_retention_warning_when_the_log_start_would_pass_the_copy() -> None:
     warning = retention_overtakes(plans, 500, {"t": 120_000}, log_start_at, now)  # 20 s ahead, half its pace
     assert warning is not None and "log start of t:0" in warning and "passes the copy" in warning
     assert retention_overtakes(plans, 500, {"t": None}, log_start_at, now) is None  # kept forever
+
+
+class _Admin:
+    """The admin calls a plan makes, over a fixed log: ``t`` with two partitions."""
+
+    def topic_partitions(self):
+        return {"t": 2}
+
+    def list_splits(self, topics):
+        return [("t", 0), ("t", 1)]
+
+    def earliest_offsets(self, splits):
+        return {"t:0": 100, "t:1": 0}
+
+    def end_offsets(self, splits):
+        return {"t:0": 1100, "t:1": 500}
+
+    def offsets_for_timestamp(self, splits, ts):
+        return {s: 0 for s in splits}
+
+    def retention_ms(self, topics):
+        return {t: None for t in topics}
+
+
+def test_a_kafka_plan_per_split_with_both_estimates_and_start_warnings() -> None:
+    from source_backfill.config import SourceConfig
+    from source_backfill.runtime.dry_run import plan_kafka_job
+
+    source = SourceConfig(name="s", topics=["t"], bootstrap_servers="x:9092", trigger_interval_s=0.5)
+    rates = HistoryRates(since=0.0)
+    rates.observe("s", "done", "finished", 3000, created_at=10.0, limited=False, now=13.0)  # 1000 rows/s
+    job = spec(rate_limit=300.0, start={"kind": "offsets", "offsets": {"t:0": 50, "u:3": 1}})
+    plan = plan_kafka_job(job, source, _Admin(), rates)
+    assert [(s["split"], s["from_offset"], s["to_offset"]) for s in plan["splits"]] == [
+        ("t:0", 100, 1100), ("t:1", 0, 500)]
+    assert plan["offsets_total"] == 1500 and plan["bytes_total"] is None
+    assert plan["seconds_at_rate_limit"] == 5.0 + 3.0  # at 300 rows/s, after the 3 s startup measured
+    assert plan["seconds_at_measured_rate"] == 1.5
+    warnings = " | ".join(plan["warnings"])
+    assert "u:3" in warnings and "below the log start" in warnings
