@@ -1,6 +1,7 @@
 """The ``source-backfill`` command: run the daemon, control its jobs over the API, watch backfill progress.
 
-Exit codes: 0 ok, 1 the API refused the request (or could not be reached), 2 usage or configuration error.
+Exit codes: 0 ok, 1 the API refused the request (or could not be reached), 2 usage or configuration error,
+3 ``verify`` found the table not exactly once.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ ENV_TOKEN_FILE = "SOURCE_BACKFILL_API_TOKEN_FILE"  # noqa: S105 - the name of an
 DEFAULT_API = "http://127.0.0.1:8080"
 BAR_WIDTH = 20
 
-EXIT_OK, EXIT_API, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_API, EXIT_USAGE, EXIT_DIFFERS = 0, 1, 2, 3
+#: How often ``verify`` polls its run.
+VERIFY_POLL_S = 0.5
 
 
 class CliError(Exception):
@@ -242,8 +245,10 @@ def _cmd_jobs_create(args: argparse.Namespace, out: IO[str]) -> int:
         start = {"kind": "timestamp", "timestamp_ms": args.start_timestamp}
     elif args.start_latest:
         start = {"kind": "latest"}
-    body: dict[str, Any] = {"name": args.name, "source": args.source, "sink_path": args.sink,
-                            "start": start}
+    # a relative --sink means relative to where the command runs, not to the daemon's working directory
+    # (joined, not normalized: a '..' after a symlink is the daemon's to resolve, as its path rules do)
+    sink = args.sink if os.path.isabs(args.sink) else os.path.join(os.getcwd(), args.sink)  # noqa: PTH118
+    body: dict[str, Any] = {"name": args.name, "source": args.source, "sink_path": sink, "start": start}
     if args.rate_limit is not None:
         body["rate_limit"] = args.rate_limit
     if args.max_rows_per_epoch is not None:
@@ -254,10 +259,46 @@ def _cmd_jobs_create(args: argparse.Namespace, out: IO[str]) -> int:
         body["strategy"] = args.strategy
     if args.mode is not None:
         body["mode"] = args.mode
+    if args.dry_run:
+        plan = _client(args).call("POST", "/jobs?dry_run=true", body)
+        print(json.dumps(plan, indent=2) if args.json else render_plan(plan), file=out)
+        return EXIT_OK
     job = _client(args).call("POST", "/jobs", body)
     print(f'created job "{job["name"]}" on source "{job["source"]}" -> {job["sink_path"]}; '
           "it attaches at the next epoch", file=out)
     return EXIT_OK
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+
+
+def render_plan(plan: dict[str, Any]) -> str:
+    """A dry run's plan: per split offsets, total, the two time estimates, warnings."""
+    job = plan["job"]
+    lines = [f'dry run: job "{job["name"]}" on source "{job["source"]}" -> {job["sink_path"]}: every check '
+             "passed; nothing was created"]
+    for s in plan.get("splits", []):
+        lines.append(f"  {s['split']}  offsets {s['from_offset']}..{s['to_offset']}  {s['offsets']} to copy")
+    total_bytes = plan.get("bytes_total")
+    lines.append(f"  total {plan.get('offsets_total', 0)} offsets, "
+                 + (f"{total_bytes} bytes" if total_bytes is not None else
+                    f"bytes {plan.get('bytes_note') or 'unknown'}"))
+    limit, asked = plan.get("rate_limit_rows_per_s"), job.get("rate_limit")
+    startup = f" (startup {plan['startup_s']:g} s)" if plan.get("startup_s") else ""
+    pace = f" ({limit:,.0f} at the source's epoch pace)" if limit is not None and limit != asked else ""
+    lines.append("  at the rate limit: " + (
+        "none (unlimited)" if limit is None else
+        f"{asked if asked is not None else limit:,g} rows/s{pace}: "
+        f"{_duration(plan.get('seconds_at_rate_limit'))}{startup}"))
+    measured = plan.get("measured_rows_per_s")
+    lines.append("  at the measured history rate: " + (
+        (plan.get("measured_note") or "none") if measured is None else
+        f"{measured:,.0f} rows/s: {_duration(plan.get('seconds_at_measured_rate'))}{startup}"))
+    lines += [f"  warning: {w}" for w in plan.get("warnings", [])]
+    return "\n".join(lines)
 
 
 def _cmd_jobs_show(args: argparse.Namespace, out: IO[str]) -> int:
@@ -287,6 +328,23 @@ def _mutation(
         return EXIT_OK
 
     return run
+
+
+def _cmd_verify(args: argparse.Namespace, out: IO[str]) -> int:
+    """Start a verify run, poll it to its end, print its summary; exit 3 if not exactly once."""
+    client = _client(args)
+    run = client.call("POST", f"/jobs/{args.job}/verify")
+    while run["status"] == "running":
+        time.sleep(VERIFY_POLL_S)
+        run = client.call("GET", f"/jobs/{args.job}/verify/{run['id']}")
+    if args.json:
+        print(json.dumps(run, indent=2), file=out)
+    if run["status"] != "done":
+        msg = f'verify of job "{args.job}" {run["status"]}: {run.get("error")}'
+        raise CliError(msg)
+    if not args.json:
+        print(run["summary"], file=out)
+    return EXIT_OK if run["ok"] else EXIT_DIFFERS
 
 
 def _cmd_status(args: argparse.Namespace, out: IO[str]) -> int:
@@ -395,7 +453,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="source-backfill",
         description="Attach jobs to a live shared Kafka source; backfill history, hand over exactly once.",
-        epilog="exit codes: 0 ok, 1 API error or the daemon could not start, 2 usage or configuration error",
+        epilog="exit codes: 0 ok, 1 API error or the daemon could not start, 2 usage or configuration error, "
+               "3 verify found differences",
     )
     _api_flags(parser, top=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -421,7 +480,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the API's JSON")
     p = action("create", "create a job (it attaches at the next epoch boundary)", _cmd_jobs_create)
     p.add_argument("--source", required=True, help="name of a configured source")
-    p.add_argument("--sink", required=True, metavar="PATH", help="Delta table path of the job's output")
+    p.add_argument("--sink", required=True, metavar="PATH",
+                   help="Delta table path of the job's output (a relative one is taken from this "
+                   "command's working directory)")
     start = p.add_mutually_exclusive_group()
     start.add_argument("--start-offsets", type=_offsets, metavar="JSON",
                        help="start offset per split, e.g. '{\"topic:0\": 42}' (others: earliest)")
@@ -435,6 +496,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "{source}'")
     p.add_argument("--strategy", choices=("snapshot", "arrangement", "chain"),
                    help="jobs on a delta source: how the table is copied")
+    p.add_argument("--dry-run", action="store_true",
+                   help="check everything a create checks and print the plan (offsets per split, time at the "
+                   "rate limit and at the measured history rate); create nothing")
+    p.add_argument("--json", action="store_true", help="with --dry-run: print the API's JSON")
     p.add_argument("--mode", choices=("merge", "changelog"),
                    help="jobs on a delta source: the table copied by key (merge, default) or a changelog")
     p = action("show", "show a job with per-split progress", _cmd_jobs_show)
@@ -449,6 +514,16 @@ def build_parser() -> argparse.ArgumentParser:
            _mutation("retried", "POST", "/jobs/{name}/retry"))
     action("drop", "detach the job at the next epoch boundary (its table stays)",
            _mutation("dropped", "DELETE", "/jobs/{name}"))
+
+    verify = sub.add_parser(
+        "verify", help="check a job's table holds its source exactly once (exit 3 if not)",
+        description="Check, offset by offset, that the job's table holds its Kafka log exactly once up to "
+                    "the job's committed positions; the daemon runs it in the background, this command "
+                    "polls it and prints one summary line (and the differences, counted, with examples).")
+    _api_flags(verify, top=False)
+    verify.add_argument("job", metavar="JOB", help="job name")
+    verify.add_argument("--json", action="store_true", help="print the API's JSON of the finished run")
+    verify.set_defaults(handler=_cmd_verify)
 
     status = sub.add_parser("status", help="per-split backfill progress bars")
     _api_flags(status, top=False)

@@ -27,6 +27,14 @@ class SinkPathError(ConfigError):
     """A job's sink path is outside the daemon's data root."""
 
 
+class SinkConflictError(SinkPathError):
+    """A job's sink path is taken: another job's table (or a folder of it), or a table another job wrote."""
+
+
+class VerifyRefusedError(ConfigError):
+    """A job's table cannot be checked against its source (no offset columns, no commit of the job yet)."""
+
+
 class StateFormatError(SourceBackfillError):
     """A persisted backfill state is malformed (bad JSON, unknown stage, wrong types)."""
 

@@ -8,12 +8,15 @@ identity transform does). Reads the table with delta-rs and the log with conflue
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from source_backfill.core.splits import split_id
+from source_backfill.errors import VerifyRefusedError
 
 
 @dataclass(frozen=True)
@@ -162,3 +165,422 @@ def check_exactly_once(
 ) -> Report:
     """Check that the table at ``table_path`` holds the log of ``topics`` exactly once (from ``start``)."""
     return compare(log_offsets(bootstrap, topics, start=start, end=end), table_offsets(table_path))
+
+
+# -- a job's table, checked up to what the job committed (``source-backfill verify``) ---------------------
+#: Columns a Kafka job's table must keep for its offsets to be checked (the identity transform keeps them).
+OFFSET_COLUMNS = ("topic", "partition", "offset")
+#: Offsets named per kind of difference in a result (the counts are always whole).
+EXAMPLES = 5
+
+
+@dataclass
+class SplitTally:
+    """One split's comparison, counted (a few offsets kept as examples), as the table is streamed."""
+
+    split: str
+    #: The offsets checked: ``[lo, hi)`` of the log, ``hi`` the job's committed position.
+    lo: int
+    hi: int
+    records: int = 0
+    missing: int = 0
+    duplicated: int = 0
+    unexpected: int = 0
+    #: Rows below the log start (retention removed those records: they cannot be checked).
+    below_log_start: int = 0
+    examples: dict[str, list[int]] = field(default_factory=lambda: {"missing": [], "duplicated": [],
+                                                                     "unexpected": []})
+
+    def note(self, kind: str, offsets: Iterable[int], n: int) -> None:
+        """Count ``n`` differences of ``kind``, keeping the first few offsets."""
+        setattr(self, kind, getattr(self, kind) + n)
+        room = EXAMPLES - len(self.examples[kind])
+        if room > 0:
+            self.examples[kind].extend(int(o) for o in list(offsets)[:room])
+
+    @property
+    def ok(self) -> bool:
+        """No offset missing, duplicated or unknown to the log."""
+        return not (self.missing or self.duplicated or self.unexpected)
+
+
+@dataclass
+class VerifyResult:
+    """What ``verify`` found for a job: per split tallies, the table version checked, one summary line."""
+
+    job: str
+    version: int
+    splits: dict[str, SplitTally]
+
+    @property
+    def ok(self) -> bool:
+        """Every split exactly once up to the job's committed positions."""
+        return all(s.ok for s in self.splits.values())
+
+    def totals(self) -> dict[str, int]:
+        """Records checked and differences, summed over the splits."""
+        keys = ("records", "missing", "duplicated", "unexpected", "below_log_start")
+        return {k: sum(getattr(s, k) for s in self.splits.values()) for k in keys}
+
+    def summary(self) -> str:
+        """``late-copy: exactly once, N records, 0 missing, 0 duplicated``, or the differences counted."""
+        t = self.totals()
+        head = (f"{self.job}: {'exactly once' if self.ok else 'NOT exactly once'}, {t['records']} records, "
+                f"{t['missing']} missing, {t['duplicated']} duplicated")
+        if t["unexpected"]:
+            head += f", {t['unexpected']} not in the log"
+        if t["below_log_start"]:
+            head += f" ({t['below_log_start']} rows below the log start not checked)"
+        if self.ok:
+            return head
+        lines = [head]
+        for s in self.splits.values():
+            if not s.ok:
+                ex = "; ".join(f"{k} {s.examples[k]}" for k in ("missing", "duplicated", "unexpected")
+                               if getattr(s, k))
+                lines.append(f"  {s.split} [{s.lo}, {s.hi}): {ex}")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        """The API's view of the result."""
+        return {
+            "job": self.job, "ok": self.ok, "summary": self.summary(), "table_version": self.version,
+            **self.totals(),
+            "splits": {s.split: {"from": s.lo, "to": s.hi, "records": s.records, "missing": s.missing,
+                                 "duplicated": s.duplicated, "unexpected": s.unexpected,
+                                 "below_log_start": s.below_log_start, "examples": s.examples}
+                       for s in self.splits.values()},
+        }
+
+
+def committed_positions(table: Any, job: str) -> dict[str, tuple[int | None, int]]:
+    """Per split of ``job``'s newest commit in ``table`` (a DeltaTable): ``(backfilled b, position)``.
+
+    The position is where the job's output ends, exclusive: a Finished split holds the log up to the live
+    stream's position at that epoch (the commit's plan ``end``), a Backfilling or SourceCachingUp split up
+    to its backfilled offset ``b`` (live rows above it are dropped until history reaches them), a split
+    not started yet nothing. Only commits at or before the version ``table`` is loaded at are read, so the
+    positions describe the rows that version holds.
+    """
+    from connectors.delta.log import _HISTORY_STEPS, KEY_JOB, KEY_PLAN, KEY_STATE, _with_user_metadata
+    from source_backfill.core.codec import states_from_json
+    from source_backfill.core.splits import Stage
+
+    version = table.version()
+    commit = None
+    for limit in _HISTORY_STEPS:
+        history = table.history(limit)
+        commit = next((c for c in map(_with_user_metadata, history)
+                       if c.get(KEY_JOB) is not None and int(c.get("version", version)) <= version), None)
+        if commit is not None or len(history) < limit:
+            break
+    if commit is None:
+        msg = f'the table holds no commit of job "{job}" yet: nothing to check'
+        raise VerifyRefusedError(msg)
+    if commit.get(KEY_JOB) != job:
+        msg = f'the table belongs to job "{commit.get(KEY_JOB)}", not "{job}"'
+        raise VerifyRefusedError(msg)
+    import json
+
+    states = states_from_json(commit.get(KEY_STATE))
+    plan = json.loads(commit[KEY_PLAN]) if commit.get(KEY_PLAN) else {}
+    end = {k: int(v) for k, v in (plan.get("end") or {}).items()}
+    out: dict[str, tuple[int | None, int]] = {}
+    for split, state in states.items():
+        b = state.offset
+        if state.stage is Stage.FINISHED:
+            if split not in end:
+                msg = f"the commit's plan does not say where split {split} ends: cannot bound the check"
+                raise VerifyRefusedError(msg)
+            out[split] = (b, end[split])
+        else:
+            out[split] = (b, -1 if b is None else b + 1)  # -1: nothing yet (its start is resolved later)
+    return out
+
+
+def check_verifiable(table_path: str, job: str) -> None:
+    """VerifyRefusedError saying why ``job``'s table cannot be checked offset by offset; quick (no scan).
+
+    No table yet, a table without the offset columns (a transform that drops them), no commit of the job.
+    """
+    from deltalake import DeltaTable
+
+    if not DeltaTable.is_deltatable(table_path):
+        msg = f'job "{job}" has no table yet (nothing committed): nothing to check'
+        raise VerifyRefusedError(msg)
+    dt = DeltaTable(table_path)
+    _check_columns(dt)
+    committed_positions(dt, job)
+
+
+def _check_columns(dt: Any) -> None:
+    names = [f.name for f in dt.schema().fields]
+    lacking = [c for c in OFFSET_COLUMNS if c not in names]
+    if lacking:
+        msg = (f"the table keeps no {'/'.join(lacking)} column (its transform drops them): its rows "
+               "cannot be matched to Kafka offsets; keep topic, partition and offset in the transform's "
+               "SELECT to make it checkable")
+        raise VerifyRefusedError(msg)
+
+
+def verify_job(
+    table_path: str,
+    job: str,
+    admin: Any,
+    bootstrap: str,
+    kafka_options: Mapping[str, Any] | None = None,
+    *,
+    start: Any = None,
+    batch_rows: int = 65_536,
+    timeout_s: float = 600.0,
+) -> VerifyResult:
+    """Check a Kafka job's table against the log, offset by offset, up to the job's committed positions.
+
+    Per split the log's records in ``[lo, hi)`` must each be in the table exactly once, and the table must
+    hold no other offset of that range or above it. ``hi`` is the job's committed position
+    (:func:`committed_positions`: records the live stream has not committed for the job yet are not
+    missing). ``lo`` is the job's start (``start``, the job's StartSpec: earliest, offsets, timestamp) but
+    never below the log start; for a ``latest`` start, the first offset the table holds. Rows below the
+    log start are counted apart (retention removed what they could be checked against).
+
+    Nothing is loaded whole: the table is scanned in record batches of its three offset columns (one
+    version, the one the positions come from) into one count per offset of ``[lo, hi)`` (a byte each,
+    saturating), and the log is streamed through a consumer (``read_committed``, so aborted records and
+    transaction markers are gaps, as in the job's own reads) and compared as it goes.
+    """
+    import numpy as np
+    from deltalake import DeltaTable
+
+    from source_backfill.config import LatestStart, OffsetsStart, TimestampStart
+
+    dt = DeltaTable(table_path)
+    _check_columns(dt)
+    positions = committed_positions(dt, job)
+    splits = sorted(positions)
+    firsts = admin.earliest_offsets(splits) if splits else {}
+    if isinstance(start, OffsetsStart):
+        wanted = {s: start.offsets.get(s, firsts[s]) for s in splits}
+    elif isinstance(start, TimestampStart):
+        wanted = admin.offsets_for_timestamp(splits, start.timestamp_ms)
+    else:
+        wanted = dict(firsts)
+    # the table streamed once: counts per offset of [lo, hi), and offsets outside kept per split
+    lows = {s: max(firsts[s], wanted.get(s, firsts[s])) for s in splits}
+    outside: dict[str, list[Any]] = {s: [] for s in splits}
+    counts: dict[str, Any] = {}
+    tallies: dict[str, SplitTally] = {}
+    latest = isinstance(start, LatestStart)
+    if latest:  # the job started at its attach position, which no commit records: its first row is it
+        lows = {s: None for s in splits}  # type: ignore[misc]
+    if latest:  # a first pass over the offset column for each split's first row (streamed too)
+        for s, offs in _scan_offsets(dt, batch_rows):
+            if s in lows and len(offs):
+                low = max(int(offs.min()), firsts[s])
+                lows[s] = low if lows[s] is None else min(lows[s], low)
+        lows = {s: (v if v is not None else positions[s][1]) for s, v in lows.items()}
+    grouped = _scan_offsets(dt, batch_rows)
+    for s in splits:
+        hi = positions[s][1] if positions[s][1] >= 0 else lows[s]
+        lo = min(lows[s], hi)
+        tallies[s] = SplitTally(s, lo, hi)
+        counts[s] = np.zeros(hi - lo, dtype=np.uint8)
+    for s, offs in grouped:
+        tally = tallies.get(s)
+        if tally is None:  # a split the job's state does not know
+            tallies[s] = tally = SplitTally(s, 0, 0)
+            counts[s] = np.zeros(0, dtype=np.uint8)
+            outside[s] = []
+        inside = (offs >= tally.lo) & (offs < tally.hi)
+        if not inside.all():
+            outside[s].append(offs[~inside])
+        uniq, n = np.unique(offs[inside] - tally.lo, return_counts=True)
+        c = counts[s]
+        c[uniq] = np.minimum(c[uniq].astype(np.int64) + n, 255).astype(np.uint8)
+    for s, parts in outside.items():
+        if not parts:
+            continue
+        offs = np.sort(np.concatenate(parts))
+        tally = tallies[s]
+        below = offs < firsts.get(s, 0)
+        tally.below_log_start += int(below.sum())
+        tally.note("unexpected", offs[~below], int((~below).sum()))
+    _stream_log(bootstrap, kafka_options, tallies, counts, timeout_s)
+    return VerifyResult(job, int(dt.version()), dict(sorted(tallies.items())))
+
+
+def _scan_offsets(dt: Any, batch_rows: int) -> Iterator[tuple[str, Any]]:
+    """``(split, offsets)`` numpy arrays from the table's record batches (only the offset columns read)."""
+    import numpy as np
+    import pyarrow as pa
+
+    dataset = dt.to_pyarrow_dataset()
+    for batch in dataset.to_batches(columns=list(OFFSET_COLUMNS), batch_size=batch_rows):
+        if batch.num_rows == 0:
+            continue
+        rows = pa.Table.from_batches([batch])
+        grouped = rows.group_by(["topic", "partition"]).aggregate([("offset", "list")])
+        for topic, partition, offs in zip(grouped.column("topic").to_pylist(),
+                                          grouped.column("partition").to_pylist(),
+                                          grouped.column("offset_list"), strict=True):
+            yield split_id(topic, partition), np.asarray(offs.values, dtype=np.int64)
+
+
+def _stream_log(bootstrap: str, kafka_options: Mapping[str, Any] | None, tallies: dict[str, SplitTally],
+                counts: dict[str, Any], timeout_s: float) -> None:
+    """Read each split's records in ``[lo, hi)`` and compare them with the table's counts as they come.
+
+    A record whose offset the table holds once is right (its count is cleared); none: missing; more:
+    duplicated. What is left counted after the log is read are offsets the table holds and the log has
+    not (an aborted transaction's record, say): unexpected. A split is read to ``hi`` or to a consumer
+    position at or past it (the last offsets may be transaction markers: no record, DESIGN 3).
+    """
+    import time
+
+    import numpy as np
+    from confluent_kafka import Consumer, TopicPartition
+
+    from connectors.kafka.admin import consume_available, consumer_config
+    from source_backfill.core.splits import parse_split_id
+
+    todo = {s: t for s, t in tallies.items() if t.hi > t.lo}
+    if todo:
+        consumer = Consumer(consumer_config(bootstrap, kafka_options, **{
+            "enable.auto.commit": False, "isolation.level": "read_committed", "enable.partition.eof": True,
+            "group.id": f"source-backfill-verify-{uuid.uuid4()}"}))
+        try:
+            tps = {s: TopicPartition(*parse_split_id(s), t.lo) for s, t in todo.items()}
+            consumer.assign(list(tps.values()))
+            deadline = time.monotonic() + timeout_s
+            while todo and time.monotonic() < deadline:
+                got: dict[str, list[int]] = {}
+                for msg in consume_available(consumer, 10_000, 0.5):
+                    if msg.error() is not None:
+                        continue  # end of partition: the position check below decides
+                    got.setdefault(split_id(msg.topic(), msg.partition()), []).append(msg.offset())
+                for s, offs in got.items():
+                    t = todo.get(s)
+                    if t is None:
+                        continue
+                    arr = np.asarray(offs, dtype=np.int64)
+                    arr = arr[(arr >= t.lo) & (arr < t.hi)] - t.lo
+                    c = counts[s]
+                    seen = c[arr]
+                    t.records += len(arr)
+                    t.note("missing", arr[seen == 0] + t.lo, int((seen == 0).sum()))
+                    t.note("duplicated", arr[seen > 1] + t.lo, int((seen > 1).sum()))
+                    c[arr] = 0
+                for tp in consumer.position([tps[s] for s in todo]):
+                    s = split_id(tp.topic, tp.partition)
+                    if tp.offset >= 0 and tp.offset >= todo[s].hi:
+                        todo.pop(s)
+            if todo:
+                msg = f"the log was not read to the job's positions within {timeout_s:g} s: {sorted(todo)}"
+                raise TimeoutError(msg)
+        finally:
+            consumer.close()
+    for s, t in tallies.items():
+        left = np.flatnonzero(counts[s])
+        if len(left):
+            t.note("unexpected", left + t.lo, len(left))
+
+
+# -- a table job (a delta source): its table against the source at the version it has caught up to ----------
+@dataclass
+class TableVerifyResult:
+    """A merge-mode table job's table compared row for row with its source at one version."""
+
+    job: str
+    source_version: int
+    rows: int
+    missing: int
+    duplicated: int
+    unexpected: int
+    different: int
+    examples: dict[str, list[Any]]
+
+    @property
+    def ok(self) -> bool:
+        """The table holds the source's rows at ``source_version``, each once, equal."""
+        return not (self.missing or self.duplicated or self.unexpected or self.different)
+
+    def summary(self) -> str:
+        """``copy: exactly once, N records, 0 missing, 0 duplicated`` (rows of the source version)."""
+        head = (f"{self.job}: {'exactly once' if self.ok else 'NOT exactly once'}, {self.rows} records, "
+                f"{self.missing} missing, {self.duplicated} duplicated")
+        if self.unexpected or self.different:
+            head += f", {self.unexpected} not in the source, {self.different} different"
+        if self.ok:
+            return head
+        ex = "; ".join(f"{k} {v}" for k, v in self.examples.items() if v)
+        return f"{head}\n  keys: {ex} (source version {self.source_version})"
+
+    def to_json(self) -> dict[str, Any]:
+        """The API's view of the result."""
+        return {"job": self.job, "ok": self.ok, "summary": self.summary(),
+                "source_version": self.source_version, "records": self.rows, "missing": self.missing,
+                "duplicated": self.duplicated, "unexpected": self.unexpected, "different": self.different,
+                "examples": self.examples}
+
+
+def table_job_version(table_path: str, job: str) -> int:
+    """The source version a merge-mode table job's table holds, once it follows the source live.
+
+    VerifyRefusedError while it is still copying (its table is then a part of the source by design).
+    """
+    from deltalake import DeltaTable
+
+    from connectors.delta.log import _HISTORY_STEPS, KEY_JOB, KEY_STATE, _with_user_metadata
+
+    if not DeltaTable.is_deltatable(table_path):
+        msg = f'job "{job}" has no table yet (nothing committed): nothing to check'
+        raise VerifyRefusedError(msg)
+    dt = DeltaTable(table_path)
+    commit = next((c for c in map(_with_user_metadata, dt.history(_HISTORY_STEPS[-1]))
+                   if c.get(KEY_JOB) is not None), None)
+    if commit is None or commit.get(KEY_JOB) != job:
+        msg = f'the table holds no commit of job "{job}"'
+        raise VerifyRefusedError(msg)
+    state = json.loads(commit[KEY_STATE]).get("table_backfill") or {}
+    if state.get("phase") != "consume_upstream" or state.get("cursor") is None:
+        msg = (f'job "{job}" is still copying its table (phase {state.get("phase")}): verify it once it '
+               "follows the source live")
+        raise VerifyRefusedError(msg)
+    return int(state["cursor"])
+
+
+def verify_table_job(table_path: str, job: str, source_path: str, key: list[str]) -> TableVerifyResult:
+    """Compare a merge-mode table job's table with its source at the version the job caught up to, by key.
+
+    Arrow joins, not Python rows: every key of the source version once in the table with equal values
+    (missing, duplicated, unexpected keys and rows whose other columns differ are counted, a few keys kept).
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+
+    version = table_job_version(table_path, job)
+    src = DeltaTable(source_path, version=version).to_pyarrow_table()
+    got = DeltaTable(table_path).to_pyarrow_table(columns=src.column_names)
+    counts = got.group_by(key).aggregate([([], "count_all")])
+    dup = counts.filter(pc.greater(counts.column("count_all"), 1))
+    missing = src.join(got.select(key), key, join_type="left anti")
+    unexpected = got.select(key).join(src.select(key), key, join_type="left anti")
+    values = [c for c in src.column_names if c not in key]
+    left = src.rename_columns([c if c in key else f"s.{c}" for c in src.column_names])
+    pairs = left.join(got, key, join_type="inner")
+    same = pa.array([True] * pairs.num_rows)
+    for c in values:
+        a, b = pairs.column(f"s.{c}"), pairs.column(c)
+        eq = pc.fill_null(pc.equal(a, b), False)
+        both_null = pc.and_(pc.is_null(a), pc.is_null(b))
+        same = pc.and_(same, pc.or_(eq, both_null))
+    different = pairs.filter(pc.invert(same))
+
+    def keys(t: pa.Table) -> list[Any]:
+        rows = t.select(key).slice(0, EXAMPLES).to_pylist()
+        return [tuple(r.values()) if len(key) > 1 else r[key[0]] for r in rows]
+
+    return TableVerifyResult(job, version, src.num_rows, missing.num_rows, dup.num_rows,
+                             unexpected.num_rows, different.num_rows,
+                             {"missing": keys(missing), "duplicated": keys(dup),
+                              "unexpected": keys(unexpected), "different": keys(different)})

@@ -33,3 +33,25 @@ def _with_user_metadata(commit: dict[str, Any]) -> dict[str, Any]:
         if isinstance(extra, dict):
             return {**commit, **extra}
     return commit
+
+
+def table_owner(path: str) -> str | None:
+    """The job named by the newest commit of the Delta table at ``path`` that carries one, else None.
+
+    Searched like the sink's recovery (newest first, in :data:`_HISTORY_STEPS`, at most the last
+    4096 commits): the job a sink of ``path`` would find, and refuse if it is not its own.
+    """
+    from deltalake import DeltaTable
+
+    table = DeltaTable(path)
+    seen = 0
+    for limit in _HISTORY_STEPS:
+        history = table.history(limit)
+        for commit in history[seen:]:
+            job = _with_user_metadata(commit).get(KEY_JOB)
+            if job is not None:
+                return str(job)
+        if len(history) < limit:
+            break
+        seen = len(history)
+    return None

@@ -294,6 +294,29 @@ class KafkaAdmin:
             raise UnknownTopicError(msg)
         return [(t, p) for t in wanted for p in range(counts[t])]
 
+    def retention_ms(self, topics: Iterable[str]) -> dict[str, int | None]:
+        """Each topic's ``retention.ms`` (None: kept forever, -1 in Kafka) and compaction counted as none.
+
+        A compacted topic (``cleanup.policy`` without ``delete``) moves no log start by time: None too.
+        The admin client reports no log sizes (no DescribeLogDirs here), only these settings.
+        """
+        from confluent_kafka.admin import ConfigResource, ResourceType
+
+        wanted = list(dict.fromkeys(topics))
+
+        def describe() -> dict[str, int | None]:
+            futs = self._admin.describe_configs([ConfigResource(ResourceType.TOPIC, t) for t in wanted],
+                                                request_timeout=self._attempt_timeout())
+            out: dict[str, int | None] = {}
+            for res, fut in futs.items():
+                conf = fut.result(timeout=self._attempt_timeout())
+                ms = int(conf["retention.ms"].value) if "retention.ms" in conf else -1
+                policy = conf["cleanup.policy"].value if "cleanup.policy" in conf else "delete"
+                out[res.name] = ms if ms >= 0 and "delete" in str(policy) else None
+            return out
+
+        return self._retry(describe, "describe topic configs") if wanted else {}
+
     # -- offsets -------------------------------------------------------------------------------------
     def _tps(self, split_ids: Iterable[str]) -> dict[str, Any]:
         from confluent_kafka import TopicPartition

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from importlib import resources
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Path, Request, status
+from fastapi import Depends, FastAPI, Path, Query, Request, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -27,13 +27,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from source_backfill import metrics  # noqa: F401 - importing registers every metric with prometheus_client
 from source_backfill.api.guard import ControlPlaneGuard
-from source_backfill.api.models import ErrorBody, ErrorDetail, JobView, ThrottleBody
+from source_backfill.api.models import DryRunView, ErrorBody, ErrorDetail, JobView, ThrottleBody, VerifyView
 from source_backfill.config import LOOPBACK_HOSTS, NAME_PATTERN, JobSpec
 from source_backfill.errors import (
     ConfigError,
     JobError,
     JobExistsError,
     JobNotFoundError,
+    SinkConflictError,
     SinkPathError,
     SourceBackfillError,
     SourceNotFoundError,
@@ -41,6 +42,7 @@ from source_backfill.errors import (
     StateWriteError,
 )
 from source_backfill.runtime.registry import JobRecord, JobRegistry
+from source_backfill.runtime.verifications import Verifications
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +53,7 @@ ERROR_STATUS: list[tuple[type[SourceBackfillError], int, str, str | None]] = [
     (JobNotFoundError, status.HTTP_404_NOT_FOUND, "job_not_found", "name"),
     (JobExistsError, status.HTTP_409_CONFLICT, "job_exists", "name"),
     (SourceNotFoundError, status.HTTP_404_NOT_FOUND, "source_not_found", "source"),
+    (SinkConflictError, status.HTTP_409_CONFLICT, "sink_conflict", "sink_path"),
     (SinkPathError, HTTP_422, "invalid_request", "sink_path"),
     (ConfigError, HTTP_422, "invalid_request", None),
     (JobError, status.HTTP_409_CONFLICT, "job_error", None),
@@ -106,6 +109,8 @@ def create_app(
     guard_reads: bool = False,
     max_body_bytes: int = 1 << 20,
     allowed_hosts: Iterable[str] = LOOPBACK_HOSTS,
+    verifications: Verifications | None = None,
+    dry_run: Callable[[JobSpec], dict[str, Any]] | None = None,
 ) -> FastAPI:
     """The control API over ``registry``.
 
@@ -114,6 +119,8 @@ def create_app(
     ``max_body_bytes`` are refused with 413 before they are read. A request naming a ``Host`` not in
     ``allowed_hosts`` is refused (421; not the probes ``/live`` and ``/ready``), and so is a mutation from
     another origin (403) or with a body that is not JSON (415): :class:`ControlPlaneGuard`.
+    ``verifications`` runs ``POST /jobs/{name}/verify`` (none: those routes answer 503); ``dry_run(spec)``
+    checks a create and plans it for ``POST /jobs?dry_run=true`` (none: checked by the registry, no plan).
     """
     app = FastAPI(
         title="source-backfill",
@@ -238,9 +245,26 @@ def create_app(
         """Every live job (not dropped), in creation order."""
         return [view(r) for r in registry.list()]
 
-    @app.post("/jobs", tags=["jobs"], status_code=status.HTTP_201_CREATED, **with_body)
-    def create_job(spec: JobSpec, response: Response) -> JobView:
-        """Register a job; it attaches to its source at the next epoch boundary."""
+    planned: dict[int | str, dict[str, Any]] = {
+        200: {"model": DryRunView, "description": "dry_run=true: checks passed; the plan, nothing created"}}
+
+    @app.post("/jobs", tags=["jobs"], status_code=status.HTTP_201_CREATED, dependencies=guard,
+              responses=with_body["responses"] | planned)
+    def create_job(
+        spec: JobSpec, response: Response,
+        dry_run_: Annotated[bool, Query(alias="dry_run", description=(
+            "Check everything a create checks and answer 200 with the plan (offsets per split, time at the "
+            "rate limit and at the measured history rate, retention warnings); nothing is created"))] = False,
+    ) -> JobView | DryRunView:
+        """Register a job; it attaches to its source at the next epoch boundary (or, dry run, plan it)."""
+        if dry_run_:
+            if dry_run is None:
+                registry.check_create(spec)
+                plan: dict[str, Any] = {}
+            else:
+                plan = dry_run(spec)
+            response.status_code = status.HTTP_200_OK
+            return DryRunView(job=spec, **plan)
         record = registry.create(spec)
         response.headers["Location"] = f"/jobs/{record.name}"
         return view(record)
@@ -275,6 +299,34 @@ def create_app(
     def drop_job(name: JobName) -> JobView:
         """Detach the job at the next epoch boundary; its table is left as it is."""
         return view(registry.drop(name))
+
+    # -- verify: a background run per job, polled -----------------------------------------------------------
+    def runs() -> Verifications:
+        if verifications is None:
+            raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "verify is not available on this daemon")
+        return verifications
+
+    verify_errors = {code: {"model": ErrorBody} for code in (404, 409, 422, 503)}
+
+    @app.post("/jobs/{name}/verify", tags=["jobs"], status_code=status.HTTP_202_ACCEPTED,
+              dependencies=guard, responses=mutating["responses"] | verify_errors)
+    def start_verify(name: JobName, response: Response) -> VerifyView:
+        """Start checking the job's table against its source, exactly once up to its committed positions.
+
+        Answers at once with a run to poll (``GET /jobs/{name}/verify/{id}``); while a run of the job is
+        going, that run. Refused (422, saying why) when the table cannot be checked: no table yet, or a
+        transform that drops the topic/partition/offset columns. Changes nothing.
+        """
+        registry.get(name)
+        run = runs().start(name)
+        response.headers["Location"] = f"/jobs/{name}/verify/{run.id}"
+        return VerifyView(**run.to_json())
+
+    @app.get("/jobs/{name}/verify/{run_id}", tags=["jobs"], dependencies=read_guard,
+             responses=read_errors | {code: {"model": ErrorBody} for code in (404, 422, 503)})
+    def get_verify(name: JobName, run_id: Annotated[str, Path(pattern=r"^[0-9a-f]{1,32}$")]) -> VerifyView:
+        """A verify run: running, done (ok, summary, per-split counts), refused or error (saying why)."""
+        return VerifyView(**runs().get(name, run_id).to_json())
 
     return app
 

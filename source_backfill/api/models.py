@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from source_backfill.config import StartSpec
+from source_backfill.config import JobSpec, StartSpec
 from source_backfill.runtime.progress import (
     JobProgress,
     JobStatus,
@@ -205,6 +205,63 @@ class JobView(BaseModel):
             live_latency=LatencyView.of(progress.live_latency)
             if progress is not None and progress.live_latency else None,
         )
+
+
+class SplitPlanView(BaseModel):
+    """A dry run's split: the offsets the job would backfill, ``[from_offset, to_offset)``."""
+
+    split: str
+    from_offset: int
+    #: The live position now (the job's target moves on with the live stream).
+    to_offset: int
+    #: Offsets to copy (records at most: transaction markers and compaction leave gaps).
+    offsets: int
+    log_start: int
+    #: Unknown (None): the Kafka admin client reports no log sizes.
+    bytes: int | None = None
+
+
+class DryRunView(BaseModel):
+    """``POST /jobs?dry_run=true``: every check of a create passed; what the job would do. Nothing changed."""
+
+    dry_run: bool = True
+    #: The job as it would be created.
+    job: JobSpec
+    splits: list[SplitPlanView] = Field(default_factory=list)
+    offsets_total: int = 0
+    bytes_total: int | None = None
+    bytes_note: str | None = None
+    #: The job's history ceiling: its rate limit, and max_rows_per_epoch per trigger interval, read per
+    #: epoch: so much less when the source's epochs come slower than its trigger interval.
+    rate_limit_rows_per_s: float | None = None
+    #: Seconds from a create to the first history rows, last measured on the source (0: none yet); in
+    #: both estimates.
+    startup_s: float = 0.0
+    seconds_at_rate_limit: float | None = None
+    #: The history rate (rows/s, create to finish) a job without a rate limit reached on this source.
+    measured_rows_per_s: float | None = None
+    seconds_at_measured_rate: float | None = None
+    measured_note: str | None = None
+    #: E.g. the log start would pass the copy at that rate (retention).
+    warnings: list[str] = Field(default_factory=list)
+
+
+class VerifyView(BaseModel):
+    """A verify run (``POST /jobs/{name}/verify`` starts one): its status, and once done its result."""
+
+    id: str
+    job: str
+    status: str = Field(description="running, done, refused or error")
+    started_at: float
+    finished_at: float | None
+    #: Done: the table holds the source exactly once up to the job's committed positions.
+    ok: bool | None
+    #: Done: ``late-copy: exactly once, N records, 0 missing, 0 duplicated`` (or the differences).
+    summary: str | None
+    #: Done: totals, per split ``from``/``to`` (the offsets checked) and counts, a few offsets as examples.
+    result: dict[str, Any] | None
+    #: Refused or error: why.
+    error: str | None
 
 
 class ErrorDetail(BaseModel):

@@ -50,6 +50,10 @@ class Daemon:
         #: Why Spark's JVM is gone (None while it answers); the process then exits with ``exit_code``.
         self.jvm_error: str | None = None
         self.exit_code = 0
+        from source_backfill.runtime.dry_run import HistoryRates
+
+        #: History rates the source's unlimited jobs reached, create to finish (the dry run's estimate).
+        self.history_rates = HistoryRates()
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -126,13 +130,19 @@ class Daemon:
                                              limits=self._server_limits(), name="metrics")
             self._metrics_server.start()
             logger.info('metrics served url="%s/metrics"', self._metrics_server.url)
+        from source_backfill.runtime.paths import redact
+        from source_backfill.runtime.verifications import Verifications
+
         app = create_app(
             self.registry, cfg.api.token, health=self.health, guard_reads=cfg.api.guard_reads,
             max_body_bytes=cfg.api.max_body_bytes, allowed_hosts=cfg.api.served_hosts,
+            verifications=Verifications(self._verify_work, lambda text: redact(text, root)),
+            dry_run=self._dry_run,
         )
         self._api = ApiServer(app, cfg.api.host, cfg.api.port, limits=self._server_limits())
         self._api.start()
         threading.Thread(target=self._watch_lag, name="epoch-lag", daemon=True).start()
+        threading.Thread(target=self._watch_history_rates, name="history-rates", daemon=True).start()
         logger.info('daemon started api="%s" sources=%d', self._api.url, len(self.sources))
 
     def _server_limits(self) -> Any:
@@ -187,6 +197,62 @@ class Daemon:
             from source_backfill.executors.transform import check_transform
 
             check_transform(self.spark, spec.transform)
+
+    def _dry_run(self, spec: JobSpec) -> dict[str, Any]:
+        """Every check of a create (nothing recorded), then the plan of a job on a Kafka source."""
+        from source_backfill.runtime.dry_run import plan_kafka_job
+
+        self.registry.check_create(spec)
+        source = self.sources.get(spec.source)
+        admin = getattr(source, "admin", None)
+        if source is None or admin is None:
+            return {"measured_note": "a delta source: a table copy is not estimated"}
+        return plan_kafka_job(spec, self.settings.source(spec.source), admin, self.history_rates)
+
+    def _watch_history_rates(self) -> None:
+        """Feed :attr:`history_rates` with every source's epoch and job's history rows, 4 times a second."""
+        while not self._stop.wait(0.25):
+            try:
+                for name, source in self.sources.items():
+                    self.history_rates.observe_epoch(name, source.last_epoch, source.last_epoch_at)
+                for record in self.registry.list():
+                    progress = self.registry.progress(record.name)
+                    if progress is not None:
+                        self.history_rates.observe(
+                            record.source, record.name, progress.status, progress.rows_history,
+                            created_at=record.created_at.timestamp(), limited=record.rate_limit is not None)
+            except Exception:  # noqa: BLE001 - an estimate's input: never the daemon's problem
+                logger.debug("history rates not observed", exc_info=True)
+
+    def _verify_work(self, name: str) -> Any:
+        """What a verify run of job ``name`` does, after the quick checks (VerifyRefusedError says why not).
+
+        A Kafka job: its table against the log up to its committed positions (:func:`verify_job`). A job
+        on a delta source in merge mode, once it follows the source live: its table against the source at
+        the version it caught up to, row for row by key (:func:`verify_table_job`).
+        """
+        from source_backfill.errors import VerifyRefusedError
+        from source_backfill.verify import check_verifiable, table_job_version, verify_job, verify_table_job
+
+        record = self.registry.get(name)
+        spec = record.spec
+        config = self.settings.source(spec.source)
+        if config.kind == "delta":
+            if (spec.mode or "merge") != "merge":
+                msg = (f'job "{name}" writes a changelog: verify compares a merged copy with its source '
+                       "(replay the changelog to compare it)")
+                raise VerifyRefusedError(msg)
+            table_job_version(spec.sink_path, name)
+            source_path, key = str(config.table_path), list(config.primary_key or ())
+            return lambda: verify_table_job(spec.sink_path, name, source_path, key)
+        source = self.sources.get(record.source)
+        admin = getattr(source, "admin", None)
+        if source is None or admin is None:
+            msg = f'job "{name}" reads source "{record.source}", which is not running here'
+            raise VerifyRefusedError(msg)
+        check_verifiable(spec.sink_path, name)
+        bootstrap, options = source.bootstrap_servers, dict(source.config.kafka)
+        return lambda: verify_job(spec.sink_path, name, admin, bootstrap, options, start=spec.start)
 
     def _check_registered_transforms(self) -> None:
         """Check every registered job's transform once Spark is up, here and not in an epoch.

@@ -22,7 +22,7 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
-from source_backfill.errors import SinkPathError
+from source_backfill.errors import SinkConflictError, SinkPathError
 
 logger = logging.getLogger(__name__)
 
@@ -104,8 +104,52 @@ def check_sink_path(
                                sink_path, candidate, what, path)
                 msg = (f"sink_path {sink_path!r} {relation} {what}: a job's table must not overlap the "
                        "daemon's state or another job's table")
-                raise SinkPathError(msg)
+                raise (SinkConflictError if what.startswith("job ") else SinkPathError)(msg)
     return resolved[0]
+
+
+#: How long a create may spend reading an existing table's log for its owner before it lets the job's
+#: sink decide at its first epoch (it refuses a foreign table there too, only later).
+OWNER_CHECK_S = 5.0
+
+
+def check_sink_owner(sink_path: str, job: str, *, timeout_s: float = OWNER_CHECK_S) -> None:
+    """SinkConflictError if the sink is an existing Delta table another job wrote, or inside a Delta table.
+
+    The table at the sink is read as the job's sink will read it (the newest commit carrying a job id, see
+    :func:`connectors.delta.log.table_owner`); a table of the same job name is its own (a re-created job
+    resumes from it) and a table no job wrote is left to the sink's schema check. Reading the log is
+    bounded by ``timeout_s``: past it the create goes on (logged) and the sink's own check at the job's
+    first epoch still refuses a foreign table. Like :func:`check_sink_path`, messages name the path as sent.
+    """
+    import concurrent.futures
+
+    from connectors.delta.log import table_owner
+
+    sink = resolve(sink_path)
+    for parent in sink.parents:
+        if (parent / "_delta_log").is_dir():
+            msg = (f"sink_path {sink_path!r} is inside an existing Delta table: a job's table must not be "
+                   "a folder of another table")
+            raise SinkConflictError(msg)
+    if not (sink / "_delta_log").is_dir():
+        return
+    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sink-owner")
+    try:
+        owner = pool.submit(table_owner, str(sink)).result(timeout=timeout_s)
+    except concurrent.futures.TimeoutError:
+        logger.warning('sink owner not read in time sink_path=%r job="%s" timeout_s=%g; the sink checks it '
+                       "at the job's first epoch", sink_path, job, timeout_s)
+        return
+    except Exception as exc:  # noqa: BLE001 - an unreadable log: the sink says so at its first epoch
+        logger.warning('sink owner not readable sink_path=%r job="%s" error="%s"', sink_path, job, exc)
+        return
+    finally:
+        pool.shutdown(wait=False)
+    if owner is not None and owner != job:
+        msg = (f'sink_path {sink_path!r} holds a Delta table written by job "{owner}": give job "{job}" its '
+               "own sink path (or drop and re-create it under that name to resume the table)")
+        raise SinkConflictError(msg)
 
 
 def make_private_dir(path: Path) -> None:

@@ -62,6 +62,7 @@ from source_backfill.errors import (
     one_line,
 )
 from source_backfill.runtime.paths import (
+    check_sink_owner,
     check_sink_path,
     make_private_dir,
     open_private,
@@ -192,19 +193,33 @@ class JobRegistry:
     # -- API side ---------------------------------------------------------------------------------------
     def create(self, spec: JobSpec) -> JobRecord:
         """Register a new job; JobExistsError if its name is live, SourceNotFoundError for a bad source."""
-        if self.check_spec is not None and spec.source in self.sources:
-            self.check_spec(spec)  # outside the lock: a transform's check may take seconds
+        self.check_create(spec)
         with self._lock:
-            current = self._jobs.get(spec.name)
-            if current is not None and not current.dropped:
-                msg = f'job "{spec.name}" already exists'
-                raise JobExistsError(msg)
-            if spec.source not in self.sources:
-                msg = f'unknown source "{spec.source}" (configured: {sorted(self.sources)})'
-                raise SourceNotFoundError(msg)
-            self._check_sink_path(spec.sink_path, spec.name)
+            self._check_new(spec)  # again under the lock: another create may have taken the name or path
             self._record("create", spec.name, spec.source, spec=spec, rate_limit=spec.rate_limit)
             return self._jobs[spec.name]
+
+    def check_create(self, spec: JobSpec) -> None:
+        """Every check :meth:`create` makes, changing nothing (a dry run's validation).
+
+        The spec's check (kind, transform) and the table-ownership check read outside the lock (they may
+        take seconds); the path rules come first, so no table is looked for outside the data root.
+        """
+        if self.check_spec is not None and spec.source in self.sources:
+            self.check_spec(spec)
+        with self._lock:
+            self._check_new(spec)
+        check_sink_owner(spec.sink_path, spec.name)
+
+    def _check_new(self, spec: JobSpec) -> None:
+        current = self._jobs.get(spec.name)
+        if current is not None and not current.dropped:
+            msg = f'job "{spec.name}" already exists'
+            raise JobExistsError(msg)
+        if spec.source not in self.sources:
+            msg = f'unknown source "{spec.source}" (configured: {sorted(self.sources)})'
+            raise SourceNotFoundError(msg)
+        self._check_sink_path(spec.sink_path, spec.name)
 
     def ensure(self, spec: JobSpec) -> JobRecord:
         """Create a job declared in the config file, unless it is registered already with the same spec.

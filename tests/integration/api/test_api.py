@@ -249,3 +249,39 @@ def test_connections_have_tcp_nodelay(live_api) -> None:
     connections = list(live_api.server._server.server_state.connections)
     sockets = [c.transport.get_extra_info("socket") for c in connections]
     assert sockets and all(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) for s in sockets)
+
+
+def test_a_clashing_sink_is_a_409_at_create_and_changes_nothing(live_api, tmp_path) -> None:
+    import pyarrow as pa
+    from deltalake import CommitProperties, write_deltalake
+
+    from connectors.delta.log import KEY_JOB
+
+    old = tmp_path / "old"  # a table job "gone" wrote (dropped since): the new job would fail on it later
+    write_deltalake(str(old), pa.table({"x": [1]}),
+                    commit_properties=CommitProperties(custom_metadata={KEY_JOB: "gone"}))
+    live_api.admin.post("/jobs", json=job_body("a")).raise_for_status()
+    log = (live_api.registry.path).read_bytes()
+    for sink, text in ((str(old), 'written by job "gone"'), ("/tables/a/part", 'job "a"'),
+                       (str(old / "inner"), "inside an existing Delta table")):
+        r = live_api.admin.post("/jobs", json={**job_body("b"), "sink_path": sink})
+        assert r.status_code == 409, r.text
+        err = _error(r)
+        assert err["type"] == "sink_conflict" and err["field"] == "sink_path" and text in err["message"]
+    assert [j.name for j in live_api.registry.list()] == ["a"] and live_api.registry.path.read_bytes() == log
+
+
+def test_a_dry_run_checks_like_a_create_and_changes_nothing(live_api, tmp_path) -> None:
+    live_api.admin.post("/jobs", json=job_body("a")).raise_for_status()
+    log = live_api.registry.path.read_bytes()
+    sink = tmp_path / "would-be"
+    r = live_api.admin.post("/jobs?dry_run=true", json={**job_body("b"), "sink_path": str(sink)})
+    assert r.status_code == 200, r.text
+    assert r.json()["dry_run"] is True and r.json()["job"]["name"] == "b"
+    # the same refusals as a create: name taken, sink clash, bad source, bad field; and the token
+    for body, code in ((job_body("a"), 409), ({**job_body("b"), "sink_path": "/tables/a/x"}, 409),
+                       (job_body("b", source="nope"), 404), (job_body("b", rate_limit=-1), 422)):
+        assert live_api.admin.post("/jobs?dry_run=true", json=body).status_code == code, body
+    assert live_api.client.post("/jobs?dry_run=true", json=job_body("b")).status_code == 401
+    assert [j.name for j in live_api.registry.list()] == ["a"]
+    assert live_api.registry.path.read_bytes() == log and not sink.exists()

@@ -270,3 +270,24 @@ def test_table_bar_and_create_options_of_a_table_job() -> None:
     assert rendered.splitlines()[1] == "  " + cli.table_bar(table)
     # a strategy the daemon does not have is a usage error, refused before any request
     assert cli.main(["jobs", "create", "t", "--source", "s", "--sink", "/x", "--strategy", "sideways"]) == 2
+
+
+def test_a_relative_sink_is_resolved_against_the_cli_s_directory(run, live_api, tmp_path,
+                                                                 monkeypatch) -> None:
+    here = tmp_path / "elsewhere"
+    here.mkdir()
+    monkeypatch.chdir(here)  # not the daemon's (this process's original) working directory
+    code, out, err = run("jobs", "create", "rel", "--source", "events", "--sink", "out/rel")
+    assert code == 0, err
+    assert live_api.registry.get("rel").spec.sink_path == str(here / "out" / "rel")
+    assert str(here / "out" / "rel") in out
+
+
+def test_a_dry_run_prints_the_plan_and_creates_nothing(run, live_api) -> None:
+    code, out, err = run("jobs", "create", "dry", "--source", "events", "--sink", "/t/dry", "--dry-run")
+    assert code == 0, err
+    assert out.startswith('dry run: job "dry" on source "events" -> /t/dry: every check passed; nothing')
+    assert "at the rate limit: none (unlimited)" in out
+    assert live_api.registry.list() == []
+    code, _, err = run("jobs", "create", "dry", "--source", "nope", "--sink", "/t/dry", "--dry-run")
+    assert code == 1 and "unknown source" in err

@@ -411,3 +411,36 @@ def test_the_registry_compacts_to_its_own_state(tmp_path_factory, ops) -> None:
             assert replayed(compact_entries(entries_of(reg.path))) == replayed(entries_of(reg.path))
     finally:
         reg.close()
+
+
+# -- a table another job wrote ------------------------------------------------------------------------------
+def _table_of(path: Path, job: str | None) -> None:
+    import pyarrow as pa
+    from deltalake import CommitProperties, write_deltalake
+
+    from connectors.delta.log import KEY_JOB
+
+    meta = {KEY_JOB: job} if job is not None else {}
+    write_deltalake(str(path), pa.table({"x": [1]}), commit_properties=CommitProperties(custom_metadata=meta))
+
+
+def test_a_sink_holding_a_table_another_job_wrote_is_refused_at_create(tmp_path: Path) -> None:
+    from source_backfill.errors import SinkConflictError
+
+    reg = JobRegistry(tmp_path / "state", SOURCES)
+    try:
+        _table_of(tmp_path / "old", "dropped-long-ago")  # its job is not registered any more
+        with pytest.raises(SinkConflictError, match='written by job "dropped-long-ago"'):
+            reg.create(JobSpec(name="new", source="events", sink_path=str(tmp_path / "old")))
+        with pytest.raises(SinkConflictError, match="inside an existing Delta table"):
+            reg.create(JobSpec(name="new", source="events", sink_path=str(tmp_path / "old" / "sub")))
+        assert reg.list() == [] and not (tmp_path / "old" / "sub").exists()
+        # the same name resumes its own table; a table no job wrote is left to the sink's schema check
+        reg.create(JobSpec(name="dropped-long-ago", source="events", sink_path=str(tmp_path / "old")))
+        _table_of(tmp_path / "plain", None)
+        reg.create(JobSpec(name="plain", source="events", sink_path=str(tmp_path / "plain")))
+        # another registered job's table is a conflict too (409), not only a bad path
+        with pytest.raises(SinkConflictError, match='job "plain"'):
+            reg.create(JobSpec(name="third", source="events", sink_path=str(tmp_path / "plain")))
+    finally:
+        reg.close()

@@ -1,0 +1,100 @@
+"""``verify``: a job's table against the Kafka log, offset by offset, up to the job's committed positions."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pytest
+from deltalake import CommitProperties, write_deltalake
+
+from connectors.delta.log import KEY_JOB, KEY_PLAN, KEY_STATE
+from source_backfill.config import LatestStart, OffsetsStart
+from source_backfill.errors import VerifyRefusedError
+from source_backfill.verify import verify_job
+
+
+def _table(path, topic, offsets, *, job="late-copy", states=None, end=None, columns=None):
+    """A job's table as its sink writes it: the rows, and the job's state and plan in the commit."""
+    rows = {"topic": [topic] * len(offsets), "partition": [0] * len(offsets), "offset": offsets,
+            "value": [b"x"] * len(offsets)}
+    if columns is not None:
+        rows = {k: v for k, v in rows.items() if k in columns}
+    meta = {KEY_JOB: job, KEY_STATE: json.dumps({"version": 1, "splits": states}),
+            KEY_PLAN: json.dumps({"budget": 0, "history": [], "end": end or {}})}
+    write_deltalake(str(path), pa.table(rows), mode="overwrite",
+                    commit_properties=CommitProperties(custom_metadata=meta))
+
+
+def _finished(split, last):
+    return {split: {"stage": "finished", "offset": last, "num_consumed_rows": 0, "target_offset": last}}
+
+
+@pytest.fixture
+def log(topic_factory, transactional_producer):
+    """A topic whose log has gaps: committed records, an aborted transaction, markers."""
+    topic = topic_factory(1)
+    first = transactional_producer.commit(topic, [b"a"] * 20, partition=0)
+    aborted = transactional_producer.abort(topic, [b"z"] * 3, partition=0)
+    last = transactional_producer.commit(topic, [b"b"] * 10, partition=0)
+    committed = [o for _, o in first + last]
+    return topic, committed, [o for _, o in aborted]
+
+
+def test_an_exact_table_passes_and_one_removed_one_duplicated_fails(log, kafka_admin, kafka_bootstrap,
+                                                                  tmp_path):
+    topic, committed, aborted = log
+    split, end = f"{topic}:0", committed[-1] + 2  # the commit marker after the last record
+    t = tmp_path / "t"
+    _table(t, topic, committed, states=_finished(split, end - 1), end={split: end})
+    result = verify_job(str(t), "late-copy", kafka_admin, kafka_bootstrap, batch_rows=7)  # several batches
+    assert result.ok, result.summary()
+    assert result.summary() == f"late-copy: exactly once, {len(committed)} records, 0 missing, 0 duplicated"
+
+    broken = [o for o in committed if o != committed[5]] + [committed[7]]
+    _table(t, topic, broken, states=_finished(split, end - 1), end={split: end})
+    result = verify_job(str(t), "late-copy", kafka_admin, kafka_bootstrap)
+    assert not result.ok
+    first = result.summary().splitlines()[0]
+    assert first == f"late-copy: NOT exactly once, {len(committed)} records, 1 missing, 1 duplicated"
+    tally = result.splits[split]
+    assert tally.examples["missing"] == [committed[5]] and tally.examples["duplicated"] == [committed[7]]
+
+    # an aborted transaction's record in the table is named: the log has no such record
+    _table(t, topic, [*committed, aborted[0]], states=_finished(split, end - 1), end={split: end})
+    result = verify_job(str(t), "late-copy", kafka_admin, kafka_bootstrap)
+    assert not result.ok and result.totals()["unexpected"] == 1
+    assert result.splits[split].examples["unexpected"] == [aborted[0]]
+
+
+def test_only_what_the_job_committed_is_checked(log, kafka_admin, kafka_bootstrap, tmp_path):
+    topic, committed, _ = log
+    split, t = f"{topic}:0", tmp_path / "t"
+    b = committed[9]  # still backfilling: history copied up to b, live rows above it not yet the job's
+    states = {split: {"stage": "backfilling", "offset": b, "num_consumed_rows": 10, "target_offset": 40}}
+    _table(t, topic, committed[:10], states=states, end={split: committed[-1] + 2})
+    result = verify_job(str(t), "late-copy", kafka_admin, kafka_bootstrap)
+    assert result.ok and result.totals()["records"] == 10, result.summary()
+    # a start offset: the records before it are not the job's
+    _table(t, topic, committed[3:10], states=states, end={})
+    result = verify_job(str(t), "late-copy", kafka_admin, kafka_bootstrap,
+                        start=OffsetsStart(kind="offsets", offsets={split: committed[3]}))
+    assert result.ok and result.totals()["records"] == 7, result.summary()
+    # a latest start: from the first row the table holds (the job's attach position is in no commit)
+    end = committed[-1] + 2
+    _table(t, topic, committed[12:], states=_finished(split, end - 1), end={split: end})
+    result = verify_job(str(t), "late-copy", kafka_admin, kafka_bootstrap, start=LatestStart(kind="latest"),
+                        batch_rows=5)
+    assert result.ok and result.totals()["records"] == len(committed) - 12, result.summary()
+
+
+def test_a_table_without_offset_columns_or_of_another_job_is_refused(log, kafka_admin, kafka_bootstrap,
+                                                                     tmp_path):
+    topic, committed, _ = log
+    split, t = f"{topic}:0", tmp_path / "t"
+    _table(t, topic, committed, states=_finished(split, 40), end={split: 41}, columns={"value"})
+    with pytest.raises(VerifyRefusedError, match="topic/partition/offset.*transform drops them"):
+        verify_job(str(t), "late-copy", kafka_admin, kafka_bootstrap)
+    _table(tmp_path / "u", topic, committed, job="other", states=_finished(split, 40), end={split: 41})
+    with pytest.raises(VerifyRefusedError, match='belongs to job "other"'):
+        verify_job(str(tmp_path / "u"), "late-copy", kafka_admin, kafka_bootstrap)

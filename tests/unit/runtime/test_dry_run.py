@@ -1,0 +1,118 @@
+"""The dry run's plan: where a job would start, the time at a rate, the measured rate, retention."""
+
+from __future__ import annotations
+
+from source_backfill.config import JobSpec
+from source_backfill.runtime.dry_run import (
+    HistoryRates,
+    SplitPlan,
+    effective_limit,
+    retention_overtakes,
+    seconds_at,
+    start_offsets,
+)
+
+
+def spec(**kw) -> JobSpec:
+    return JobSpec(name="j", source="s", sink_path="/t/j", **kw)
+
+
+def test_start_offsets_follow_the_job_s_attach_rules() -> None:
+    splits, earliest, ends = ["t:0", "t:1"], {"t:0": 10, "t:1": 0}, {"t:0": 100, "t:1": 50}
+    never = lambda *_: {}  # noqa: E731
+    assert start_offsets(spec(), splits, earliest, ends, never) == {"t:0": 10, "t:1": 0}
+    offsets = spec(start={"kind": "offsets", "offsets": {"t:0": 5, "t:1": 70}})
+    assert start_offsets(offsets, splits, earliest, ends, never) == {"t:0": 10, "t:1": 50}  # clamped
+    assert start_offsets(spec(start={"kind": "latest"}), splits, earliest, ends, never) == ends
+    ts = spec(start={"kind": "timestamp", "timestamp_ms": 7})
+    found = {"t:0": 40, "t:1": 3}
+    assert start_offsets(ts, splits, earliest, ends, lambda s, t: found) == found
+
+
+def test_the_limit_and_the_seconds() -> None:
+    assert effective_limit(spec(), 0.5) is None
+    assert effective_limit(spec(rate_limit=2000.0), 0.5) == 2000
+    assert effective_limit(spec(rate_limit=2000.0, max_rows_per_epoch=500), 0.5) == 1000
+    # a budget per interval: epochs 1 s apart on a 0.5 s trigger read half the limit per second
+    assert effective_limit(spec(rate_limit=2000.0), 0.5, 1.0) == 1000
+    assert effective_limit(spec(rate_limit=2000.0), 0.5, 0.2) == 2000  # never above the limit
+    assert seconds_at(50_000, 2000) == 25 and seconds_at(5, None) is None and seconds_at(0, 0) == 0
+    assert seconds_at(50_000, 2000, startup_s=3) == 28
+    assert seconds_at(5, 0) == float("inf")
+
+
+def test_what_the_daemon_measured_on_a_source() -> None:
+    rates = HistoryRates(since=1000.0)
+    rates.observe("s", "old", "backfilling", 10**6, created_at=900.0, limited=False, now=1001.0)
+    assert rates.rate("s") is None and rates.startup_s("s") is None  # recovered after a restart
+    rates.observe("s", "a", "backfilling", 0, created_at=1000.0, limited=False, now=1001.0)
+    rates.observe("s", "a", "backfilling", 1000, created_at=1000.0, limited=False, now=1004.0)
+    assert rates.startup_s("s") == 4  # create to the first history rows
+    rates.observe("s", "a", "backfilling", 20_000, created_at=1000.0, limited=False, now=1005.0)
+    assert rates.rate("s") == 4000  # so far, create to now
+    rates.observe("s", "a", "finished", 40_000, created_at=1000.0, limited=False, now=1008.0)
+    rates.observe("s", "a", "finished", 40_000, created_at=1000.0, limited=False, now=1100.0)
+    assert rates.rate("s") == 5000  # kept from its finish, not diluted while it follows the live stream
+    rates.observe("s", "b", "backfilling", 1000, created_at=1200.0, limited=False, now=1201.0)
+    rates.observe("s", "b", "finished", 9000, created_at=1200.0, limited=False, now=1203.0)
+    assert rates.rate("s") == 5000  # slower than the fastest finished: not the daemon's pace
+    rates.observe("s", "slow", "backfilling", 10, created_at=1300.0, limited=True, now=1300.5)
+    assert rates.rate("s") == 5000 and rates.startup_s("s") == 0.5  # a limited job: its startup only
+    for epoch, at in ((7, 100.0), (8, 101.0), (8, 101.0), (9, 102.5)):
+        rates.observe_epoch("s", epoch, at)
+    assert rates.epoch_period_s("s") == 1.25 and rates.epoch_period_s("other") is None
+
+
+def test_a_retention_warning_when_the_log_start_would_pass_the_copy() -> None:
+    now = 1_000_000
+    # one record a millisecond since now - 100 s; kept 120 s: the log start moves 1000 offsets/s
+    written_at = lambda o: now - 100_000 + o  # noqa: E731
+    plans = [SplitPlan("t:0", 0, 100_000, 0)]
+
+    def log_start_at(splits, ts_ms):
+        return {s: max(0, ts_ms - written_at(0)) for s in splits}
+
+    assert retention_overtakes(plans, 5000, {"t": 120_000}, log_start_at, now) is None  # copy outruns it
+    warning = retention_overtakes(plans, 500, {"t": 120_000}, log_start_at, now)  # 20 s ahead, half its pace
+    assert warning is not None and "log start of t:0" in warning and "passes the copy" in warning
+    assert retention_overtakes(plans, 500, {"t": None}, log_start_at, now) is None  # kept forever
+
+
+class _Admin:
+    """The admin calls a plan makes, over a fixed log: ``t`` with two partitions."""
+
+    def topic_partitions(self):
+        return {"t": 2}
+
+    def list_splits(self, topics):
+        return [("t", 0), ("t", 1)]
+
+    def earliest_offsets(self, splits):
+        return {"t:0": 100, "t:1": 0}
+
+    def end_offsets(self, splits):
+        return {"t:0": 1100, "t:1": 500}
+
+    def offsets_for_timestamp(self, splits, ts):
+        return {s: 0 for s in splits}
+
+    def retention_ms(self, topics):
+        return {t: None for t in topics}
+
+
+def test_a_kafka_plan_per_split_with_both_estimates_and_start_warnings() -> None:
+    from source_backfill.config import SourceConfig
+    from source_backfill.runtime.dry_run import plan_kafka_job
+
+    source = SourceConfig(name="s", topics=["t"], bootstrap_servers="x:9092", trigger_interval_s=0.5)
+    rates = HistoryRates(since=0.0)
+    rates.observe("s", "done", "finished", 3000, created_at=10.0, limited=False, now=13.0)  # 1000 rows/s
+    job = spec(rate_limit=300.0, start={"kind": "offsets", "offsets": {"t:0": 50, "u:3": 1}})
+    plan = plan_kafka_job(job, source, _Admin(), rates)
+    assert [(s["split"], s["from_offset"], s["to_offset"]) for s in plan["splits"]] == [
+        ("t:0", 100, 1100), ("t:1", 0, 500)]
+    assert plan["offsets_total"] == 1500 and plan["bytes_total"] is None
+    assert plan["seconds_at_rate_limit"] == 5.0 + 3.0  # at 300 rows/s, after the 3 s startup measured
+    assert plan["seconds_at_measured_rate"] == 1.5
+    warnings = " | ".join(plan["warnings"])
+    assert "u:3" in warnings and "below the log start" in warnings
