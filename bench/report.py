@@ -69,13 +69,20 @@ GOALS = (
     Goal("memory.rss_ratio_5m_vs_1m", "peak RSS backfilling 5M vs 1M records", "≤ 1.10", _at_most(1.10)),
     Goal("quiet.metrics_series_10k", "sample lines one Finished job on 10,000 splits adds to `/metrics`",
          "≤ 100", _at_most(100)),
+    Goal("dry_run.error_at_rate_limit", "dry run's estimate vs the actual backfill, at a 2,000 rows/s "
+         "limit: |error| / actual", "≤ 0.30", _at_most(0.30)),
+    Goal("dry_run.error_at_measured_rate", "the same without a limit, at the history rate the daemon "
+         "measured", "≤ 0.30", _at_most(0.30)),
+    Goal("scale.jobs30_vs_10.epoch_p50_ratio", "median epoch, 30 jobs vs 10 at a 1 s trigger (soak: "
+         "`BENCH_ARGS=scale_jobs`)", "≤ 1.5", _at_most(1.5)),
+    Goal("scale.jobs30_vs_10.rss_ratio", "peak RSS, 30 jobs vs 10", "≤ 1.3", _at_most(1.3)),
 )
 
 
 def _measured_at(key: str, figures: Mapping[str, Any]) -> str:
     module = {"kafka_read": "kafka_read", "live_p99": "backfill", "backfill": "backfill",
               "table_backfill": "table", "startup": "trigger", "trigger": "trigger", "memory": "load",
-              "planner": "planner"}.get(key.split(".")[0], key.split(".")[0])
+              "planner": "planner", "scale": "scale_jobs"}.get(key.split(".")[0], key.split(".")[0])
     return str(figures.get("_measured_at", {}).get(module, "?"))[:10]
 
 
