@@ -74,7 +74,11 @@ def _image_missing(image: str) -> str | None:
     except Exception as exc:  # noqa: BLE001 - an engine that cannot answer this has no image for us
         return _one_line(exc)
     try:
-        client.images.pull(image)
+        # the stream, not images.pull: an engine may answer 200 and report the failure inside it (podman)
+        for event in client.api.pull(image, stream=True, decode=True):
+            if isinstance(event, dict) and event.get("error"):
+                return _one_line(Exception(f"pull failed: {event['error']}"))
+        client.images.get(image)
     except Exception as exc:  # noqa: BLE001 - no registry, no such tag, no permission: no image
         return _one_line(exc)
     return None
@@ -109,8 +113,7 @@ def kafka_container(image: str | None = None, startup_timeout_s: float = 120.0) 
     host = DockerClient().host()
     container = (
         DockerContainer(image)
-        # published on loopback only when the engine is this machine's
-        .with_bind_ports(port, ("127.0.0.1", port) if host in ("localhost", "127.0.0.1") else port)
+        .with_bind_ports(port, port)  # as testcontainers publishes its ports: on the engine's interfaces
         .with_env("KAFKA_NODE_ID", "1")
         .with_env("KAFKA_PROCESS_ROLES", "broker,controller")
         .with_env("KAFKA_LISTENERS", f"PLAINTEXT://:{port},CONTROLLER://localhost:9093")

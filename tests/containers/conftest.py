@@ -74,7 +74,8 @@ class Engine:
 def engine() -> Iterator[Engine]:
     """podman and the local images (deploy/containers/setup.sh), or a skip saying why there are none."""
     if os.geteuid() != 0 and shutil.which("podman") is None:
-        pytest.skip("no podman, and installing it (Debian's package) needs root: run make test-containers as root")
+        pytest.skip("no podman, and installing it (Debian's package) needs root: "
+                    "run make test-containers as root")
     STATE.mkdir(parents=True, exist_ok=True)
     env_file = STATE / "env"
     log = STATE / "setup.log"

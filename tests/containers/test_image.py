@@ -37,7 +37,8 @@ def _wait_healthy(engine, container: str, timeout_s: float = 300) -> float:
             return time.monotonic() - started
         running = engine.run("inspect", "--format", "{{.State.Running}}", container).stdout.strip()
         assert running == "true", f"the container exited; log:\n{engine.logs(container)}"
-        assert time.monotonic() - started < timeout_s, f"not healthy in {timeout_s}s:\n{engine.logs(container)}"
+        waited = time.monotonic() - started
+        assert waited < timeout_s, f"not healthy in {timeout_s}s:\n{engine.logs(container)}"
         time.sleep(5)
 
 
@@ -132,7 +133,7 @@ def test_the_image_runs_backfills_restarts_and_stops_cleanly(engine, capsys):
 
 
 def test_the_stand_in_is_the_release_and_python_of_the_dockerfiles_default_base(engine):
-    """The Dockerfile's default base and the stand-in it was built on here: same Debian release, same Python."""
+    """The Dockerfile's default base and the stand-in it is built on here: same Debian release and Python."""
     import re
     from pathlib import Path
 
