@@ -70,6 +70,13 @@ class Engine:
         self.created.clear()
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The first test here also builds the images (minutes on a fresh machine): 30 min, not pytest's 10."""
+    for item in items:
+        if item.get_closest_marker("containers") is not None:
+            item.add_marker(pytest.mark.timeout(1800))
+
+
 @pytest.fixture(scope="session")
 def engine() -> Iterator[Engine]:
     """podman and the local images (deploy/containers/setup.sh), or a skip saying why there are none."""
