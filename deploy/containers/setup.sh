@@ -6,8 +6,9 @@
 #   2. var/containers/containers.conf (CONTAINERS_CONF): runc (crun fails on this kernel's cgroup mode),
 #      cgroupfs, and default ulimits at the host's hard limits (podman's defaults ask for more: refused);
 #   3. localhost/debian-standin:bookworm         debootstrap --variant=minbase bookworm, `podman import`ed;
-#      localhost/python-standin:3.11-slim-bookworm  the same + Debian's python3.11/pip: a STAND-IN for
-#                                                  python:3.11-slim-bookworm, the Dockerfile's base;
+#      localhost/python-standin:3.11-slim-bookworm  deploy/containers/python: that + Debian's python3.11
+#                                                  and pip, a STAND-IN for python:3.11-slim-bookworm, the
+#                                                  Dockerfile's default base;
 #   4. localhost/apache-kafka-standin:4.1.1       deploy/containers/kafka: the broker jars of var/jvm/broker
 #                                                  + Debian's JRE; a STAND-IN for apache/kafka:4.1.1;
 #   5. localhost/prometheus-standin:bookworm      Debian's prometheus package (older than prom/prometheus
@@ -112,16 +113,12 @@ rootfs_image() {  # name, extra packages
     cp /usr/local/share/ca-certificates/*.crt "$dir/usr/local/share/ca-certificates/"
     chroot "$dir" update-ca-certificates >/dev/null 2>&1
   fi
-  # pip installs as root system-wide in an image (PEP 668's marker would refuse it, as it is absent
-  # from python:3.11-slim whose Python is not Debian's)
-  rm -f "$dir"/usr/lib/python3*/EXTERNALLY-MANAGED
   tar -C "$dir" -c . | podman import \
       --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
       --change 'ENV LANG=C.UTF-8' --change 'CMD ["bash"]' - "$name" >/dev/null 2>&1
   rm -rf "$dir"
 }
 has "$DEBIAN_IMG" || timed rootfs_image "$DEBIAN_IMG" "ca-certificates"
-has "$PYTHON_IMG" || timed rootfs_image "$PYTHON_IMG" "python3,python3-pip,python3-venv,python-is-python3,ca-certificates"
 
 build() {  # image, context, [podman build args...]
   local name=$1 ctx=$2; shift 2
@@ -133,6 +130,9 @@ build() {  # image, context, [podman build args...]
     || { tail -30 "$blog" >&2; return 1; }
 }
 rebuild=${SOURCE_BACKFILL_REBUILD:-0}
+
+# the Python stand-in on the Debian one (one debootstrap, not two)
+has "$PYTHON_IMG" || timed build "$PYTHON_IMG" deploy/containers/python --build-arg "BASE_IMAGE=$DEBIAN_IMG"
 
 # 4. Kafka: the pinned broker jars (make jars) + Debian's JRE
 if ! has "$KAFKA_IMG" || [ "$rebuild" = 1 ]; then
