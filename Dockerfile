@@ -5,16 +5,23 @@
 # The image's config (deploy/image/config.toml) reads the brokers from KAFKA_BOOTSTRAP_SERVERS and keeps
 # state and tables on the volume; the API listens on 0.0.0.0, so it refuses to start without a token (or
 # SOURCE_BACKFILL_API__ALLOW_UNAUTHENTICATED=true). tests/integration/deploy/test_image.py installs the
-# wheel the way this file does and starts it with this config. (Not built here: no Docker engine.)
+# wheel the way this file does and starts it with this config; `make test-containers` builds this file and
+# runs the image (tests/containers/test_image.py).
+#
+# The base: python:3.11-slim on Debian 12 "bookworm", pinned by its tag, because the JDK/JRE packages below
+# (openjdk-17-*) exist in bookworm and not in Debian 13, which the bare `3.11-slim` tag now follows.
+# BASE_IMAGE overrides it, for a mirror or a stand-in of the same Debian release (make test-containers
+# builds on localhost/python-standin:3.11-slim-bookworm, made with debootstrap: no registry is reachable).
+ARG BASE_IMAGE=python:3.11-slim-bookworm
 
-FROM python:3.11-slim AS build
+FROM ${BASE_IMAGE} AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY source_backfill ./source_backfill
 COPY connectors ./connectors
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
-FROM python:3.11-slim AS jars
+FROM ${BASE_IMAGE} AS jars
 # The JVM parts pinned in deploy/jvm/pom.xml (Spark's Kafka connector, delta-spark, the Kafka broker),
 # fetched with the same command as `make jars`, so the image runs offline.
 RUN apt-get update && apt-get install -y --no-install-recommends maven openjdk-17-jdk-headless \
@@ -25,7 +32,7 @@ COPY deploy/jvm/pom.xml /opt/source-backfill/deploy/jvm/pom.xml
 RUN SOURCE_BACKFILL_JARS=/opt/source-backfill/jvm SOURCE_BACKFILL_JVM_POM=/opt/source-backfill/deploy/jvm/pom.xml \
     python -m source_backfill.runtime.jvm fetch
 
-FROM python:3.11-slim
+FROM ${BASE_IMAGE}
 # java from Debian's package (any architecture: amd64 and arm64), found on PATH
 RUN apt-get update && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps \
  && rm -rf /var/lib/apt/lists/*

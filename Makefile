@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: venv jars test-deps run run-table test test-slow unit integration lint bench chaos clean
+.PHONY: venv jars test-deps run run-table test test-slow test-containers unit integration lint bench chaos clean
 
 venv: $(STAMP)
 
@@ -36,10 +36,17 @@ test-deps:
 	bash deploy/ci/test-deps.sh
 
 test: $(STAMP) jars test-deps
-	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow and not containers" $(PYTEST_ARGS)
 
 test-slow: $(STAMP) jars
-	$(PY) -m pytest -m slow $(PYTEST_ARGS)
+	$(PY) -m pytest -m "slow and not containers" $(PYTEST_ARGS)
+
+## The container tests (tests/containers): the Dockerfile's image built and run, the compose stack up, the
+## test kit's testcontainers path, with podman. Their first fixture runs deploy/containers/setup.sh: podman,
+## runc and debootstrap from Debian's packages, the project's containers.conf, and the images no registry
+## gives here, built once and kept (stand-ins named so). Needs root (else they skip, saying why).
+test-containers: $(STAMP) jars
+	$(PY) -m pytest -m containers tests/containers $(PYTEST_ARGS)
 
 unit: $(STAMP) jars
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

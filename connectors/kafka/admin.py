@@ -207,6 +207,13 @@ class KafkaAdmin:
         conf.setdefault("log_level", 3)
         self._admin = AdminClient(conf)
 
+    def close(self) -> None:
+        """Drop the client, so librdkafka closes its connections and stops polling; unusable after.
+
+        A client left alive after its broker stops logs ``Connection refused`` until the process exits.
+        """
+        self._admin = None
+
     # -- helpers -------------------------------------------------------------------------------------
     def _retry(self, fn: Callable[[], T], what: str) -> T:
         return call_with_retry(fn, what, self.timeout_s, self.bootstrap_servers)

@@ -146,6 +146,9 @@ def fetch(profiles: tuple[str, ...] = PROFILES, force: bool = False) -> None:
                     if artifact_name(jar.name) in shipped:
                         jar.unlink()
             (staging / _STAMP).write_text(_fingerprint() + "\n")
+            # mkdtemp made it 0700: readable by its owner only, the jars would be unreadable to any other
+            # user (the image fetches them as root and runs as uid 10001: PermissionError on .fetched)
+            staging.chmod(0o755)
             if target.exists():
                 shutil.rmtree(target)
             staging.rename(target)

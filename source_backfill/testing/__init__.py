@@ -2,9 +2,12 @@
 
 Fixtures:
 
-* ``kafka_bootstrap`` (session): ``KAFKA_BOOTSTRAP_SERVERS`` when set; else testcontainers' Kafka when a
-  Docker engine answers; else the embedded Apache Kafka broker (one KRaft node on loopback; its jars come
-  from ``make jars`` or ``SOURCE_BACKFILL_JARS``).
+* ``kafka_bootstrap`` (session): ``KAFKA_BOOTSTRAP_SERVERS`` when set; else a KRaft Kafka container
+  started with testcontainers when a Docker engine answers (``DOCKER_HOST``, e.g. podman's socket) and its
+  image can be had: ``SOURCE_BACKFILL_KAFKA_IMAGE``, default :data:`KAFKA_IMAGE` (the official
+  ``apache/kafka`` at the broker version this project pins); else the embedded Apache Kafka broker (one
+  KRaft node on loopback; its jars come from ``make jars`` or ``SOURCE_BACKFILL_JARS``), saying why in one
+  line when an engine answered.
 * ``backfill_daemon``: a factory starting ``source-backfill run`` as a real process on a free API port
   with a temporary state root, configured with the ``sources`` and ``jobs`` you pass (the same keys as the
   TOML file); stopped after the test. Its :class:`RunningDaemon` creates jobs, waits for them to finish
@@ -17,9 +20,11 @@ Fixtures:
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,6 +33,17 @@ from typing import Any
 import pytest
 
 from source_backfill.testing.process import DaemonProcess, free_port
+
+#: The Kafka image of the testcontainers path (``SOURCE_BACKFILL_KAFKA_IMAGE`` overrides it): the official
+#: Apache Kafka image at the broker version pinned in deploy/jvm/pom.xml. It is configured by environment
+#: (KRaft, one node), so an image reading the same settings stands in for it (``make test-containers``
+#: builds ``localhost/apache-kafka-standin:<version>`` from the pinned jars).
+KAFKA_IMAGE = "apache/kafka:4.1.1"
+
+#: Label of the containers the kit starts (so a run killed before its cleanup leaves findable ones).
+CONTAINER_LABEL = "io.source-backfill.test-kit"
+
+logger = logging.getLogger(__name__)
 
 
 def _docker_answers() -> bool:
@@ -40,6 +56,113 @@ def _docker_answers() -> bool:
     return True
 
 
+def kafka_image() -> str:
+    """The testcontainers path's Kafka image: ``SOURCE_BACKFILL_KAFKA_IMAGE``, else :data:`KAFKA_IMAGE`."""
+    return os.environ.get("SOURCE_BACKFILL_KAFKA_IMAGE") or KAFKA_IMAGE
+
+
+def _image_missing(image: str) -> str | None:
+    """``None`` when the engine has ``image`` or pulls it now; else why not, in one line."""
+    import docker
+
+    client = docker.from_env(timeout=120)
+    try:
+        client.images.get(image)
+        return None
+    except docker.errors.ImageNotFound:
+        pass
+    except Exception as exc:  # noqa: BLE001 - an engine that cannot answer this has no image for us
+        return _one_line(exc)
+    try:
+        # the stream, not images.pull: an engine may answer 200 and report the failure inside it (podman)
+        for event in client.api.pull(image, stream=True, decode=True):
+            if isinstance(event, dict) and event.get("error"):
+                return _one_line(Exception(f"pull failed: {event['error']}"))
+        client.images.get(image)
+    except Exception as exc:  # noqa: BLE001 - no registry, no such tag, no permission: no image
+        return _one_line(exc)
+    return None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _fall_back(image: str, why: str) -> None:
+    why = " ".join(why.split())
+    line = (f"source_backfill.testing: a container engine answers but Kafka image {image!r} cannot be "
+            f"had ({why}); using the embedded broker instead")
+    logger.warning(line)
+    warnings.warn(line, stacklevel=3)
+
+
+@contextmanager
+def kafka_container(image: str | None = None, startup_timeout_s: float = 120.0) -> Iterator[str]:
+    """One KRaft Kafka node in a container (testcontainers), its bootstrap address for the duration.
+
+    Settings by environment, as the official ``apache/kafka`` image reads them. The broker listens on a
+    port free on this host, published as the same port, so the address it advertises is the one clients
+    dial: no start script to rewrite after the port is known. The container is removed on exit.
+    """
+    from testcontainers.core.container import DockerContainer
+    from testcontainers.core.docker_client import DockerClient
+
+    image = image or kafka_image()
+    port = free_port()
+    host = DockerClient().host()
+    container = (
+        DockerContainer(image)
+        .with_bind_ports(port, port)  # as testcontainers publishes its ports: on the engine's interfaces
+        .with_env("KAFKA_NODE_ID", "1")
+        .with_env("KAFKA_PROCESS_ROLES", "broker,controller")
+        .with_env("KAFKA_LISTENERS", f"PLAINTEXT://:{port},CONTROLLER://localhost:9093")
+        .with_env("KAFKA_ADVERTISED_LISTENERS", f"PLAINTEXT://{host}:{port}")
+        .with_env("KAFKA_LISTENER_SECURITY_PROTOCOL_MAP", "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT")
+        .with_env("KAFKA_CONTROLLER_LISTENER_NAMES", "CONTROLLER")
+        .with_env("KAFKA_INTER_BROKER_LISTENER_NAME", "PLAINTEXT")
+        .with_env("KAFKA_CONTROLLER_QUORUM_VOTERS", "1@localhost:9093")
+        .with_env("KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR", "1")
+        .with_env("KAFKA_OFFSETS_TOPIC_NUM_PARTITIONS", "4")
+        .with_env("KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR", "1")
+        .with_env("KAFKA_TRANSACTION_STATE_LOG_MIN_ISR", "1")
+        .with_env("KAFKA_SHARE_COORDINATOR_STATE_TOPIC_REPLICATION_FACTOR", "1")
+        .with_env("KAFKA_SHARE_COORDINATOR_STATE_TOPIC_MIN_ISR", "1")
+        .with_env("KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS", "0")
+        .with_env("KAFKA_AUTO_CREATE_TOPICS_ENABLE", "false")
+        .with_kwargs(labels={CONTAINER_LABEL: "kafka"})
+    )
+    container.start()
+    try:
+        bootstrap = f"{host}:{port}"
+        _wait_metadata(bootstrap, startup_timeout_s, container)
+        logger.info('kafka container started image="%s" bootstrap="%s"', image, bootstrap)
+        yield bootstrap
+    finally:
+        container.stop()
+
+
+def _wait_metadata(bootstrap: str, timeout_s: float, container: Any) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    deadline = time.monotonic() + timeout_s
+    last: object = None
+    try:
+        while time.monotonic() < deadline:
+            try:
+                if admin.list_topics(timeout=1).brokers:
+                    return
+            except Exception as exc:  # noqa: BLE001 - not ready yet
+                last = exc
+            time.sleep(0.3)
+    finally:
+        del admin  # no client left polling the broker once it is stopped
+    logs = b"".join(container.get_logs()).decode(errors="replace")[-2000:]
+    msg = f"the Kafka container at {bootstrap} did not answer within {timeout_s}s ({last}); log:\n{logs}"
+    raise RuntimeError(msg)
+
+
 @contextmanager
 def kafka_broker() -> Iterator[str]:
     """A Kafka bootstrap address for the duration: the environment's, a container's, or an embedded one."""
@@ -48,11 +171,13 @@ def kafka_broker() -> Iterator[str]:
         yield env
         return
     if _docker_answers():
-        from testcontainers.kafka import KafkaContainer
-
-        with KafkaContainer() as kafka:
-            yield kafka.get_bootstrap_server()
-        return
+        image = kafka_image()
+        why = _image_missing(image)
+        if why is None:
+            with kafka_container(image) as bootstrap:
+                yield bootstrap
+            return
+        _fall_back(image, why)
     from connectors.kafka.embedded import EmbeddedBroker
 
     with EmbeddedBroker() as broker:

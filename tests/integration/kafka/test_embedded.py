@@ -27,8 +27,11 @@ def test_a_cluster_id_starting_with_a_dash_still_formats_and_starts(monkeypatch,
     broker = EmbeddedBroker(log_dir=tmp_path / "kafka").start()
     try:
         admin = KafkaAdmin(broker.bootstrap)
-        admin.create_topic("dash", 1)
-        assert admin.end_offsets(["dash:0"]) == {"dash:0": 0}
+        try:
+            admin.create_topic("dash", 1)
+            assert admin.end_offsets(["dash:0"]) == {"dash:0": 0}
+        finally:
+            admin.close()  # before its broker stops
     finally:
         broker.stop()
     assert "-" + "A" * 21 in (tmp_path / "kafka" / "data" / "meta.properties").read_text()
