@@ -22,25 +22,26 @@ def test_a_finished_jobs_live_rows_fill_the_latency_histogram_and_the_api(
         from source_backfill.runtime import source as live_source
 
         monkeypatch.setattr(live_source, "SMALL_BATCH_ROWS", 0)
+    name = f"lat-{path}"  # the metrics are the process's: one job name per case, none carried over
     topic = new_topic(2)
     p = producer_for(topic)
     p.send(200, 2)  # some history: not measured
-    d = daemon_factory([topic], [job_spec("lat", tmp_path)])
-    wait_for(lambda: finished(d, "lat"), timeout=120, what="backfill finished")
-    history = job_of(d, "lat").rows[0]
+    d = daemon_factory([topic], [job_spec(name, tmp_path)])
+    wait_for(lambda: finished(d, name), timeout=120, what="backfill finished")
+    history = job_of(d, name).rows[0]
     p.stream(2, per_second=50)
-    wait_for(lambda: total(scrape(d.api_url), f"{HISTOGRAM}_count", job="lat") >= 100, timeout=120,
+    wait_for(lambda: total(scrape(d.api_url), f"{HISTOGRAM}_count", job=name) >= 100, timeout=120,
              what="live rows measured")
     p.stop()
     after = scrape(d.api_url)
-    measured = total(after, f"{HISTOGRAM}_count", job="lat")
+    measured = total(after, f"{HISTOGRAM}_count", job=name)
     assert history >= 200
-    assert measured <= total(after, "job_rows", job="lat", kind="live")  # live rows only, never history
-    mean = total(after, f"{HISTOGRAM}_sum", job="lat") / measured
+    assert measured <= total(after, "job_rows", job=name, kind="live")  # live rows only, never history
+    mean = total(after, f"{HISTOGRAM}_sum", job=name) / measured
     # seconds, not hours (a time zone) nor negative (a unit): forcing the Spark path on 2 shared cores,
     # epochs fall behind and the figure is honestly tens of seconds
     assert 0 < mean < 120
-    job = httpx.get(f"{d.api_url}/jobs/lat").json()
+    job = httpx.get(f"{d.api_url}/jobs/{name}").json()
     lat = job["live_latency"]
     assert lat["timestamp_type"] == "create_time" and lat["window_s"] == 60 and lat["rows"] > 0
     assert 0 < lat["p50_s"] <= lat["p99_s"] < 120
