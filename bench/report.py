@@ -67,6 +67,12 @@ GOALS = (
     *(Goal(f"table_backfill.{s}.ratio_vs_plain_read", f"table backfill `{s}` of a changing 1M-row table vs a "
            "plain Spark read", "≥ 0.7", _at_least(0.7)) for s in ("snapshot", "arrangement", "chain")),
     Goal("memory.rss_ratio_5m_vs_1m", "peak RSS backfilling 5M vs 1M records", "≤ 1.10", _at_most(1.10)),
+    Goal("quiet.idle_commits_per_hour", "table versions per hour of a Finished job on an idle topic and a "
+         "live table job on a quiet table, 1 s trigger", "0", lambda v, _: v == 0),
+    Goal("quiet.commit_bytes_10k_one_moving", "commit file, 10,000 splits, one moving per epoch: bytes "
+         "(mean, snapshots included)", "≤ 4 kB", _at_most(4096)),
+    Goal("quiet.recovery_s_10k", "opening that table to the job's exact state after 1,000 commits: seconds",
+         "≤ 2 s", _at_most(2)),
 )
 
 

@@ -83,7 +83,7 @@ def size(sections: Sections) -> int:
 class SnapshotPolicy:
     """When a commit carries a full snapshot instead of its changes (see the module docstring)."""
 
-    every: int = 100
+    every: int = 1000
     max_fraction: float = 0.5
     max_age_s: float = 15 * 24 * 3600.0
 
