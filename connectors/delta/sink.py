@@ -530,6 +530,7 @@ class DeltaEpochSink(TableMaintenance, EpochStaging):
         """
         from deltalake.transaction import CommitProperties, Transaction
 
+        before = int(table.version())
         for attempt in range(COMMIT_RETRIES + 1):
             try:
                 table.create_write_transaction(
@@ -556,7 +557,20 @@ class DeltaEpochSink(TableMaintenance, EpochStaging):
                 logger.warning('commit conflicted with another writer, retrying job="%s" epoch=%d '
                                'attempt=%d error="%s"', self.job_id, epoch, attempt + 1, one_line(exc))
         table.update_incremental()
-        return int(table.version())
+        return self._own_version(table, meta, before)
+
+    def _own_version(self, table: DeltaTable, meta: Mapping[str, str], before: int) -> int:
+        """The log version of the commit carrying ``meta``'s attempt, newer than ``before``.
+
+        The newest version unless another writer committed right after us: a job's state commits name
+        each other by version (``prev``, ``base``), so it must be this commit's own.
+        """
+        newest = int(table.version())
+        for version in range(newest, before, -1):
+            commit = self.read_commit(version)
+            if commit is not None and commit.get(KEY_ATTEMPT) == meta.get(KEY_ATTEMPT):
+                return version
+        return newest
 
     def _merge(
         self, table: DeltaTable, epoch: int, df: DataFrame | None, meta: dict[str, str]
@@ -569,6 +583,7 @@ class DeltaEpochSink(TableMaintenance, EpochStaging):
         """
         from deltalake.transaction import CommitProperties, Transaction
 
+        before = int(table.version())
         props = CommitProperties(custom_metadata=meta, app_transactions=[Transaction(self.job_id, epoch)])
         changes = None
         if _is_arrow_table(df):
@@ -601,7 +616,7 @@ class DeltaEpochSink(TableMaintenance, EpochStaging):
             )
             rows = changes.num_rows
         table.update_incremental()
-        return CommitResult(epoch, True, int(table.version()), 0, rows)
+        return CommitResult(epoch, True, self._own_version(table, meta, before), 0, rows)
 
 
 def _is_arrow(schema: Any) -> bool:
