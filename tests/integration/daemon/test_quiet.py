@@ -103,3 +103,108 @@ def test_restart_after_skipped_epochs_is_exactly_once(
     p.send(30, 3)
     report = exactly_once(tmp_path / "j", kafka_bootstrap, [topic])
     assert sum(s.log_records for s in report.splits.values()) == 420
+
+
+def _log_versions(table) -> list[int]:
+    return sorted(int(p.name.split(".")[0]) for p in (table / "_delta_log").glob("*.json"))
+
+
+def test_an_idle_job_past_the_log_retention_restarts_with_its_exact_state(
+    daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path
+):
+    from deltalake import DeltaTable
+
+    topic = new_topic(3)
+    p = producer_for(topic)
+    p.send(60, 3)
+    state, table = tmp_path / "state", tmp_path / "j"
+    d = daemon_factory([topic], [job_spec("j", tmp_path)], state_root=state)
+    wait_for(lambda: finished(d, "j"), what="finished")
+    exactly_once(table, kafka_bootstrap, [topic])
+    _settled(table)
+    d.stop()
+    retention_s = 4
+    DeltaTable(str(table)).alter.set_table_properties(
+        {"delta.logRetentionDuration": f"interval {retention_s} seconds", "delta.checkpointInterval": "1000"})
+    d = daemon_factory([topic], [job_spec("j", tmp_path)], state_root=state)  # refreshes after 2 s idle
+    log = DeltaTable(str(table))
+    log.create_checkpoint()  # covers every commit so far
+    first = log.version()
+    time.sleep(retention_s + 2.5)  # idle past the retention
+    assert DeltaTable(str(table)).version() - first <= 6  # a fresh snapshot per half retention at most
+    DeltaTable(str(table)).cleanup_metadata()
+    assert min(_log_versions(table)) >= first  # the commits the retention expired are gone
+    held = job_of(d, "j")
+    states, covered = dict(held.states.to_states()), dict(held._covered_to)  # noqa: SLF001
+    d.stop()
+    d = daemon_factory([topic], [job_spec("j", tmp_path)], state_root=state)
+    job = job_of(d, "j")
+    assert job is not None, "the job did not recover"
+    assert dict(job.states.to_states()) == states and job._covered_to == covered  # noqa: SLF001
+    p.send(30, 3)
+    report = exactly_once(table, kafka_bootstrap, [topic])
+    assert sum(s.log_records for s in report.splits.values()) == 90
+
+
+def test_a_table_written_by_the_previous_format_recovers(
+    daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path
+):
+    """Version 1 (every commit the whole state, the positions in the plan) as the code before wrote it."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    from connectors.delta.sink import DeltaEpochSink
+
+    topic = new_topic(3)
+    state, table = tmp_path / "state", tmp_path / "j"
+    d = daemon_factory([topic], [job_spec("j", tmp_path)], state_root=state)
+    wait_for(lambda: job_of(d, "j").committed_epoch is not None, what="attached to an empty topic")
+    epoch = job_of(d, "j").committed_epoch
+    d.stop()
+    p = producer_for(topic)
+    p.send(30, 3)  # offsets 0..9 per partition: the v1 state below has them left to history
+    splits = {f"{topic}:{i}": {"stage": "backfilling", "offset": None, "num_consumed_rows": 0,
+                               "target_offset": 9} for i in range(3)}
+    sink = DeltaEpochSink(str(table), "j", pa.schema(DeltaTable(str(table)).schema().to_arrow()))
+    v1 = sink.commit_epoch(epoch + 1, None, {"version": 1, "splits": splits},
+                           plan={"budget": 0, "history": [], "end": dict.fromkeys(splits, 10)})
+    d = daemon_factory([topic], [job_spec("j", tmp_path)], state_root=state)
+    assert job_of(d, "j") is not None and job_of(d, "j").committed_epoch == epoch + 1
+    p.send(30, 3)
+    report = exactly_once(table, kafka_bootstrap, [topic])
+    assert sum(s.log_records for s in report.splits.values()) == 60
+    after = [c for c in DeltaTable(str(table)).history() if c["version"] > v1.version and KEY_STATE in c]
+    first = min(after, key=lambda c: c["version"])
+    assert json.loads(first[KEY_STATE])["kind"] == "snapshot"  # the next commit starts a v2 chain
+
+
+def test_an_epoch_lost_after_skipped_ones_is_read_again_exactly_once(
+    daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path, caplog
+):
+    """The first epoch with rows after idle ones fails: the job is rebuilt from its table, far behind.
+
+    Its committed epoch is below the next one by the skipped epochs and the lost one; the rejoin must read
+    the lost epoch's rows from history (its live position moved) and nothing else (the skipped ones moved
+    none), each row once.
+    """
+    topic = new_topic(2)
+    p = producer_for(topic)
+    p.send(40, 2)
+    d = daemon_factory([topic], [job_spec("j", tmp_path)])
+    wait_for(lambda: finished(d, "j"), what="finished")
+    exactly_once(tmp_path / "j", kafka_bootstrap, [topic])
+    _settled(tmp_path / "j")
+    job = job_of(d, "j")
+    wait_for(lambda: d.sources["src"].last_epoch >= job.committed_epoch + 3, what="idle epochs")
+
+    def lost(*args, **kwargs):
+        msg = "injected: the epoch's commit is lost"
+        raise RuntimeError(msg)
+
+    job.sink.commit_epoch = lost  # this job object only: its rebuilt successor commits
+    caplog.set_level(logging.INFO, logger="source_backfill.executors.source_backfill")
+    p.send(20, 2)
+    wait_for(lambda: job_of(d, "j") is not job, what="the job rebuilt from its table")
+    report = exactly_once(tmp_path / "j", kafka_bootstrap, [topic])
+    assert sum(s.log_records for s in report.splits.values()) == 60
+    assert "job rejoins" in caplog.text

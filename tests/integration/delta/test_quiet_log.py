@@ -79,8 +79,9 @@ def test_an_idle_table_job_past_the_log_retention_restarts_with_its_exact_state(
     source = _source(tmp_path, registry)  # the job reads the retention: it refreshes its state after 1.5 s
     job = source.jobs["j"]
     state, rows = job.state.to_json(), dict(job.rows)
-    DeltaTable(str(table)).create_checkpoint()  # covering every commit so far
-    first = DeltaTable(str(table)).version()
+    log = DeltaTable(str(table))
+    log.create_checkpoint()  # covering every commit so far
+    first = log.version()
     deadline = time.monotonic() + retention_s + 1.5
     while time.monotonic() < deadline:  # idle past the retention; epochs every 0.25 s
         source.run_epoch()
