@@ -190,3 +190,24 @@ def test_missing_or_misplaced_chain_links_fail_loudly():
     other = decode_state(delta_to_json(Changes(), base=9, prev=9))
     with pytest.raises(StateFormatError, match="builds on snapshot 9"):
         rebuild(d2, {1: other}.get)
+
+
+@st.composite
+def two_tables(draw):
+    """Two split tables: the same splits in the same order (the epoch's case), or different split sets."""
+    before = draw(st.dictionaries(st.sampled_from(SPLITS), states(), min_size=1))
+    if draw(st.booleans()):
+        after = {s: draw(st.one_of(st.just(v), states())) for s, v in before.items()}
+    else:
+        after = draw(st.dictionaries(st.sampled_from(SPLITS), states()))
+    return SplitTable.from_states(before), SplitTable.from_states(after)
+
+
+@given(two_tables())
+def test_changed_rows_are_the_rows_diff_finds(tables):
+    before, after = tables
+    rows, removed = after.changed_rows(before)
+    expected = diff({"splits": before.to_json_rows()}, {"splits": after.to_json_rows()})
+    assert rows == expected.changed.get("splits", {})
+    assert removed == expected.removed.get("splits", [])
+    assert after.changed_rows(None) == (after.to_json_rows(), [])
