@@ -83,7 +83,13 @@ from source_backfill.core.codec import (
 )
 from source_backfill.core.columnar import SplitTable
 from source_backfill.core.state_log import Chain, Changes, SnapshotPolicy, snapshot_due
-from source_backfill.errors import JobError, SourceBackfillError, SparkWorkTimeoutError, one_line
+from source_backfill.errors import (
+    JobError,
+    SourceBackfillError,
+    SparkWorkTimeoutError,
+    StateFormatError,
+    one_line,
+)
 from source_backfill.executors.accounting import JobMetrics, Rates
 from source_backfill.executors.history import (
     HistoryReader,
@@ -186,43 +192,15 @@ class SourceBackfillJob:
             )
 
     def _recover(self, recovered: Any) -> None:
-        """States, covered positions and the log chain from the job's newest commit (and those it names).
-
-        A delta's snapshot and the deltas between are read one commit file each (``prev`` links back to
-        ``base``); a previous-format table (every commit a full state, positions in the plan) is a
-        snapshot whose successor is written as a new snapshot.
-        """
-        from connectors.delta.log import KEY_JOB, KEY_STATE
-
-        head = decode_state(recovered.state)
-        seen: dict[int, tuple[LoggedState, Any]] = {}
-
-        def read(version: int) -> LoggedState | None:
-            commit = self.sink.read_commit(version)
-            if commit is None or commit.get(KEY_JOB) != self.name or KEY_STATE not in commit:
-                return None
-            logged = decode_state(commit[KEY_STATE])
-            seen[version] = (logged, commit.get("timestamp"))
-            return logged
-
-        sections = rebuild(head, read, where=f'Delta table {self.sink.path} (job "{self.name}")')
+        """States, covered positions and the log chain from the job's newest commit (and those it names)."""
+        sections, self._chain = read_state_chain(self.sink, recovered)
         self.states = SplitTable.from_states(splits_from_rows(sections[SPLITS]))
         self.committed_epoch = recovered.epoch
         self.processed_epoch = None
-        if END not in sections:  # version 1: the positions are in the commit's plan
+        if END in sections:
+            self._covered_to = dict(sections[END])
+        else:  # version 1: the positions are in the commit's plan
             self._covered_to = dict((recovered.plan or {}).get("end", {}))
-            self._chain = None
-            return
-        self._covered_to = dict(sections[END])
-        if head.kind == "snapshot":
-            stamp = recovered.timestamp_ms
-            self._chain = Chain(recovered.version, recovered.version, 0,
-                                time.time() if stamp is None else stamp / 1000)
-        else:
-            assert head.base is not None  # noqa: S101 - a delta names its base
-            stamp = seen[head.base][1]
-            self._chain = Chain(head.base, recovered.version, len(seen),
-                                time.time() if stamp is None else int(stamp) / 1000)
 
     @property
     def name(self) -> str:
@@ -783,3 +761,46 @@ def _plan_summary(plan: Any, budget: int, history: Iterable[HistoryRange] = (),
         "history": [[r.split, r.start, r.end] for r in (*history, *plan.history)],
         "end": {s: p for s, p in plan.end.items() if before.get(s) != p},
     }
+
+
+def read_state_chain(sink: Any, recovered: Any) -> tuple[dict[str, dict[str, Any]], Chain | None]:
+    """A job's full state sections and its log chain, from its newest commit ``recovered``.
+
+    A delta's snapshot and the deltas between are read one commit file each (``prev`` links back to
+    ``base``, :func:`source_backfill.core.codec.rebuild`); a link missing, torn or misplaced raises
+    :class:`StateFormatError` naming the table. A previous-format table (every commit a full state, no
+    ``end`` section) gives no chain: the job's next commit starts one with a snapshot.
+    """
+    from connectors.delta.log import KEY_JOB, KEY_STATE
+
+    where = f'Delta table {sink.path} (job "{sink.job_id}")'
+    seen: dict[int, tuple[LoggedState, Any]] = {}
+
+    def decode(state: Any, version: int) -> LoggedState:
+        try:
+            return decode_state(state)
+        except StateFormatError as exc:
+            msg = (f"{where}: the state of the commit at version {version} is damaged ({exc}); restore "
+                   "_delta_log from a backup, or drop the job and re-create it on a new sink path")
+            raise StateFormatError(msg) from exc
+
+    def read(version: int) -> LoggedState | None:
+        commit = sink.read_commit(version)
+        if commit is None or commit.get(KEY_JOB) != sink.job_id or KEY_STATE not in commit:
+            return None
+        logged = decode(commit[KEY_STATE], version)
+        seen[version] = (logged, commit.get("timestamp"))
+        return logged
+
+    head = decode(recovered.state, recovered.version)
+    sections = rebuild(head, read, where=where)
+    if END not in sections:
+        return sections, None
+    if head.kind == "snapshot":
+        stamp = recovered.timestamp_ms
+        return sections, Chain(recovered.version, recovered.version, 0,
+                               time.time() if stamp is None else stamp / 1000)
+    assert head.base is not None  # noqa: S101 - a delta names its base
+    stamp = seen[head.base][1]
+    return sections, Chain(head.base, recovered.version, len(seen),
+                           time.time() if stamp is None else int(stamp) / 1000)

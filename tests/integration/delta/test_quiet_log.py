@@ -7,12 +7,14 @@ are run by the test; restarts are new source objects recovering from the jobs' t
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
 
+from connectors.delta.log import KEY_STATE
 from source_backfill.config import JobSpec, SourceConfig
 from source_backfill.runtime.registry import JobRegistry
 from source_backfill.runtime.table_source import TableLiveSource
@@ -97,3 +99,53 @@ def test_an_idle_table_job_past_the_log_retention_restarts_with_its_exact_state(
     up.commit()
     _live(source)
     assert as_rows(DeltaTable(str(table)).to_pyarrow_table()) == up.expected()
+
+
+def _chain_table(tmp_path):
+    """A job's log of a snapshot and two deltas, written with the codec through the sink."""
+    import pyarrow as pa
+
+    from connectors.delta.sink import DeltaEpochSink
+    from source_backfill.core.codec import delta_to_json, snapshot_to_json
+    from source_backfill.core.state_log import Changes
+
+    row = {"stage": "finished", "offset": 4, "num_consumed_rows": 5, "target_offset": 4}
+    sink = DeltaEpochSink(str(tmp_path / "j"), "j", pa.schema([("a", pa.int64())]))
+    snap = sink.commit_epoch(1, None, snapshot_to_json({"splits": {"t:0": row, "t:1": row},
+                                                        "end": {"t:0": 5, "t:1": 5}}))
+    d1 = sink.commit_epoch(2, None, delta_to_json(Changes({"end": {"t:0": 7}}), base=snap.version,
+                                                  prev=snap.version))
+    moved = {**row, "offset": 9}
+    d2 = sink.commit_epoch(3, None, delta_to_json(Changes({"splits": {"t:1": moved}, "end": {"t:1": 10}}),
+                                                  base=snap.version, prev=d1.version))
+    return sink, (snap.version, d1.version, d2.version), {"splits": {"t:0": row, "t:1": moved},
+                                                          "end": {"t:0": 7, "t:1": 10}}
+
+
+def test_the_state_chain_rebuilds_exactly_and_a_broken_link_fails_naming_the_table(tmp_path):
+    from source_backfill.errors import StateFormatError
+    from source_backfill.executors.source_backfill import read_state_chain
+
+    sink, (snap, d1, d2), expected = _chain_table(tmp_path)
+    sections, chain = read_state_chain(sink, sink.recover())
+    assert sections == expected
+    assert (chain.base, chain.prev, chain.deltas_since) == (snap, d2, 2)
+    log = tmp_path / "j" / "_delta_log"
+    middle = log / f"{d1:020d}.json"
+    text = middle.read_text()
+    lines = [json.loads(line) for line in text.splitlines()]
+    for action in lines:
+        if KEY_STATE in action.get("commitInfo", {}):
+            action["commitInfo"][KEY_STATE] = '{"version": 2, "kind": "delta", "splits": [torn'
+    middle.write_text("\n".join(json.dumps(a) for a in lines) + "\n")  # a garbled state mid-chain
+    with pytest.raises(StateFormatError, match=f"{tmp_path / 'j'}.*version {d1} is damaged"):
+        read_state_chain(sink, sink.recover())
+    middle.write_text(text[:-40])  # a torn commit file: the log itself is unreadable, said as much
+    with pytest.raises(StateFormatError, match=f"{tmp_path / 'j'}.*cannot be read"):
+        read_state_chain(sink, sink.recover())
+    middle.write_text(text)
+    DeltaTable(str(tmp_path / "j")).create_checkpoint()
+    for version in range(d1 + 1):  # links gone as a log cleanup removes them (a checkpoint after them)
+        (log / f"{version:020d}.json").unlink()
+    with pytest.raises(StateFormatError, match=f"{tmp_path / 'j'}.*version {d1} .*missing"):
+        read_state_chain(sink, sink.recover())
