@@ -52,10 +52,17 @@ class TableMaintenance:
         def _last_job_commit(self, table: DeltaTable) -> dict[str, Any] | None: ...
 
     def _maintain(self, version: int) -> None:
+        """A checkpoint every ``checkpoint_interval`` versions, for a table that does not say its own.
+
+        A table this sink created sets ``delta.checkpointInterval``: delta-rs' post-commit hook writes
+        the checkpoints then (and removes the commit files past ``delta.logRetentionDuration``).
+        """
         if self.checkpoint_interval > 0 and version > 0 and version % self.checkpoint_interval == 0:
             done = Path(self.path) / "_delta_log" / f"{version:020d}.checkpoint.parquet"
             table = self._dt or self.table()
-            if table is not None and not done.exists():  # delta-rs' own hook may have written it
+            if table is None or "delta.checkpointInterval" in table.metadata().configuration:
+                return
+            if not done.exists():  # delta-rs' own hook may have written it
                 table.create_checkpoint()
                 logger.info('delta checkpoint written path="%s" version=%d', self.path, version)
 

@@ -50,6 +50,12 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 CHANGE_TYPE = "_change_type"
+#: The log retention a new table gets (``delta.logRetentionDuration``): a week of versions to time-travel
+#: and diagnose; older commit files are removed by delta-rs as it writes checkpoints. Delta's own default
+#: (30 days) keeps ~2.6 million commit files of a busy job at a 1 s trigger.
+LOG_RETENTION_HOURS = 168.0
+#: Delta's default when a table does not set ``delta.logRetentionDuration``.
+DEFAULT_LOG_RETENTION_S = 30 * 24 * 3600.0
 #: How often an epoch's log append is retried after conflicting with another writer's commit.
 COMMIT_RETRIES = 5
 
@@ -75,12 +81,17 @@ class CommitResult:
 
 @dataclass(frozen=True)
 class Recovered:
-    """A job's latest committed epoch, state and plan, read back from its table's log."""
+    """A job's latest committed epoch, state and plan, read back from its table's log.
+
+    ``state`` is that commit's own (a job writing deltas rebuilds its full state from the commits it
+    names, :meth:`DeltaEpochSink.read_commit`); ``timestamp_ms``: when it was committed.
+    """
 
     epoch: int
     state: dict[str, Any]
     plan: dict[str, Any] | None
     version: int
+    timestamp_ms: int | None = None
 
 
 class DeltaEpochSink(TableMaintenance, EpochStaging):
@@ -103,6 +114,7 @@ class DeltaEpochSink(TableMaintenance, EpochStaging):
         partition_by: Sequence[str] = (),
         writer: Writer = "delta-rs",
         checkpoint_interval: int = 100,
+        log_retention_hours: float = LOG_RETENTION_HOURS,
         on_conflict: Callable[[], None] | None = None,
     ) -> None:
         if mode == "merge" and not key_columns:
@@ -117,6 +129,8 @@ class DeltaEpochSink(TableMaintenance, EpochStaging):
         self.key_columns = tuple(key_columns)
         self.partition_by = tuple(partition_by)
         self.checkpoint_interval = checkpoint_interval
+        #: ``delta.logRetentionDuration`` of a table this sink creates (an existing table keeps its own).
+        self.log_retention_hours = log_retention_hours
         self.writer = writer
         #: Called once per commit retried after a conflict with another writer (a metric's hook).
         self.on_conflict = on_conflict
@@ -188,27 +202,66 @@ class DeltaEpochSink(TableMaintenance, EpochStaging):
             state=_json(commit.get(KEY_STATE), self.path, KEY_STATE),
             plan=None if plan is None else _json(plan, self.path, KEY_PLAN),
             version=int(commit.get("version", table.version())),
+            timestamp_ms=_int_or_none(commit.get("timestamp")),
         )
 
     def _last_job_commit(self, table: DeltaTable) -> dict[str, Any] | None:
-        """The newest commit carrying our metadata; another job's id there raises ForeignTableError."""
-        seen = 0
-        for limit in _HISTORY_STEPS:
-            history = table.history(limit)
-            for commit in history[seen:]:
-                commit = _with_user_metadata(commit)
-                job = commit.get(KEY_JOB)
-                if job is None:
-                    continue
-                if job != self.job_id:
-                    msg = (f'Delta table {self.path} belongs to job "{job}", not "{self.job_id}": '
-                           "give this job its own sink path")
-                    raise ForeignTableError(msg)
-                return commit
-            if len(history) < limit:
-                break
-            seen = len(history)
+        """The newest commit carrying our metadata; another job's id there raises ForeignTableError.
+
+        Read newest first one commit file at a time (no listing of the log, no replay of it), at most
+        ``_HISTORY_STEPS[-1]`` versions back and never below the oldest commit file the log keeps: a
+        job's commits are its epochs that changed something plus a fresh snapshot before the log
+        retention can remove its state, so the newest of them is normally the newest version.
+        """
+        newest = int(table.version())
+        for version in range(newest, max(-1, newest - _HISTORY_STEPS[-1]), -1):
+            commit = self.read_commit(version)
+            if commit is None:
+                if not (Path(self.path) / "_delta_log" / f"{version:020d}.json").exists():
+                    break  # below what the log keeps (cleaned up after its retention)
+                continue
+            job = commit.get(KEY_JOB)
+            if job is None:
+                continue
+            if job != self.job_id:
+                msg = (f'Delta table {self.path} belongs to job "{job}", not "{self.job_id}": '
+                       "give this job its own sink path")
+                raise ForeignTableError(msg)
+            return commit
         return None
+
+    def read_commit(self, version: int) -> dict[str, Any] | None:
+        """The ``commitInfo`` of log version ``version`` (our keys merged in, ``version`` added).
+
+        Reads that one commit file (``_delta_log/<version>.json``) and nothing else; None when the log
+        no longer has it (cleaned up) or it carries no commit info. A file that cannot be parsed raises
+        :class:`StateFormatError`: a torn commit is never skipped over.
+        """
+        path = Path(self.path) / "_delta_log" / f"{version:020d}.json"
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        for line in text.splitlines():
+            if '"commitInfo"' not in line:
+                continue
+            try:
+                info = json.loads(line).get("commitInfo")
+            except ValueError as exc:
+                msg = (f"Delta table {self.path}: commit file {path.name} is torn ({exc}); restore "
+                       "_delta_log from a backup, or drop the job and re-create it on a new sink path")
+                raise StateFormatError(msg) from exc
+            if isinstance(info, dict):
+                return {**_with_user_metadata(info), "version": version}
+        return None
+
+    def log_retention_s(self) -> float:
+        """How long the table's log keeps a commit (``delta.logRetentionDuration``, Delta's default 30 d)."""
+        table = self.table()
+        value = None if table is None else table.metadata().configuration.get("delta.logRetentionDuration")
+        if value is None:
+            return self.log_retention_hours * 3600.0 if table is None else DEFAULT_LOG_RETENTION_S
+        return parse_interval_s(value, self.path)
 
     def _find_epoch_commit(self, table: DeltaTable, epoch: int) -> dict[str, Any] | None:
         """The commit of ``epoch`` of this job among the newest ones (None if not found)."""
@@ -404,7 +457,10 @@ class DeltaEpochSink(TableMaintenance, EpochStaging):
             .option("userMetadata", json.dumps(meta, sort_keys=True)).save(self.path)
         )
         table = self.table()
-        version = None if table is None else int(table.version())
+        commit = None if table is None else self._find_epoch_commit(table, epoch)
+        # the version of *this* commit (another writer may have committed after it): the chain of a
+        # job's state commits names versions
+        version = None if commit is None else int(commit["version"])
         return CommitResult(epoch, True, version, 0, -1)
 
     def _ensure_table(self) -> None:
@@ -417,9 +473,26 @@ class DeltaEpochSink(TableMaintenance, EpochStaging):
             schema=self.arrow_schema,
             mode="ignore",
             partition_by=list(self.partition_by) or None,
-            configuration={"delta.enableChangeDataFeed": "true"},
+            configuration=self.table_properties(),
         )
         logger.info('delta table created path="%s" job="%s"', self.path, self.job_id)
+
+    def table_properties(self) -> dict[str, str]:
+        """The properties a new table gets: change data feed, log checkpoints and log retention.
+
+        delta-rs writes a checkpoint every ``delta.checkpointInterval`` versions after a commit and then,
+        with ``delta.enableExpiredLogCleanup``, removes the commit files older than
+        ``delta.logRetentionDuration`` that a checkpoint covers: readers start at the newest checkpoint
+        and the log folder stays the size of the retention, however long the job runs.
+        """
+        props = {
+            "delta.enableChangeDataFeed": "true",
+            "delta.logRetentionDuration": f"interval {round(self.log_retention_hours * 3600)} seconds",
+            "delta.enableExpiredLogCleanup": "true",
+        }
+        if self.checkpoint_interval > 0:
+            props["delta.checkpointInterval"] = str(self.checkpoint_interval)
+        return props
 
     def _conform(self, df: DataFrame, *extra: str) -> DataFrame:
         """``df`` with the sink's columns (+ ``extra``), in its order, cast to its types where they differ."""
@@ -457,6 +530,7 @@ class DeltaEpochSink(TableMaintenance, EpochStaging):
         """
         from deltalake.transaction import CommitProperties, Transaction
 
+        before = int(table.version())
         for attempt in range(COMMIT_RETRIES + 1):
             try:
                 table.create_write_transaction(
@@ -483,7 +557,20 @@ class DeltaEpochSink(TableMaintenance, EpochStaging):
                 logger.warning('commit conflicted with another writer, retrying job="%s" epoch=%d '
                                'attempt=%d error="%s"', self.job_id, epoch, attempt + 1, one_line(exc))
         table.update_incremental()
-        return int(table.version())
+        return self._own_version(table, meta, before)
+
+    def _own_version(self, table: DeltaTable, meta: Mapping[str, str], before: int) -> int:
+        """The log version of the commit carrying ``meta``'s attempt, newer than ``before``.
+
+        The newest version unless another writer committed right after us: a job's state commits name
+        each other by version (``prev``, ``base``), so it must be this commit's own.
+        """
+        newest = int(table.version())
+        for version in range(newest, before, -1):
+            commit = self.read_commit(version)
+            if commit is not None and commit.get(KEY_ATTEMPT) == meta.get(KEY_ATTEMPT):
+                return version
+        return newest
 
     def _merge(
         self, table: DeltaTable, epoch: int, df: DataFrame | None, meta: dict[str, str]
@@ -496,6 +583,7 @@ class DeltaEpochSink(TableMaintenance, EpochStaging):
         """
         from deltalake.transaction import CommitProperties, Transaction
 
+        before = int(table.version())
         props = CommitProperties(custom_metadata=meta, app_transactions=[Transaction(self.job_id, epoch)])
         changes = None
         if _is_arrow_table(df):
@@ -528,7 +616,7 @@ class DeltaEpochSink(TableMaintenance, EpochStaging):
             )
             rows = changes.num_rows
         table.update_incremental()
-        return CommitResult(epoch, True, int(table.version()), 0, rows)
+        return CommitResult(epoch, True, self._own_version(table, meta, before), 0, rows)
 
 
 def _is_arrow(schema: Any) -> bool:
@@ -555,6 +643,29 @@ def _json(text: Any, path: str, key: str) -> dict[str, Any]:
         msg = f"Delta table {path}: commit metadata {key} is not a JSON object"
         raise StateFormatError(msg)
     return value
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return None if value is None else int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+_UNITS_S = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800}
+
+
+def parse_interval_s(value: str, path: str = "") -> float:
+    """Seconds of a Delta interval property (``"interval 7 days"``, ``"interval 2 seconds"``)."""
+    words = value.strip().lower().split()
+    if words and words[0] == "interval":
+        words = words[1:]
+    try:
+        amount, unit = float(words[0]), words[1].rstrip("s")
+        return amount * _UNITS_S[unit]
+    except (IndexError, KeyError, ValueError):
+        msg = f'Delta table {path}: cannot read the interval "{value}" (expected e.g. "interval 7 days")'
+        raise DeltaSinkError(msg) from None
 
 
 def _is_commit_conflict(exc: BaseException) -> bool:

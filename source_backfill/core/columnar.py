@@ -165,3 +165,23 @@ class SplitTable(Mapping[SplitId, SplitState]):
                     "target_offset": None if t == NONE else t}
             for split, st, o, r, t in sorted(rows)
         }
+
+    def changed_rows(self, before: SplitTable | None) -> tuple[dict[SplitId, dict[str, Any]], list[SplitId]]:
+        """The codec rows of splits whose state differs from ``before`` (new ones too), and removed splits.
+
+        Compares the columns when both tables hold the same splits in the same order (every epoch but
+        one that changes the split set): one vectorized pass, rows built only for the splits that moved.
+        """
+        if before is None:
+            return self.to_json_rows(), []
+        if before.splits == self.splits:
+            moved = np.flatnonzero((before.stage != self.stage) | (before.offset != self.offset)
+                                   | (before.rows != self.rows) | (before.target != self.target))
+            if not len(moved):
+                return {}, []
+            sub = SplitTable(tuple(self.splits[i] for i in moved), self.stage[moved], self.offset[moved],
+                             self.rows[moved], self.target[moved])
+            return sub.to_json_rows(), []
+        old = before.to_json_rows()
+        rows = {s: r for s, r in self.to_json_rows().items() if old.get(s) != r}
+        return rows, sorted(s for s in before.splits if s not in self.index)

@@ -10,6 +10,13 @@ stream) :meth:`SourceBackfillJob.run_epoch`:
    planner never plans a history row the rules would drop);
 4. applies the job's transform and commits output + ``S(e)`` + plan to Delta in one transaction.
 
+No commit without a change: an epoch that adds no row, moves no split's state and no live position
+(a Finished job on an idle topic) commits nothing; it is still *processed* (``processed_epoch``:
+progress, metrics and the missed-epochs check go on). A commit carries the state of the splits that
+moved (a delta over the job's last snapshot, :mod:`source_backfill.core.state_log`) and a full snapshot
+every ``SnapshotPolicy.every`` commits, when most splits moved, and before half the table's log retention
+has passed since the last one (so Delta's log cleanup never takes the state of an idle job).
+
 A history-read error never stops the live stream: the epoch commits its live part with the history
 states unchanged, the error is counted, and history resumes after a backoff from the committed offsets.
 
@@ -63,12 +70,27 @@ from source_backfill.core import (
     reconcile_splits,
     rejoin,
     split_id,
-    states_from_json,
-    states_to_json,
+)
+from source_backfill.core.codec import (
+    END,
+    SPLITS,
+    LoggedState,
+    decode_state,
+    delta_to_json,
+    rebuild,
+    snapshot_to_json,
+    splits_from_rows,
 )
 from source_backfill.core.columnar import SplitTable
 from source_backfill.core.latency import LatencyWindow
-from source_backfill.errors import JobError, SourceBackfillError, SparkWorkTimeoutError, one_line
+from source_backfill.core.state_log import Chain, Changes, SnapshotPolicy, snapshot_due
+from source_backfill.errors import (
+    JobError,
+    SourceBackfillError,
+    SparkWorkTimeoutError,
+    StateFormatError,
+    one_line,
+)
 from source_backfill.executors.accounting import JobMetrics, Rates, live_latencies
 from source_backfill.executors.history import (
     HistoryReader,
@@ -142,8 +164,14 @@ class SourceBackfillJob:
         #: The committed split states, as columns (the planner's form; a mapping for everything else).
         self.states: SplitTable | None = None
         self.committed_epoch: int | None = None
+        #: The last epoch the job processed: committed, or with nothing to commit (no change).
+        self.processed_epoch: int | None = None
         #: Live positions after the job's last committed epoch (what it has covered), for rejoining.
         self._covered_to: dict[str, int] = {}
+        #: Where the job's state commits stand in its log (None: the next commit writes a snapshot).
+        self._chain: Chain | None = None
+        #: Whether the commit being made carries a snapshot (set with its state).
+        self._snapshot_pending = False
         self._rates = Rates()
         self._metrics = JobMetrics(spec.name)
         #: Live latency of the rows committed in the last minute (core.latency: p50/p99 for the API).
@@ -155,17 +183,29 @@ class SourceBackfillJob:
                                    on_conflict=metrics.COMMIT_CONFLICTS.labels(spec.name).inc)
         self.reads_ahead = spec.read_ahead and self.sink.writes_before_commit()
         self._reads = ReadsAhead(spec.name, spark, self.sink, work=self._spark_work)
+        self._policy = SnapshotPolicy(max_age_s=self.sink.log_retention_s() / 2)
         recovered = self.sink.recover()
         if recovered is not None:
-            self.states = SplitTable.from_states(states_from_json(recovered.state))
-            self.committed_epoch = recovered.epoch
-            self._covered_to = dict((recovered.plan or {}).get("end", {}))
+            self._recover(recovered)
+            assert self.states is not None  # noqa: S101 - set by _recover
             self._rates.rows_history = int(self.states.rows.sum())
             logger.info(
-                'job recovered job="%s" epoch=%d splits=%d finished=%s',
+                'job recovered job="%s" epoch=%d splits=%d finished=%s version=%d base=%s',
                 spec.name, recovered.epoch, len(self.states), is_backfill_done(self.states),
+                recovered.version, None if self._chain is None else self._chain.base,
             )
         self._rates.copied.observe(time.monotonic(), self._rates.rows_history)  # the rate's first point
+
+    def _recover(self, recovered: Any) -> None:
+        """States, covered positions and the log chain from the job's newest commit (and those it names)."""
+        sections, self._chain = read_state_chain(self.sink, recovered)
+        self.states = SplitTable.from_states(splits_from_rows(sections[SPLITS]))
+        self.committed_epoch = recovered.epoch
+        self.processed_epoch = None
+        if END in sections:
+            self._covered_to = dict(sections[END])
+        else:  # version 1: the positions are in the commit's plan
+            self._covered_to = dict((recovered.plan or {}).get("end", {}))
 
     @property
     def name(self) -> str:
@@ -221,7 +261,10 @@ class SourceBackfillJob:
 
     # -- the epoch -------------------------------------------------------------------------------------
     def run_epoch(self, inp: EpochInput) -> bool:
-        """Process epoch ``inp.epoch``; return False when it was already committed (replay)."""
+        """Process epoch ``inp.epoch``; return whether it committed.
+
+        False: it was committed already (a replay), or nothing changed (nothing to commit).
+        """
         if self.failed is not None:
             return False
         if self.committed_epoch is not None and self.committed_epoch >= inp.epoch:
@@ -232,11 +275,13 @@ class SourceBackfillJob:
             self.attach(inp)
         assert self.states is not None  # noqa: S101 - set by attach
         states: SplitTable = self.states
-        if self.committed_epoch is not None and self.committed_epoch < inp.epoch - 1 and inp.start:
-            # the job missed epochs (dropped and re-created on its table, say): history covers them
+        last = self.processed_epoch if self.processed_epoch is not None else self.committed_epoch
+        if last is not None and last < inp.epoch - 1 and inp.start:
+            # the job missed epochs (dropped and re-created on its table, restarted after epochs that
+            # changed nothing and were not committed, say): history covers them. Epochs skipped for no
+            # change moved no position, so after those the rejoin plans nothing to read.
             states = SplitTable.from_states(rejoin(states, self._covered_to, inp.start))
-            logger.info('job rejoins job="%s" last_epoch=%d epoch=%d', self.name, self.committed_epoch,
-                        inp.epoch)
+            logger.info('job rejoins job="%s" last_epoch=%d epoch=%d', self.name, last, inp.epoch)
         reconciled, changes = reconcile_splits(states, sorted(inp.end))
         states = SplitTable.from_states(reconciled)
         for change, count in _count_changes(changes).items():
@@ -255,6 +300,8 @@ class SourceBackfillJob:
         if self.reads_ahead and plan.history and not self._reads_inline(plan, budget, ahead):
             plan = plan.without_history()  # the reads ahead take the history
 
+        if self._unchanged(inp, plan, ahead):
+            return self._skipped(inp, plan, t0)
         self.history.count_data_loss(self.name, plan.history)
         if inp.rows is not None and not plan.history and self.spec.transform is None \
                 and self.sink.writes_before_commit():
@@ -300,8 +347,9 @@ class SourceBackfillJob:
                 )
             else:
                 new_states = finish_epoch(plan, counts)
-                result = self.sink.commit_epoch(inp.epoch, self.transform(out), states_to_json(new_states),
-                                                plan=_plan_summary(plan, budget, ahead.ranges),
+                result = self.sink.commit_epoch(inp.epoch, self.transform(out),
+                                                self._state_doc(new_states, plan.end),
+                                                plan=self._plan_summary(plan, budget, ahead.ranges),
                                                 staged=ahead.staged)
         except Exception:
             if ahead.reads:
@@ -318,8 +366,8 @@ class SourceBackfillJob:
         new_states = finish_epoch(plan, {})
         try:
             result = self.sink.commit_epoch(inp.epoch, live_rows_arrow(inp.rows, plan.emit_above),
-                                            states_to_json(new_states),
-                                            plan=_plan_summary(plan, budget, ahead.ranges),
+                                            self._state_doc(new_states, plan.end),
+                                            plan=self._plan_summary(plan, budget, ahead.ranges),
                                             staged=ahead.staged)
         except Exception:
             if ahead.reads:
@@ -337,14 +385,16 @@ class SourceBackfillJob:
                 self._reads.retire(ahead.reads)
             if ahead.reads:
                 metrics.HISTORY_READS_AHEAD.labels(self.name, "adopted").inc(len(ahead.reads))
+            self._covered_to = dict(inp.end)
+            self._chain_after(result.version)
         else:  # another attempt committed this epoch first: its state is the truth
             if ahead.reads:
                 self._reads.drop()
             recovered = self.sink.recover()
             if recovered is not None:
-                self.states = SplitTable.from_states(states_from_json(recovered.state))
+                self._recover(recovered)
         self.committed_epoch = inp.epoch
-        self._covered_to = dict(inp.end)
+        self.processed_epoch = inp.epoch
         elapsed = time.monotonic() - t0
         inline = (sum(counts.values()), read_s)
         if result.committed:
@@ -367,6 +417,64 @@ class SourceBackfillJob:
             return
         self._metrics.latency(latencies)
         self.latency.add(time.monotonic(), latencies, kind)
+
+    # -- what a commit records -----------------------------------------------------------------------
+    def _unchanged(self, inp: EpochInput, plan: Any, ahead: Adopted) -> bool:
+        """Nothing to commit: no row, no history, no split state or live position moved, no snapshot due.
+
+        Only once the job's state is in its log in the current format (``_chain``): the first commit,
+        and the first after a previous-format table, are written whatever the epoch holds.
+        """
+        if self._chain is None or self.states is None or plan.history or ahead.reads or ahead.staged:
+            return False
+        if _output_rows_bound(inp, plan, {}) > 0:
+            return False
+        if self._changes(finish_epoch(plan, {}), plan.end):
+            return False
+        # a snapshot due by age is committed even by an idle job: the log cleanup never takes its state
+        return time.time() - self._chain.base_time_s < self._policy.max_age_s
+
+    def _skipped(self, inp: EpochInput, plan: Any, t0: float) -> bool:
+        """An epoch with nothing to commit is processed all the same (progress, metrics, read ahead)."""
+        self.processed_epoch = inp.epoch
+        self._account(inp, plan, {}, (0, 0.0), time.monotonic() - t0, committed=False, unchanged=True)
+        if self.reads_ahead:
+            self._read_ahead()
+        return False
+
+    def _changes(self, new_states: SplitTable, end: Mapping[str, int]) -> Changes:
+        """What moved since the job's last commit: split rows and live positions."""
+        rows, removed = new_states.changed_rows(self.states if self._chain is not None else None)
+        ends = {s: p for s, p in end.items() if self._covered_to.get(s) != p}
+        gone = sorted(s for s in self._covered_to if s not in end)
+        changed = {k: v for k, v in ((SPLITS, rows), (END, ends)) if v}
+        return Changes(changed, {k: v for k, v in ((SPLITS, removed), (END, gone)) if v})
+
+    def _state_doc(self, new_states: SplitTable, end: Mapping[str, int]) -> dict[str, Any]:
+        """The state the commit carries: a snapshot, or the delta since the job's previous commit."""
+        changes = self._changes(new_states, end)
+        total = 2 * len(new_states)
+        snapshot = self._chain is None or snapshot_due(
+            self._policy, has_base=True, deltas_since=self._chain.deltas_since, changes=changes,
+            total=total, base_age_s=time.time() - self._chain.base_time_s)
+        self._snapshot_pending = snapshot
+        if snapshot:
+            return snapshot_to_json({SPLITS: new_states.to_json_rows(), END: dict(sorted(end.items()))})
+        assert self._chain is not None  # noqa: S101
+        return delta_to_json(changes, base=self._chain.base, prev=self._chain.prev)
+
+    def _chain_after(self, version: int | None) -> None:
+        """The chain once this job's commit landed at ``version`` (unknown: the next one is a snapshot)."""
+        if version is None:
+            self._chain = None
+        elif self._snapshot_pending or self._chain is None:
+            self._chain = Chain(version, version, 0, time.time())
+        else:
+            self._chain = self._chain.after(version, snapshot=False, now_s=time.time())
+
+    def _plan_summary(self, plan: Any, budget: int, history: Iterable[HistoryRange] = ()) -> dict[str, Any]:
+        """What the commit records of the epoch's plan: its budget, ranges read, positions that moved."""
+        return _plan_summary(plan, budget, history, self._covered_to)
 
     def _budget(self, interval_s: float) -> int:
         """History offsets one epoch may read now (0 in a read-error backoff)."""
@@ -498,11 +606,11 @@ class SourceBackfillJob:
             # past the timeout the epoch fails and replays instead of stalling the source
             done["counts"] = {s: int(n) for s, n in observed(observation).items() if n}
             done["states"] = finish_epoch(plan, done["counts"])
-            return states_to_json(done["states"])
+            return self._state_doc(done["states"], plan.end)
 
         try:
             result = self.sink.commit_epoch(inp.epoch, self.transform(out), state_after_write,
-                                            plan=_plan_summary(plan, budget, ahead.ranges),
+                                            plan=self._plan_summary(plan, budget, ahead.ranges),
                                             staged=ahead.staged)
         except Exception as exc:
             if isinstance(exc, SourceBackfillError) or "states" in done:
@@ -510,8 +618,9 @@ class SourceBackfillJob:
             self._history_error(exc)  # data loss: the job fails here
             live_only = plan.without_history()
             states = finish_epoch(live_only, {})
-            result = self.sink.commit_epoch(inp.epoch, self.transform(live), states_to_json(states),
-                                            plan=_plan_summary(live_only, budget, ahead.ranges),
+            result = self.sink.commit_epoch(inp.epoch, self.transform(live),
+                                            self._state_doc(states, live_only.end),
+                                            plan=self._plan_summary(live_only, budget, ahead.ranges),
                                             staged=ahead.staged)
             return result, live_only, {}, states, time.monotonic() - t0
         if "states" not in done:  # the epoch was in already (a replay): nothing was observed
@@ -579,7 +688,7 @@ class SourceBackfillJob:
 
     def _account(
         self, inp: EpochInput, plan: Any, counts: Mapping[str, int], inline: tuple[int, float],
-        elapsed: float, *, committed: bool,
+        elapsed: float, *, committed: bool, unchanged: bool = False,
     ) -> None:
         """Rates, metrics and the epoch's log line (``executors/accounting.py``).
 
@@ -593,6 +702,10 @@ class SourceBackfillJob:
         ahead = self.read_ahead()
         progress = self.progress(ahead)
         self._metrics.state(self.states, ahead, self._rates, progress.eta_seconds, committed=committed)
+        if unchanged:  # every trigger of an idle job: not worth a line at info
+            logger.debug('epoch unchanged, nothing committed job="%s" epoch=%d seconds=%.3f', self.name,
+                         inp.epoch, elapsed)
+            return
         logger.info(
             'epoch committed job="%s" epoch=%d history_rows=%d live_rows=%d seconds=%.3f finished=%d/%d',
             self.name, inp.epoch, history_rows, live_rows, elapsed,
@@ -662,10 +775,59 @@ def _count_changes(changes: Any) -> dict[str, int]:
     return counts
 
 
-def _plan_summary(plan: Any, budget: int, history: Iterable[HistoryRange] = ()) -> dict[str, Any]:
-    """What the commit records of the epoch's plan; ``history``: ranges read ahead and adopted."""
+def _plan_summary(plan: Any, budget: int, history: Iterable[HistoryRange] = (),
+                  covered_to: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """What the commit records of the epoch's plan; ``history``: ranges read ahead and adopted.
+
+    ``end``: the live positions that moved since ``covered_to`` (all without it); the state holds them
+    all (its ``end`` section).
+    """
+    before = covered_to or {}
     return {
         "budget": budget,
         "history": [[r.split, r.start, r.end] for r in (*history, *plan.history)],
-        "end": dict(plan.end),
+        "end": {s: p for s, p in plan.end.items() if before.get(s) != p},
     }
+
+
+def read_state_chain(sink: Any, recovered: Any) -> tuple[dict[str, dict[str, Any]], Chain | None]:
+    """A job's full state sections and its log chain, from its newest commit ``recovered``.
+
+    A delta's snapshot and the deltas between are read one commit file each (``prev`` links back to
+    ``base``, :func:`source_backfill.core.codec.rebuild`); a link missing, torn or misplaced raises
+    :class:`StateFormatError` naming the table. A previous-format table (every commit a full state, no
+    ``end`` section) gives no chain: the job's next commit starts one with a snapshot.
+    """
+    from connectors.delta.log import KEY_JOB, KEY_STATE
+
+    where = f'Delta table {sink.path} (job "{sink.job_id}")'
+    seen: dict[int, tuple[LoggedState, Any]] = {}
+
+    def decode(state: Any, version: int) -> LoggedState:
+        try:
+            return decode_state(state)
+        except StateFormatError as exc:
+            msg = (f"{where}: the state of the commit at version {version} is damaged ({exc}); restore "
+                   "_delta_log from a backup, or drop the job and re-create it on a new sink path")
+            raise StateFormatError(msg) from exc
+
+    def read(version: int) -> LoggedState | None:
+        commit = sink.read_commit(version)
+        if commit is None or commit.get(KEY_JOB) != sink.job_id or KEY_STATE not in commit:
+            return None
+        logged = decode(commit[KEY_STATE], version)
+        seen[version] = (logged, commit.get("timestamp"))
+        return logged
+
+    head = decode(recovered.state, recovered.version)
+    sections = rebuild(head, read, where=where)
+    if END not in sections:
+        return sections, None
+    if head.kind == "snapshot":
+        stamp = recovered.timestamp_ms
+        return sections, Chain(recovered.version, recovered.version, 0,
+                               time.time() if stamp is None else stamp / 1000)
+    assert head.base is not None  # noqa: S101 - a delta names its base
+    stamp = seen[head.base][1]
+    return sections, Chain(head.base, recovered.version, len(seen),
+                           time.time() if stamp is None else int(stamp) / 1000)

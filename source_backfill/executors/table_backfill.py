@@ -8,6 +8,10 @@ delta-rs on the driver, and commits its output and its new state in one Delta co
 (``Transaction(job, epoch)``, the Kafka jobs' exactly-once protocol). A restarted job resumes from the
 state in its table's last commit: nothing is buffered in memory, the source table's log is the log store.
 
+No commit without a change: an epoch that emits no row and leaves the state as it was (a live job on a
+quiet table) commits nothing. Only before half the table's log retention has passed since the job's last
+commit is one written anyway, so that Delta's log cleanup never takes the state of an idle job.
+
 Output: ``merge`` applies the changes to the job's table by primary key (a copy of the source table);
 ``changelog`` appends every change with ``_change_type``, ``_epoch`` and ``_seq`` (replayed in
 ``(_epoch, _seq)`` order it rebuilds the table).
@@ -89,6 +93,11 @@ class TableBackfillJob:
             self.sink = DeltaEpochSink(spec.sink_path, spec.name, schema, on_conflict=self._conflict)
         self.state: TableBackfillState | None = None
         self.committed_epoch: int | None = None
+        #: The last epoch processed: committed, or with nothing to commit.
+        self.processed_epoch: int | None = None
+        #: When the job's last commit was made (wall clock seconds; its state's age in the log).
+        self._last_commit_s: float | None = None
+        self._max_state_age_s = self.sink.log_retention_s() / 2
         self.rows: Counter[str] = Counter()
         self._recover()
         self.paused = False
@@ -121,6 +130,8 @@ class TableBackfillJob:
         if recovered is None:
             return
         self.committed_epoch = recovered.epoch
+        stamp = recovered.timestamp_ms
+        self._last_commit_s = time.time() if stamp is None else stamp / 1000
         data = recovered.state.get(STATE_KEY)
         if data is not None:
             self.state = TableBackfillState.from_json(data)
@@ -161,7 +172,7 @@ class TableBackfillJob:
 
         ``live``: the change feed rows of at least the versions after this job's cursor up to
         ``delivered`` when :meth:`needs_live` (rows at or below the cursor are ignored). Returns whether
-        the epoch was committed (False: it was committed before, a replay).
+        the epoch was committed (False: it was committed before, a replay, or nothing changed).
         """
         state = self.state or TableBackfillState.attach(self.strategy, before)
         budget = table_budget(paused=self.paused, rate_limit_rows_per_s=self.rate_limit,
@@ -184,14 +195,16 @@ class TableBackfillJob:
         else:
             parts.append(_Part(Phase.CONSUME_UPSTREAM.value, self._after(live, state.cursor, delivered)))
             state = state.replayed(delivered, delivered)
-        committed = self._commit(epoch, state, parts, delivered)
+        outcome = self._commit(epoch, state, parts, delivered)
+        committed = outcome != "replay"  # an unchanged epoch stands as if committed: it holds nothing new
+        self.processed_epoch = epoch
         # arrangement's held changes move on with the commit; a replayed epoch starts them over
         self._unsent = self._unsent_next if committed else None
         self._copied_last = committed and self._step is ArrangementStep.COPY_AT_CURSOR
         if not committed:
             self._index = None
         self._unsent_next = None
-        return committed
+        return outcome == "committed"
 
     def _copy(self, state: TableBackfillState, budget: int | None, delivered: int, live: pa.Table | None,
               parts: list[_Part]) -> TableBackfillState:
@@ -305,13 +318,25 @@ class TableBackfillJob:
     def _keys(self, changes: pa.Table) -> list[tuple[Any, ...]]:
         return list(zip(*(changes.column(k).to_pylist() for k in self.primary_key), strict=True))
 
-    def _commit(self, epoch: int, state: TableBackfillState, parts: list[_Part], delivered: int) -> bool:
+    def _unchanged(self, state: TableBackfillState, rows: Counter[str]) -> bool:
+        """No row, the same state as committed, and the committed one young enough to stay in the log."""
+        if rows or self.state is None or self.committed_epoch is None or self._last_commit_s is None:
+            return False
+        if time.time() - self._last_commit_s >= self._max_state_age_s:
+            return False
+        return state.to_json() == self.state.to_json()
+
+    def _commit(self, epoch: int, state: TableBackfillState, parts: list[_Part], delivered: int) -> str:
+        """Commit the epoch: ``"committed"``, ``"unchanged"`` (nothing to commit) or ``"replay"``."""
         import pyarrow as pa
 
         rows: Counter[str] = Counter()
         for part in parts:
             rows[part.stage] += part.rows.num_rows
         rows = +rows
+        if self._unchanged(state, rows):
+            self.delivered = delivered
+            return "unchanged"
         out = None
         kept = [p for p in parts if p.rows.num_rows]
         # every change is of a key the job's table does not hold yet (chunk rows and the changes after
@@ -331,7 +356,7 @@ class TableBackfillJob:
         self.delivered = delivered
         if not result.committed:  # committed before (a replay): the table's state is the truth
             self._recover()
-            return False
+            return "replay"
         for stage, n in rows.items():
             metrics.TABLE_BACKFILL_ROWS.labels(self.name, stage).inc(n)
         metrics.COMMITS.labels(self.name).inc()
@@ -343,10 +368,11 @@ class TableBackfillJob:
         if state.cursor is not None:
             self.replayed_rate.observe(now, state.cursor)
         self.arrived_rate.observe(now, delivered)
+        self._last_commit_s = time.time()
         lag = self.lag_versions
         if lag is not None:
             metrics.TABLE_BACKFILL_LAG.labels(self.name).set(lag)
-        return True
+        return "committed"
 
     @property
     def columns(self) -> list[str]:

@@ -151,7 +151,7 @@ def to_job_progress(job: SourceBackfillJob) -> JobProgress:
             )
         )
     return JobProgress(
-        epoch=job.committed_epoch,
+        epoch=_epoch(job),
         status=status,
         rows_history=history,
         rows_live=live,
@@ -203,7 +203,7 @@ def table_job_progress(job: TableBackfillJob) -> JobProgress:
             progress=table_fraction(snapshot_done, copied, total, vnodes_done, state.vnodes.count),
         )
     return JobProgress(
-        epoch=job.committed_epoch,
+        epoch=_epoch(job),
         status=status,
         rows_history=sum(rows.get(p.value, 0) for p in (Phase.CONSUMING_SNAPSHOT, Phase.CONSUMING_LOG_STORE)),
         rows_live=rows.get(Phase.CONSUME_UPSTREAM.value, 0),
@@ -216,3 +216,9 @@ def table_job_progress(job: TableBackfillJob) -> JobProgress:
         last_error=job.last_error,
         table=table,
     )
+
+
+def _epoch(job: SourceBackfillJob | TableBackfillJob) -> int | None:
+    """The job's last epoch: processed (an epoch with nothing to commit counts), else committed."""
+    processed = job.processed_epoch
+    return processed if processed is not None else job.committed_epoch

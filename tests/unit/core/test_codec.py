@@ -25,7 +25,7 @@ def _doc(**split):
     [
         ("{not json", "not valid JSON"),
         ([1, 2], "must be an object"),
-        ({"version": 2, "splits": {}}, "version 2"),
+        ({"version": 3, "splits": {}}, "version 3"),
         ({"version": 1}, 'no "splits"'),
         ({"version": 1, "splits": {"nocolon": {}}}, "topic:partition"),
         (_doc(stage="done"), "unknown stage"),

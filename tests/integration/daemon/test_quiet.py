@@ -1,0 +1,210 @@
+"""A job with nothing to do commits nothing, and what it commits is what moved (issue 27).
+
+Checked end to end on a live source: no table version while the topic is idle (the epochs still run), the
+state of a commit is the delta of what moved over the job's last snapshot, and a restart after epochs that
+were skipped for no change (so the replayed epoch is far above the committed one) is exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+import pytest
+
+from connectors.delta.log import KEY_STATE
+from tests.integration.daemon.conftest import INTERVAL_S, exactly_once, finished, job_of, job_spec, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def _version(table) -> int:
+    from deltalake import DeltaTable
+
+    return DeltaTable(str(table)).version()
+
+
+def _settled(table, quiet_s: float = 4 * INTERVAL_S) -> int:
+    """The table's version once no version was added for ``quiet_s`` (the last live rows committed)."""
+    last, since = _version(table), time.monotonic()
+    while time.monotonic() - since < quiet_s:
+        time.sleep(INTERVAL_S / 2)
+        now = _version(table)
+        if now != last:
+            last, since = now, time.monotonic()
+    return last
+
+
+def test_an_idle_finished_job_adds_no_version_while_its_epochs_run(
+    daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path, caplog
+):
+    topic = new_topic(4)
+    p = producer_for(topic)
+    p.send(400, 4)
+    d = daemon_factory([topic], [job_spec("j", tmp_path)])
+    wait_for(lambda: finished(d, "j"), what="finished")
+    exactly_once(tmp_path / "j", kafka_bootstrap, [topic])
+    before = _settled(tmp_path / "j")
+    epoch = d.sources["src"].last_epoch
+    caplog.set_level(logging.INFO, logger="source_backfill.executors.source_backfill")
+    time.sleep(12 * INTERVAL_S)
+    assert d.sources["src"].last_epoch >= epoch + 5  # the epochs go on ...
+    assert _version(tmp_path / "j") == before  # ... and commit nothing
+    assert job_of(d, "j").processed_epoch >= epoch + 5
+    # epochs skipped for no change are not missed ones: new rows commit without a rejoin
+    p.send(40, 4)
+    exactly_once(tmp_path / "j", kafka_bootstrap, [topic])
+    assert _version(tmp_path / "j") > before
+    assert "job rejoins" not in caplog.text
+
+
+def test_a_commit_carries_what_moved_over_a_snapshot(
+    daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path
+):
+    from deltalake import DeltaTable
+
+    topic = new_topic(6)
+    p = producer_for(topic)
+    p.send(60, 6)
+    d = daemon_factory([topic], [job_spec("j", tmp_path)])
+    wait_for(lambda: finished(d, "j"), what="finished")
+    exactly_once(tmp_path / "j", kafka_bootstrap, [topic])
+    before = _settled(tmp_path / "j")
+    p.send(5, 6, weights=[1, 0, 0, 0, 0, 0])  # one partition moves
+    exactly_once(tmp_path / "j", kafka_bootstrap, [topic])
+    history = DeltaTable(str(tmp_path / "j")).history()
+    commits = [c for c in history if c["version"] > before and KEY_STATE in c]
+    assert commits
+    states = [json.loads(c[KEY_STATE]) for c in commits]
+    assert all(s["kind"] == "delta" for s in states), states
+    assert all(len(s["end"]) == 1 and len(s["splits"]) <= 1 for s in states), states
+    plans = [json.loads(c["source_backfill.plan"]) for c in commits]
+    assert all(len(pl["end"]) == 1 for pl in plans), plans
+
+
+def test_restart_after_skipped_epochs_is_exactly_once(
+    daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path
+):
+    topic = new_topic(3)
+    p = producer_for(topic)
+    p.send(300, 3)
+    state = tmp_path / "state"
+    d = daemon_factory([topic], [job_spec("j", tmp_path)], state_root=state)
+    wait_for(lambda: finished(d, "j"), what="finished")
+    exactly_once(tmp_path / "j", kafka_bootstrap, [topic])
+    _settled(tmp_path / "j")
+    committed = job_of(d, "j").committed_epoch
+    wait_for(lambda: d.sources["src"].last_epoch >= committed + 4, what="idle epochs")
+    d.stop()
+    p.send(90, 3)  # arrives while the daemon is down: the first epoch after restart is far above
+    d2 = daemon_factory([topic], [job_spec("j", tmp_path)], state_root=state)
+    assert job_of(d2, "j").committed_epoch == committed
+    p.send(30, 3)
+    report = exactly_once(tmp_path / "j", kafka_bootstrap, [topic])
+    assert sum(s.log_records for s in report.splits.values()) == 420
+
+
+def _log_versions(table) -> list[int]:
+    return sorted(int(p.name.split(".")[0]) for p in (table / "_delta_log").glob("*.json"))
+
+
+def test_an_idle_job_past_the_log_retention_restarts_with_its_exact_state(
+    daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path
+):
+    from deltalake import DeltaTable
+
+    topic = new_topic(3)
+    p = producer_for(topic)
+    p.send(60, 3)
+    state, table = tmp_path / "state", tmp_path / "j"
+    d = daemon_factory([topic], [job_spec("j", tmp_path)], state_root=state)
+    wait_for(lambda: finished(d, "j"), what="finished")
+    exactly_once(table, kafka_bootstrap, [topic])
+    _settled(table)
+    d.stop()
+    retention_s = 4
+    DeltaTable(str(table)).alter.set_table_properties(
+        {"delta.logRetentionDuration": f"interval {retention_s} seconds", "delta.checkpointInterval": "1000"})
+    d = daemon_factory([topic], [job_spec("j", tmp_path)], state_root=state)  # refreshes after 2 s idle
+    log = DeltaTable(str(table))
+    log.create_checkpoint()  # covers every commit so far
+    first = log.version()
+    time.sleep(retention_s + 2.5)  # idle past the retention
+    assert DeltaTable(str(table)).version() - first <= 6  # a fresh snapshot per half retention at most
+    DeltaTable(str(table)).cleanup_metadata()
+    assert min(_log_versions(table)) >= first  # the commits the retention expired are gone
+    held = job_of(d, "j")
+    states, covered = dict(held.states.to_states()), dict(held._covered_to)  # noqa: SLF001
+    d.stop()
+    d = daemon_factory([topic], [job_spec("j", tmp_path)], state_root=state)
+    job = job_of(d, "j")
+    assert job is not None, "the job did not recover"
+    assert dict(job.states.to_states()) == states and job._covered_to == covered  # noqa: SLF001
+    p.send(30, 3)
+    report = exactly_once(table, kafka_bootstrap, [topic])
+    assert sum(s.log_records for s in report.splits.values()) == 90
+
+
+def test_a_table_written_by_the_previous_format_recovers(
+    daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path
+):
+    """Version 1 (every commit the whole state, the positions in the plan) as the code before wrote it."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    from connectors.delta.sink import DeltaEpochSink
+
+    topic = new_topic(3)
+    state, table = tmp_path / "state", tmp_path / "j"
+    d = daemon_factory([topic], [job_spec("j", tmp_path)], state_root=state)
+    wait_for(lambda: job_of(d, "j").committed_epoch is not None, what="attached to an empty topic")
+    epoch = job_of(d, "j").committed_epoch
+    d.stop()
+    p = producer_for(topic)
+    p.send(30, 3)  # offsets 0..9 per partition: the v1 state below has them left to history
+    splits = {f"{topic}:{i}": {"stage": "backfilling", "offset": None, "num_consumed_rows": 0,
+                               "target_offset": 9} for i in range(3)}
+    sink = DeltaEpochSink(str(table), "j", pa.schema(DeltaTable(str(table)).schema().to_arrow()))
+    v1 = sink.commit_epoch(epoch + 1, None, {"version": 1, "splits": splits},
+                           plan={"budget": 0, "history": [], "end": dict.fromkeys(splits, 10)})
+    d = daemon_factory([topic], [job_spec("j", tmp_path)], state_root=state)
+    assert job_of(d, "j") is not None and job_of(d, "j").committed_epoch == epoch + 1
+    p.send(30, 3)
+    report = exactly_once(table, kafka_bootstrap, [topic])
+    assert sum(s.log_records for s in report.splits.values()) == 60
+    after = [c for c in DeltaTable(str(table)).history() if c["version"] > v1.version and KEY_STATE in c]
+    first = min(after, key=lambda c: c["version"])
+    assert json.loads(first[KEY_STATE])["kind"] == "snapshot"  # the next commit starts a v2 chain
+
+
+def test_an_epoch_lost_after_skipped_ones_is_read_again_exactly_once(
+    daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path, caplog
+):
+    """The first epoch with rows after idle ones fails: the job is rebuilt from its table, far behind.
+
+    Its committed epoch is below the next one by the skipped epochs and the lost one; the rejoin must read
+    the lost epoch's rows from history (its live position moved) and nothing else (the skipped ones moved
+    none), each row once.
+    """
+    topic = new_topic(2)
+    p = producer_for(topic)
+    p.send(40, 2)
+    d = daemon_factory([topic], [job_spec("j", tmp_path)])
+    wait_for(lambda: finished(d, "j"), what="finished")
+    exactly_once(tmp_path / "j", kafka_bootstrap, [topic])
+    _settled(tmp_path / "j")
+    job = job_of(d, "j")
+    wait_for(lambda: d.sources["src"].last_epoch >= job.committed_epoch + 3, what="idle epochs")
+
+    def lost(*args, **kwargs):
+        msg = "injected: the epoch's commit is lost"
+        raise RuntimeError(msg)
+
+    job.sink.commit_epoch = lost  # this job object only: its rebuilt successor commits
+    caplog.set_level(logging.INFO, logger="source_backfill.executors.source_backfill")
+    p.send(20, 2)
+    wait_for(lambda: job_of(d, "j") is not job, what="the job rebuilt from its table")
+    report = exactly_once(tmp_path / "j", kafka_bootstrap, [topic])
+    assert sum(s.log_records for s in report.splits.values()) == 60
+    assert "job rejoins" in caplog.text
