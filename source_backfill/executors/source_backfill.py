@@ -182,6 +182,9 @@ class SourceBackfillJob:
         self.sink = DeltaEpochSink(spec.sink_path, spec.name, self.output_schema(), writer=spec.writer,
                                    on_conflict=metrics.COMMIT_CONFLICTS.labels(spec.name).inc)
         self.reads_ahead = spec.read_ahead and self.sink.writes_before_commit()
+        #: Set by the source while the job had Spark work in flight at the JVM's last death: its epochs
+        #: run alone and start no read ahead, so none of its work is in flight beside another job's.
+        self.alone = False
         self._reads = ReadsAhead(spec.name, spark, self.sink, work=self._spark_work)
         self._policy = SnapshotPolicy(max_age_s=self.sink.log_retention_s() / 2)
         recovered = self.sink.recover()
@@ -532,7 +535,7 @@ class SourceBackfillJob:
     def _read_ahead(self) -> None:
         """Start the next history read ahead if the job may read history now and none is running."""
         with self._reads.lock:
-            if (self.failed is not None or self.states is None or not self._reads.may_start()
+            if (self.failed is not None or self.states is None or self.alone or not self._reads.may_start()
                     or time.monotonic() < max(self._reads.next_at, self._rates.backoff_until)):
                 return
             planned = ahead_of(self.states, self._reads.ranges())

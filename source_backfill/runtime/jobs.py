@@ -177,6 +177,8 @@ class JobHost:
         job that only ran beside the culprit would be quarantined with it.
         """
         suspect = [self._suspect(job.name) for job, _ in runs]
+        for (job, _), alone in zip(runs, suspect, strict=True):
+            job.alone = alone  # a suspect starts no read ahead either (one would run beside the others)
         self._run_together(epoch, [r for r, s in zip(runs, suspect, strict=True) if not s])
         for (job, run), s in zip(runs, suspect, strict=True):
             if s:  # one at a time, after the others: a next death names its job alone

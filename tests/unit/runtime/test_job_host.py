@@ -172,6 +172,9 @@ def test_a_job_in_flight_at_a_jvm_death_runs_alone_after_the_others(host_factory
 
     host._run_jobs(1, [(job, runner(job.name)) for job in host.jobs.values()])
     assert beside["s1"] == {"s1"} and beside["s2"] == {"s2"}
+    # and they start no read ahead, which would run beside the others' epochs
+    assert {name: job.alone for name, job in host.jobs.items()} == {"a": False, "s1": True, "b": False,
+                                                                    "s2": True}
     assert beside["a"] == beside["b"] == {"a", "b"}
 
 
