@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +28,8 @@ logger = logging.getLogger(__name__)
 
 #: A check that has not come back for this long means the gateway no longer answers.
 STALL_S = 60.0
+#: After the gateway fails: how long to wait for the JVM process's exit status (a signal says why).
+EXIT_WAIT_S = 2.0
 
 
 class JvmWatchdog:
@@ -62,18 +65,31 @@ class JvmWatchdog:
         """Why the JVM is gone, or None while it answers."""
         if self.dead is not None:
             return self.dead
-        if self._proc is not None:
-            code = self._proc.poll()
-            if code is not None:
-                how = f"killed by signal {_signal_name(-code)}" if code < 0 else f"exited with code {code}"
-                return f"Spark's JVM (pid {self.pid}) {how}"
+        exited = self._exited(0.0)
+        if exited is not None:
+            return exited
         try:
             stopped = bool(self._jsc.sc().isStopped())
         except Exception as exc:  # noqa: BLE001 - py4j: refused, reset, closed
-            return f"the py4j gateway to Spark's JVM does not answer: {one_line(exc, 200)}"
+            # the gateway's socket closes as the process dies: its exit status (a signal) says more
+            return self._exited(EXIT_WAIT_S) or \
+                f"the py4j gateway to Spark's JVM does not answer: {one_line(exc, 200)}"
         if stopped:
             return "the SparkContext was stopped under the daemon (the JVM is shutting down: out of memory?)"
         return None
+
+    def _exited(self, wait_s: float) -> str | None:
+        """How the JVM process ended, waiting up to ``wait_s`` for it; None while it runs."""
+        if self._proc is None:
+            return None
+        try:
+            code = self._proc.wait(wait_s) if wait_s > 0 else self._proc.poll()
+        except subprocess.TimeoutExpired:
+            return None
+        if code is None:
+            return None
+        how = f"killed by signal {_signal_name(-code)}" if code < 0 else f"exited with code {code}"
+        return f"Spark's JVM (pid {self.pid}) {how}"
 
     def alive(self) -> bool:
         """Whether the JVM answers now."""
