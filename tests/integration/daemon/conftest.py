@@ -183,3 +183,26 @@ def exactly_once(table: Path, bootstrap: str, topics: list[str], **kw: Any) -> A
 
     report = wait_for(check, timeout=120, interval=1.0, what=f"exactly-once contents of {table}")
     return report
+
+
+def table_daemon_config(tmp_path: Path, port: int, extra: str = "") -> Path:
+    """``config.toml`` of a daemon process with one delta source ``tbl`` over ``tmp_path / "src"``.
+
+    A 0.3 s trigger; ``extra``: TOML appended below the source's keys (more of them, then jobs).
+    """
+    config = tmp_path / "config.toml"
+    config.write_text(f"""
+[daemon]
+state_root = "{tmp_path / 'state'}"
+[api]
+port = {port}
+[metrics]
+port = false
+[[sources]]
+name = "tbl"
+kind = "delta"
+table_path = "{tmp_path / 'src'}"
+primary_key = ["id"]
+trigger_interval_s = 0.3
+{extra}""")
+    return config

@@ -15,26 +15,13 @@ from deltalake import DeltaTable
 from source_backfill.testing.delta import ChangingTable, as_rows, replay_changelog
 from source_backfill.testing.metrics import scrape, total
 from source_backfill.testing.process import DaemonProcess, free_port
+from tests.integration.daemon.conftest import table_daemon_config
 
 pytestmark = pytest.mark.integration
 
 
 def _config(tmp_path, port):
-    config = tmp_path / "config.toml"
-    config.write_text(f"""
-[daemon]
-state_root = "{tmp_path / 'state'}"
-[api]
-port = {port}
-[metrics]
-port = false
-[[sources]]
-name = "tbl"
-kind = "delta"
-table_path = "{tmp_path / 'src'}"
-primary_key = ["id"]
-trigger_interval_s = 0.3
-chunk_rows = 4
+    return table_daemon_config(tmp_path, port, f"""chunk_rows = 4
 replay_versions_per_epoch = 8
 [[jobs]]
 name = "snap"
@@ -44,7 +31,6 @@ strategy = "snapshot"
 mode = "changelog"
 rate_limit = 2500
 """)
-    return config
 
 
 def _table(daemon, job):

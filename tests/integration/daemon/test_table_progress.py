@@ -13,6 +13,7 @@ from deltalake import DeltaTable
 
 from source_backfill.testing.delta import ChangingTable
 from source_backfill.testing.process import DaemonProcess, free_port
+from tests.integration.daemon.conftest import table_daemon_config
 
 pytestmark = pytest.mark.integration
 
@@ -21,21 +22,7 @@ LIMIT = 2_000
 
 
 def _config(tmp_path, port):
-    config = tmp_path / "config.toml"
-    config.write_text(f"""
-[daemon]
-state_root = "{tmp_path / 'state'}"
-[api]
-port = {port}
-[metrics]
-port = false
-[[sources]]
-name = "tbl"
-kind = "delta"
-table_path = "{tmp_path / 'src'}"
-primary_key = ["id"]
-trigger_interval_s = 0.3
-chunk_rows = 4
+    return table_daemon_config(tmp_path, port, f"""chunk_rows = 4
 replay_versions_per_epoch = 8
 [[jobs]]
 name = "snap"
@@ -45,7 +32,6 @@ strategy = "snapshot"
 mode = "changelog"
 rate_limit = {LIMIT}
 """)
-    return config
 
 
 def _log_rows(path: str, version: int) -> int:

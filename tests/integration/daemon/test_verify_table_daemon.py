@@ -11,6 +11,7 @@ import pytest
 from source_backfill import cli
 from source_backfill.testing.delta import ChangingTable
 from source_backfill.testing.process import DaemonProcess, free_port
+from tests.integration.daemon.conftest import table_daemon_config
 
 pytestmark = pytest.mark.integration
 
@@ -20,21 +21,7 @@ ROOT = Path(__file__).resolve().parents[3]
 def test_a_merged_table_job_is_verified_row_for_row_and_a_changelog_refused(tmp_path, capsys):
     ChangingTable.create(str(tmp_path / "src"), 2000, seed=5)
     port = free_port()
-    config = tmp_path / "config.toml"
-    config.write_text(f"""
-[daemon]
-state_root = "{tmp_path / 'state'}"
-[api]
-port = {port}
-[metrics]
-port = false
-[[sources]]
-name = "tbl"
-kind = "delta"
-table_path = "{tmp_path / 'src'}"
-primary_key = ["id"]
-trigger_interval_s = 0.3
-""")
+    config = table_daemon_config(tmp_path, port)
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     daemon = DaemonProcess(config, port, tmp_path / "daemon.log", env)
     daemon.start()
