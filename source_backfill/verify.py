@@ -257,13 +257,13 @@ def committed_positions(table: Any, job: str) -> dict[str, tuple[int | None, int
     """Per split of ``job``'s newest commit in ``table`` (a DeltaTable): ``(backfilled b, position)``.
 
     The position is where the job's output ends, exclusive: a Finished split holds the log up to the live
-    stream's position at that epoch (the commit's plan ``end``), a Backfilling or SourceCachingUp split up
+    stream's position at that epoch (the state's ``end`` section; a previous-format commit's plan
+    ``end``), a Backfilling or SourceCachingUp split up
     to its backfilled offset ``b`` (live rows above it are dropped until history reaches them), a split
     not started yet nothing. Only commits at or before the version ``table`` is loaded at are read, so the
     positions describe the rows that version holds.
     """
-    from connectors.delta.log import _HISTORY_STEPS, KEY_JOB, KEY_PLAN, KEY_STATE, _with_user_metadata
-    from source_backfill.core.codec import states_from_json
+    from connectors.delta.log import _HISTORY_STEPS, KEY_JOB, KEY_PLAN, _with_user_metadata
     from source_backfill.core.splits import Stage
 
     version = table.version()
@@ -280,11 +280,10 @@ def committed_positions(table: Any, job: str) -> dict[str, tuple[int | None, int
     if commit.get(KEY_JOB) != job:
         msg = f'the table belongs to job "{commit.get(KEY_JOB)}", not "{job}"'
         raise VerifyRefusedError(msg)
-    import json
-
-    states = states_from_json(commit.get(KEY_STATE))
-    plan = json.loads(commit[KEY_PLAN]) if commit.get(KEY_PLAN) else {}
-    end = {k: int(v) for k, v in (plan.get("end") or {}).items()}
+    states, end = _job_state(table, job, commit)
+    if end is None:  # a previous-format commit: the positions are in its plan
+        plan = json.loads(commit[KEY_PLAN]) if commit.get(KEY_PLAN) else {}
+        end = {k: int(v) for k, v in (plan.get("end") or {}).items()}
     out: dict[str, tuple[int | None, int]] = {}
     for split, state in states.items():
         b = state.offset
@@ -296,6 +295,43 @@ def committed_positions(table: Any, job: str) -> dict[str, tuple[int | None, int
         else:
             out[split] = (b, -1 if b is None else b + 1)  # -1: nothing yet (its start is resolved later)
     return out
+
+
+def _job_state(
+    table: Any, job: str, commit: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, int] | None]:
+    """The split states and live positions (None for a previous-format state) ``commit`` stands for.
+
+    A commit's state may be a delta over the job's last snapshot (:mod:`source_backfill.core.state_log`):
+    the chain back to that snapshot is read from the table's log, one commit file a link, the way the
+    job's own recovery reads it.
+    """
+    from connectors.delta.log import KEY_JOB, KEY_STATE, read_commit
+    from source_backfill.core.codec import END, SPLITS, decode_state, rebuild, splits_from_rows
+    from source_backfill.errors import StateFormatError
+
+    path = _local_path(table)
+
+    def read(version: int) -> Any:
+        found = read_commit(path, version)
+        if found is None or found.get(KEY_JOB) != job or KEY_STATE not in found:
+            return None
+        return decode_state(found[KEY_STATE])
+
+    try:
+        sections = rebuild(decode_state(commit.get(KEY_STATE)), read, where=f"Delta table {path}")
+        states = splits_from_rows(sections[SPLITS])
+    except StateFormatError as exc:
+        msg = f"the job's state in its table cannot be read: {exc}"
+        raise VerifyRefusedError(msg) from exc
+    ends = sections.get(END)
+    return states, None if ends is None else {k: int(v) for k, v in ends.items()}
+
+
+def _local_path(table: Any) -> str:
+    """The local folder of a DeltaTable (its commit files are read one by one)."""
+    uri = str(table.table_uri)
+    return uri[len("file://"):] if uri.startswith("file://") else uri
 
 
 def check_verifiable(table_path: str, job: str) -> None:

@@ -11,7 +11,10 @@ Shared by the sink (:mod:`connectors.delta.sink`: commits, recovery) and its tab
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
+
+from source_backfill.errors import StateFormatError
 
 KEY_JOB = "source_backfill.job"
 KEY_EPOCH = "source_backfill.epoch"
@@ -54,4 +57,31 @@ def table_owner(path: str) -> str | None:
         if len(history) < limit:
             break
         seen = len(history)
+    return None
+
+
+def read_commit(path: str, version: int) -> dict[str, Any] | None:
+    """The ``commitInfo`` of log version ``version`` of the local table at ``path``, ``version`` added.
+
+    Our keys are merged in from delta-spark's ``userMetadata``.
+    Reads that one commit file (``_delta_log/<version>.json``) and nothing else; None when the log no
+    longer has it (cleaned up) or it carries no commit info. A file that cannot be parsed raises
+    :class:`StateFormatError`: a torn commit is never skipped over.
+    """
+    file = Path(path) / "_delta_log" / f"{version:020d}.json"
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    for line in text.splitlines():
+        if '"commitInfo"' not in line:
+            continue
+        try:
+            info = json.loads(line).get("commitInfo")
+        except ValueError as exc:
+            msg = (f"Delta table {path}: commit file {file.name} is torn ({exc}); restore "
+                   "_delta_log from a backup, or drop the job and re-create it on a new sink path")
+            raise StateFormatError(msg) from exc
+        if isinstance(info, dict):
+            return {**_with_user_metadata(info), "version": version}
     return None

@@ -31,6 +31,7 @@ from connectors.delta.log import (
     KEY_PLAN,
     KEY_STATE,
     _with_user_metadata,
+    read_commit,
 )
 from connectors.delta.maintenance import MARKER, STAGING, TableMaintenance, _remove_attempt
 from connectors.delta.staging import EpochStaging, StagedFiles, _is_arrow_table, _pa
@@ -231,29 +232,8 @@ class DeltaEpochSink(TableMaintenance, EpochStaging):
         return None
 
     def read_commit(self, version: int) -> dict[str, Any] | None:
-        """The ``commitInfo`` of log version ``version`` (our keys merged in, ``version`` added).
-
-        Reads that one commit file (``_delta_log/<version>.json``) and nothing else; None when the log
-        no longer has it (cleaned up) or it carries no commit info. A file that cannot be parsed raises
-        :class:`StateFormatError`: a torn commit is never skipped over.
-        """
-        path = Path(self.path) / "_delta_log" / f"{version:020d}.json"
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return None
-        for line in text.splitlines():
-            if '"commitInfo"' not in line:
-                continue
-            try:
-                info = json.loads(line).get("commitInfo")
-            except ValueError as exc:
-                msg = (f"Delta table {self.path}: commit file {path.name} is torn ({exc}); restore "
-                       "_delta_log from a backup, or drop the job and re-create it on a new sink path")
-                raise StateFormatError(msg) from exc
-            if isinstance(info, dict):
-                return {**_with_user_metadata(info), "version": version}
-        return None
+        """The ``commitInfo`` of log version ``version`` (:func:`connectors.delta.log.read_commit`)."""
+        return read_commit(self.path, version)
 
     def log_retention_s(self) -> float:
         """How long the table's log keeps a commit (``delta.logRetentionDuration``, Delta's default 30 d)."""
