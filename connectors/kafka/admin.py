@@ -205,14 +205,21 @@ class KafkaAdmin:
         self.timeout_s = timeout_s
         conf = client_config(bootstrap_servers, self.options)
         conf.setdefault("log_level", 3)
-        self._admin = AdminClient(conf)
+        self._client: Any = AdminClient(conf)
+
+    @property
+    def _admin(self) -> Any:
+        if self._client is None:
+            msg = f"the Kafka admin client of {self.bootstrap_servers} is closed"
+            raise KafkaConnectorError(msg)
+        return self._client
 
     def close(self) -> None:
         """Drop the client, so librdkafka closes its connections and stops polling; unusable after.
 
         A client left alive after its broker stops logs ``Connection refused`` until the process exits.
         """
-        self._admin = None
+        self._client = None
 
     # -- helpers -------------------------------------------------------------------------------------
     def _retry(self, fn: Callable[[], T], what: str) -> T:

@@ -106,9 +106,13 @@ class LiveSource(JobHost):
                 query.stop()
             except Exception as exc:  # noqa: BLE001 - stopping a failed query may raise; we are leaving
                 logger.debug('query stop raised source="%s" error="%s"', self.name, exc)
-        if acquired and self._consumer is not None:  # no epoch reads with it any more
-            self._consumer.close()
-            self._consumer = None
+        if acquired:  # no epoch reads with them any more
+            if self._consumer is not None:
+                self._consumer.close()
+                self._consumer = None
+            # the stopped query's foreachBatch callback stays referenced by py4j (and so this source,
+            # its jobs and their admin) until the JVM drops it: close the client now, not at exit
+            self.admin.close()
 
     def _start_query(self) -> StreamingQuery:
         self.checkpoint.mkdir(parents=True, exist_ok=True)

@@ -93,7 +93,7 @@ class Producer:
 
 
 @pytest.fixture
-def new_topic(kafka_bootstrap: str) -> Callable[[int], str]:
+def new_topic(kafka_bootstrap: str) -> Iterator[Callable[[int], str]]:
     from connectors.kafka.admin import KafkaAdmin
 
     admin = KafkaAdmin(kafka_bootstrap)
@@ -103,7 +103,8 @@ def new_topic(kafka_bootstrap: str) -> Callable[[int], str]:
         admin.create_topic(name, partitions)
         return name
 
-    return make
+    yield make
+    admin.close()  # pytest keeps the fixture's value past the test: no client left polling the broker
 
 
 @pytest.fixture
