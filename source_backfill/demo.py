@@ -4,9 +4,15 @@
    with uneven history;
 2. start a demo producer writing a steady live stream;
 3. start the daemon with one job (``live-copy``) and wait for it to catch up;
-4. attach a second job (``late-copy``) through the HTTP API while the producer keeps writing, and show
-   its per-split backfill progressing to Finished;
-5. keep running (metrics and API URLs printed) until Ctrl-C, which stops everything it started.
+4. attach a second job (``late-copy``) through the HTTP API while the producer keeps writing, rate-limited
+   so its backfill lasts about ``--backfill-s`` seconds (time to try the page, pause and throttle), and
+   show its progress (the CLI's lines: percentage, rate, ETA, per-split bars) and the live job's latency
+   before and while it backfills;
+5. when it is Finished, check the claim: ``verify`` compares its table with the Kafka log offset by offset
+   and prints ``late-copy: exactly once, N records, 0 missing, 0 duplicated``;
+6. keep running (API, page and metrics URLs printed) until Ctrl-C, which stops everything it started
+   before the prompt returns. ``--quick`` is the same on a small history, ending at the verify line (exit
+   code 0 exactly once, 3 not: what the demo's test runs).
 
 Run again, it resumes: the broker keeps its log, the jobs their tables and state (``--fresh`` starts over).
 """
@@ -63,28 +69,39 @@ def _fill_history(bootstrap: str, records: int) -> None:
     producer.flush(60)
 
 
-def _bar(done: int, total: int, width: int = 20) -> str:
-    frac = 1.0 if total <= 0 else min(1.0, done / total)
-    filled = round(frac * width)
-    return "[" + "#" * filled + "-" * (width - filled) + f"] {frac * 100:5.1f}%"
+#: How often the console shows the jobs while one backfills, and once every job is Finished.
+SHOW_S, QUIET_SHOW_S = 3.0, 30.0
 
 
-def _eta(seconds: float | None) -> str:
-    return "?" if seconds is None else f"{seconds:.0f}s"
+def _show(client: Any, names: list[str], splits_of: str | None) -> None:
+    """Each job's line as ``source-backfill jobs list`` words it, and ``splits_of``'s per-split bars."""
+    from source_backfill.cli import job_line, split_bar
+
+    print(time.strftime("%H:%M:%S"), flush=True)
+    for name in names:
+        job = client.get(f"/jobs/{name}").json()
+        print("  " + job_line(job), flush=True)
+        if name == splits_of:
+            for s in job.get("splits", []):
+                print("    " + split_bar(s), flush=True)
 
 
-def _show(job: dict[str, Any]) -> None:
-    print(
-        f"  {job['name']}: {job['status']} splits {job['splits_finished']}/{job['splits_total']} "
-        f"history={job['rows_history']} live={job['rows_live']} eta={_eta(job.get('eta_seconds'))}",
-        flush=True,
-    )
-    for s in job.get("splits", []):
-        target = s.get("target_offset")
-        done = s.get("backfilled_offset")
-        total = (target or 0) + 1
-        print(f"    {s['split']:<16} {_bar((done if done is not None else -1) + 1, total)} {s['stage']}",
-              flush=True)
+def _latency(client: Any, name: str) -> str:
+    from source_backfill.cli import latency_text
+
+    return latency_text(client.get(f"/jobs/{name}").json()) or "no live rows in the window yet"
+
+
+def _verify(client: Any, name: str, timeout_s: float = 300.0) -> tuple[bool, str]:
+    """Run the job's verify through the API (as ``source-backfill verify`` does) to its summary line."""
+    run = client.post(f"/jobs/{name}/verify").json()
+    deadline = time.monotonic() + timeout_s
+    while run.get("status") == "running" and time.monotonic() < deadline:
+        time.sleep(0.5)
+        run = client.get(f"/jobs/{name}/verify/{run['id']}").json()
+    if run.get("status") != "done":
+        return False, f"verify of {name} {run.get('status')}: {run.get('error') or run.get('detail')}"
+    return bool(run["ok"]), str(run["summary"])
 
 
 def _spark_log_to_file(path: Path) -> dict[str, str]:
@@ -105,17 +122,26 @@ def _spark_log_to_file(path: Path) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the demo until Ctrl-C (or ``--duration`` seconds)."""
+    """Run the demo until Ctrl-C (or ``--duration`` seconds; ``--quick``: until the verify line)."""
     parser = argparse.ArgumentParser(prog="python -m source_backfill.demo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--history", type=int, default=200_000, help="history records before start")
+    parser.add_argument("--history", type=int, default=None,
+                        help="history records before start (default 200,000; --quick 6,000)")
+    parser.add_argument("--backfill-s", type=float, default=None,
+                        help="the late job's rate limit makes its backfill last about this long "
+                             "(default 60; --quick 8; 0: no rate limit)")
     parser.add_argument("--rate", type=float, default=200.0, help="live records per second")
-    parser.add_argument("--api-port", type=int, default=8080)
-    parser.add_argument("--metrics-port", type=int, default=9108)
+    parser.add_argument("--api-port", type=int, default=8080, help="0: any free port")
+    parser.add_argument("--metrics-port", type=int, default=9108, help="0: any free port")
     parser.add_argument("--state-root", default="var/demo")
     parser.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
     parser.add_argument("--fresh", action="store_true", help="remove what an earlier run left and start over")
+    parser.add_argument("--quick", action="store_true",
+                        help="a small history and a short backfill, then stop after the verify line "
+                             "(exit 0: exactly once, 3: not)")
     args = parser.parse_args(argv)
+    history = args.history if args.history is not None else (6_000 if args.quick else 200_000)
+    backfill_s = args.backfill_s if args.backfill_s is not None else (8.0 if args.quick else 60.0)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     warnings.filterwarnings("ignore", category=FutureWarning)  # pyspark's note on pandas 3
 
@@ -139,19 +165,21 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     deadline = time.monotonic() + args.duration if args.duration else None
+    splits = [f"{TOPIC}:{p}" for p in range(4)]
+    verdict: bool | None = None
 
     with EmbeddedBroker(log_dir=root / "kafka") as broker:
         bootstrap = broker.bootstrap
         admin = KafkaAdmin(bootstrap)
         admin.create_topic(TOPIC, 4)
-        held = sum(admin.end_offsets([f"{TOPIC}:{p}" for p in range(4)]).values())
+        held = sum(admin.end_offsets(splits).values())
         if held:
             print(f"broker {bootstrap}: {TOPIC} kept from an earlier run ({held} records; --fresh starts "
                   "over)", flush=True)
         else:
-            print(f"broker {bootstrap}: writing {args.history} history records into {TOPIC} (4 partitions)",
+            print(f"broker {bootstrap}: writing {history} history records into {TOPIC} (4 partitions)",
                   flush=True)
-            _fill_history(bootstrap, args.history)
+            _fill_history(bootstrap, history)
         producer = threading.Thread(target=_producer, args=(bootstrap, args.rate, stop), daemon=True)
         producer.start()
         settings = load_settings(
@@ -167,37 +195,53 @@ def main(argv: list[str] | None = None) -> int:
         daemon.start()
         signal.signal(signal.SIGINT, on_signal)  # Spark's context installed its own (KeyboardInterrupt)
         api = daemon.api_url
-        print(f"daemon up: API {api}  status page {api}/ui  metrics http://127.0.0.1:{args.metrics_port}/metrics"
-              f"  Spark log {root / 'spark.log'}", flush=True)
+        print(f"daemon up: API {api}  status page {api}/ui  metrics {daemon.metrics_url or api}/metrics  "
+              f"Spark log {root / 'spark.log'}", flush=True)
         print("  (Ctrl-C stops everything)", flush=True)
-        attached = "late-copy" in {j["name"] for j in httpx.get(f"{api}/jobs", timeout=10).json()}
-        announced = False
         try:
             with httpx.Client(base_url=api, timeout=10) as client:
+                names = sorted(j["name"] for j in client.get("/jobs").json())
+                attached = "late-copy" in names
+                shown_at = -QUIET_SHOW_S
                 while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
-                    jobs = client.get("/jobs").json()
-                    by_name = {j["name"]: j for j in jobs}
-                    if not attached and by_name.get("live-copy", {}).get("status") == "finished":
-                        body = {"name": "late-copy", "source": "demo",
+                    status = {j["name"]: j["status"] for j in client.get("/jobs").json()}
+                    if not attached and status.get("live-copy") == "finished":
+                        records = sum(admin.end_offsets(splits).values())
+                        rate = None if backfill_s <= 0 else max(1.0, float(round(records / backfill_s)))
+                        before = _latency(client, "live-copy")
+                        body = {"name": "late-copy", "source": "demo", "rate_limit": rate,
                                 "sink_path": str((root / "tables" / "late-copy").resolve())}
                         r = client.post("/jobs", json=body)
-                        print(f"attached late-copy mid-stream: HTTP {r.status_code}", flush=True)
-                        attached = True
-                    print(time.strftime("%H:%M:%S"), flush=True)
-                    for name in sorted(by_name):
-                        _show(client.get(f"/jobs/{name}").json())
-                    late = by_name.get("late-copy", {}).get("status")
-                    if not announced and attached and late == "finished":
-                        announced = True
-                        print("late-copy reached Finished: every split handed over to the live stream. "
-                              f"Metrics: http://127.0.0.1:{args.metrics_port}/metrics", flush=True)
-                    stop.wait(3.0)
+                        limit = "no rate limit" if rate is None else (
+                            f"rate limit {rate:g} rows/s: ~{backfill_s:g} s of backfill; lift it with "
+                            f"`source-backfill --api {api} jobs throttle late-copy unlimited`")
+                        print(f"attached late-copy mid-stream over {records} records (HTTP {r.status_code}, "
+                              f"{limit})", flush=True)
+                        print(f"live-copy live latency before late-copy: {before}", flush=True)
+                        attached, names = True, ["late-copy", "live-copy"]
+                        continue
+                    late = status.get("late-copy")
+                    busy = late is not None and late != "finished"
+                    if busy or time.monotonic() - shown_at >= QUIET_SHOW_S:
+                        _show(client, names, "late-copy" if busy else None)
+                        shown_at = time.monotonic()
+                    if verdict is None and late == "finished":
+                        print("late-copy reached Finished: every split handed over to the live stream",
+                              flush=True)
+                        print(f"live-copy live latency while late-copy backfilled (last minute): "
+                              f"{_latency(client, 'live-copy')}", flush=True)
+                        verdict, line = _verify(client, "late-copy")
+                        print(line, flush=True)
+                        if args.quick:
+                            break
+                    stop.wait(SHOW_S)
         finally:
             stop.set()
             producer.join(10)
             daemon.stop()
+            admin.close()  # before the broker stops: no client left polling it
     print("demo stopped", flush=True)
-    return 0
+    return 3 if verdict is False else 0
 
 
 if __name__ == "__main__":

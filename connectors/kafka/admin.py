@@ -162,7 +162,9 @@ def call_with_retry(fn: Callable[[], T], what: str, deadline_s: float, bootstrap
 
     def _log(state: RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome else None
-        logger.warning('kafka retry op="%s" attempt="%d" error="%s"', what, state.attempt_number, exc)
+        # one retry is routine (a new topic's leader being elected, a leader moving): said at INFO
+        level = logging.INFO if state.attempt_number <= 1 else logging.WARNING
+        logger.log(level, 'kafka retry op="%s" attempt="%d" error="%s"', what, state.attempt_number, exc)
 
     try:
         for attempt in Retrying(
