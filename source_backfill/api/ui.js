@@ -1,16 +1,22 @@
-// The status page (GET /ui): polls GET jobs about once a second and shows each job and its splits, with
-// pause / resume / throttle / retry buttons. Job names, errors and transforms are user data: every text is
-// set with textContent, never as HTML. The token lives in sessionStorage only (never in a URL).
+// The status page (GET /ui): polls GET jobs about once a second and shows each job: a progress bar,
+// sparklines of rows/s and live latency over the last minutes, its splits (folded when there are many),
+// and the controls that apply to it (pause / resume / throttle while history is left, retry when failed,
+// drop). Job names, errors and transforms are user data: every text is set with textContent, never as
+// HTML. The token lives in sessionStorage only (never in a URL); its box shows only when the daemon has one.
 "use strict";
 (() => {
   const TOKEN_KEY = "source-backfill-token";
   const POLL_MS = 1000;
   const RATE_WINDOW_MS = 10000; // rows/s over the polls of the last 10 s (progress moves once an epoch)
   const SPLIT_COLUMNS = ["split", "stage", "progress", "backfilled", "target", "rows", "lag"];
+  const SPARK_MS = 5 * 60 * 1000; // the sparklines' span: the last 5 minutes of polls
+  const FOLD_SPLITS = 8; // more splits than this: the splits table starts folded
+  const SVG = "http://www.w3.org/2000/svg";
   const tokenRequired = document.body.dataset.tokenRequired === "true";
   const $ = (id) => document.getElementById(id);
   const views = new Map(); // job name -> its section's parts
   const samples = new Map(); // job name -> [[ms, rows], ...]
+  const history = new Map(); // job name -> [[ms, rows/s, p99 s or null], ...] (the sparklines)
   let timer = 0;
   let polling = false;
   let again = false; // a poll was asked for while one was under way
@@ -80,17 +86,64 @@
       rate: el("input", { className: "rate", size: 22, placeholder: "rows/s (empty: unlimited)" }),
       throttle: button("throttle", "Throttle", () => throttle(name, p.rate)),
       retry: button("retry", "Retry", () => act(name, "Retry", "POST", "/retry")),
+      drop: button("drop", "Drop", () => {
+        if (window.confirm(`Drop job "${name}"? It is detached at the next epoch; its table is kept.`)) {
+          act(name, "Drop", "DELETE", "");
+        }
+      }),
+      fill: el("div", { className: "fill" }),
+      pct: el("span", { className: "pct" }),
+      rateLine: sparkline("rates", "rows/s"),
+      latencyLine: sparkline("latencies", "live latency p99 (s)"),
       facts: el("p", { className: "facts" }),
       error: el("p", { className: "error" }),
       splits: el("tbody"),
     };
-    p.buttons = [p.pause, p.resume, p.throttle, p.retry];
+    p.buttons = [p.pause, p.resume, p.throttle, p.retry, p.drop];
     const head = el("tr", {}, ...SPLIT_COLUMNS.map((h) => el("th", {}, h)));
-    p.table = el("table", {}, el("thead", {}, head), p.splits);
-    const controls = el("div", { className: "controls" }, p.pause, p.resume, p.rate, p.throttle, p.retry);
-    p.section = el("section", { className: "job" }, p.name, p.status, controls, p.facts, p.error, p.table);
+    p.summary = el("summary", {});
+    p.table = el("details", { className: "splits" }, p.summary, el("table", {}, el("thead", {}, head), p.splits));
+    p.folded = null; // set once from the split count; the user's own folding is kept after
+    const controls = el("div", { className: "controls" }, p.pause, p.resume, p.rate, p.throttle, p.retry, p.drop);
+    p.bar = el("div", { className: "jobbar", title: "history copied (reads ahead included)" }, p.fill);
+    const progress = el("div", { className: "progress" }, p.bar, p.pct);
+    const lines = el("div", { className: "sparks" }, p.rateLine.box, p.latencyLine.box);
+    p.section = el("section", { className: "job" }, p.name, p.status, controls, progress, lines, p.facts,
+                   p.error, p.table);
     p.section.dataset.job = name;
     return p;
+  }
+
+  // A small line chart: an SVG polyline over the last SPARK_MS, its newest value beside it.
+  function sparkline(className, label) {
+    const line = document.createElementNS(SVG, "polyline");
+    const svg = document.createElementNS(SVG, "svg");
+    svg.setAttribute("viewBox", "0 0 120 24");
+    svg.setAttribute("preserveAspectRatio", "none");
+    svg.setAttribute("class", "spark");
+    svg.append(line);
+    const value = el("span", { className: "value" });
+    return { line, value, box: el("span", { className: `sparkbox ${className}`, title: label }, label + " ", svg, value) };
+  }
+
+  function draw(spark, points, format) {
+    const values = points.filter(([, v]) => v !== null);
+    spark.value.textContent = values.length ? format(values[values.length - 1][1]) : "—";
+    if (values.length < 2) { spark.line.setAttribute("points", ""); return; }
+    const now = Date.now();
+    const span = Math.max(10000, now - values[0][0]); // the polls kept (at most SPARK_MS), 10 s at least
+    const top = Math.max(...values.map(([, v]) => v)) || 1;
+    spark.line.setAttribute("points", values.map(([t, v]) =>
+      `${(120 * (1 - (now - t) / span)).toFixed(1)},${(23 - (22 * v) / top).toFixed(1)}`).join(" "));
+  }
+
+  function remember(name, rate, lat) {
+    const now = Date.now();
+    const list = history.get(name) || [];
+    list.push([now, rate, lat && lat.p99_s !== null ? lat.p99_s : null]);
+    while (list.length && now - list[0][0] > SPARK_MS) list.shift();
+    history.set(name, list);
+    return list;
   }
 
   function rowsPerSecond(name, rows) {
@@ -116,9 +169,13 @@
     p.status.classList.toggle("failed", failed);
     p.section.dataset.status = job.status;
     p.section.dataset.paused = String(job.paused);
-    p.pause.hidden = job.paused;
+    // history left to copy: pause and throttle apply (a Finished job has none: its live rows never wait)
+    const copying = !failed && job.status !== "finished";
+    p.pause.hidden = job.paused || !copying;
     p.resume.hidden = !job.paused;
+    p.rate.hidden = p.throttle.hidden = !copying;
     p.retry.hidden = !failed;
+    p.drop.hidden = job.dropped;
     const locked = tokenRequired && !token();
     for (const b of p.buttons) {
       b.disabled = locked;
@@ -127,6 +184,14 @@
     const stages = {};
     for (const s of job.splits) stages[s.stage] = (stages[s.stage] || 0) + 1;
     const rate = rowsPerSecond(job.name, job.rows_history + job.rows_live);
+    const frac = job.progress === null || job.progress === undefined ? null : Math.max(0, Math.min(1, job.progress));
+    p.fill.style.width = `${frac === null ? 0 : frac * 100}%`;
+    p.bar.dataset.progress = frac === null ? "" : String(frac);
+    p.pct.textContent = frac === null ? "—" : `${(Math.floor(frac * 1000) / 10).toFixed(1)}%`;
+    const seen = remember(job.name, rate, job.live_latency);
+    draw(p.rateLine, seen.map(([t, r]) => [t, r]), (v) => `${num(Math.round(v))}/s`);
+    draw(p.latencyLine, seen.map(([t, , l]) => [t, l]), (v) => `${v.toFixed(2)} s`);
+    p.latencyLine.box.hidden = Boolean(job.table); // table jobs have no live latency figure
     const t = job.table; // a job on a delta source: its strategy's phase, vnodes copied, versions behind
     const facts = [
       t ? ["tablecopy", `${t.strategy}: ${t.phase}, ` +
@@ -158,6 +223,11 @@
     p.facts.replaceChildren(...facts.flatMap(([k, v], i) => [i ? " · " : "", el("span", { className: k }, v)]));
     p.error.textContent = job.error || (job.last_error ? `retrying after: ${job.last_error}` : "");
     p.table.hidden = job.splits.length === 0;
+    if (p.folded === null && job.splits.length) {
+      p.folded = job.splits.length > FOLD_SPLITS;
+      p.table.open = !p.folded;
+    }
+    p.summary.textContent = `${job.splits.length} split${job.splits.length === 1 ? "" : "s"}`;
     p.splits.replaceChildren(...job.splits.map((s) => {
       const bar = el("progress", { max: 1 });
       if (s.progress !== null) bar.value = s.progress; // no value: indeterminate (target unknown)
@@ -176,7 +246,9 @@
   function render(jobs) {
     const names = new Set(jobs.map((j) => j.name));
     for (const [name, p] of views) {
-      if (!names.has(name)) { p.section.remove(); views.delete(name); samples.delete(name); }
+      if (!names.has(name)) {
+        p.section.remove(); views.delete(name); samples.delete(name); history.delete(name);
+      }
     }
     jobs.forEach(update);
     $("empty").hidden = jobs.length > 0;
@@ -215,6 +287,7 @@
     poll();
   }
 
+  $("auth").hidden = !tokenRequired; // a daemon without a token asks for none
   $("use-token").onclick = () => useToken($("token").value);
   $("forget-token").onclick = () => useToken("");
   $("token").onkeydown = (e) => { if (e.key === "Enter") useToken($("token").value); };

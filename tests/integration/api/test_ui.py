@@ -98,6 +98,7 @@ def enter_token(driver, token: str = TOKEN) -> None:
 
 
 def test_jobs_and_split_bars_render(page) -> None:
+    assert page.find_element(By.ID, "auth").is_displayed()  # the daemon has a token: the page asks for it
     section = job(page, "orders-copy")
     assert section.find_element(By.CLASS_NAME, "name").text == "orders-copy"
     until(lambda: section.find_element(By.CLASS_NAME, "status").text == "backfilling")
@@ -215,6 +216,7 @@ def test_without_a_token_the_buttons_work_and_the_page_is_not_in_the_schema(brow
         browser.get(f"{server.url}/ui")
         browser.execute_script("sessionStorage.clear()")
         section = job(browser, "open-job")
+        assert not browser.find_element(By.ID, "auth").is_displayed()  # no token: no token box
         until(lambda: section.find_element(By.CLASS_NAME, "pause").is_enabled())
         section.find_element(By.CLASS_NAME, "pause").click()
         until(lambda: registry.get("open-job").paused)
@@ -251,3 +253,70 @@ def test_latency_percentage_paused_and_read_ahead_show_as_in_the_cli(page, live_
     assert "98.0% · paused" in facts and "ETA" not in facts and "read ahead)" in facts
     cells = [c.text for c in section.find_elements(By.CSS_SELECTOR, "tr.split td")]
     assert any("read ahead to" in c for c in cells) and any("read ahead)" in c for c in cells), cells
+
+
+#: Where the page's screenshots are kept (the checkout's var/, ignored by git), for a person to look at.
+SCREENSHOTS = Path(__file__).resolve().parents[3] / "var" / "test-screenshots"
+
+
+def _bar_fraction(section) -> float:
+    """The job bar's drawn width over its track's, as the browser laid them out."""
+    return section.find_element(By.CSS_SELECTOR, ".jobbar .fill").rect["width"] / \
+        section.find_element(By.CLASS_NAME, "jobbar").rect["width"]
+
+
+def _many_splits(n: int, done: int) -> list[SplitProgress]:
+    return [SplitProgress(f"events:{i}", "finished" if i < done else "backfilling",
+                          999 if i < done else 499, 999, 1000 if i < done else 500, 0 if i < done else 500)
+            for i in range(n)]
+
+
+def test_a_backfilling_and_a_finished_job_drawn_as_they_are(page, live_api) -> None:
+    registry = live_api.registry
+    enter_token(page)
+    registry.create(JobSpec(name="wide-copy", source="events", sink_path="/t/wc"))
+    registry.publish_progress("wide-copy", JobProgress(
+        epoch=9, status="backfilling", rows_history=5300, rows_live=12, eta_seconds=125, progress=0.37,
+        history_rows_per_s=800.0, splits=_many_splits(12, 3),
+        live_latency=LiveLatency(0.4, 0.9, 60.0, 40, "create_time")))
+    registry.create(JobSpec(name="done-copy", source="events", sink_path="/t/dc"))
+    registry.publish_progress("done-copy", JobProgress(
+        epoch=9, status="finished", rows_history=2000, rows_live=300, eta_seconds=0, progress=1.0,
+        splits=_many_splits(2, 2), live_latency=LiveLatency(0.3, 0.7, 60.0, 300, "create_time")))
+    busy, done = job(page, "wide-copy"), job(page, "done-copy")
+    until(lambda: abs(_bar_fraction(busy) - 0.37) <= 0.05, timeout_s=10)
+    until(lambda: abs(_bar_fraction(done) - 1.0) <= 0.05)
+    assert busy.find_element(By.CLASS_NAME, "pct").text == "37.0%"
+    # controls only where they apply: history left -> pause and throttle; finished -> neither; drop on both
+    until(lambda: not done.find_element(By.CLASS_NAME, "pause").is_displayed())
+    assert busy.find_element(By.CLASS_NAME, "pause").is_displayed()
+    assert busy.find_element(By.CLASS_NAME, "throttle").is_displayed()
+    assert not done.find_element(By.CLASS_NAME, "throttle").is_displayed()
+    assert not done.find_element(By.CLASS_NAME, "retry").is_displayed()
+    assert done.find_element(By.CLASS_NAME, "drop").is_displayed()
+    # many splits start folded, a few open
+    assert busy.find_element(By.CSS_SELECTOR, "details.splits").get_attribute("open") is None
+    assert busy.find_element(By.CSS_SELECTOR, "details.splits summary").text == "12 splits"
+    assert done.find_element(By.CSS_SELECTOR, "details.splits").get_attribute("open") == "true"
+    # the sparklines fill as the polls come in: rows/s and the live latency's p99
+    for n in range(3):
+        registry.publish_progress("wide-copy", JobProgress(
+            epoch=10 + n, status="backfilling", rows_history=5300 + 900 * (n + 1), rows_live=12,
+            eta_seconds=100, progress=0.37, splits=_many_splits(12, 3),
+            live_latency=LiveLatency(0.4, 0.9 + n / 10, 60.0, 40, "create_time")))
+        time.sleep(1.1)
+
+    def drawn(kind: str) -> bool:
+        points = busy.find_element(By.CSS_SELECTOR, f".{kind} polyline").get_attribute("points")
+        return len(points.split()) >= 2
+
+    until(lambda: drawn("rates") and drawn("latencies"), timeout_s=10)
+    assert busy.find_element(By.CSS_SELECTOR, ".latencies .value").text.endswith(" s")
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    shot = SCREENSHOTS / "status-page-backfilling-and-finished.png"
+    assert page.save_screenshot(str(shot))
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
+
+    page.execute_script("window.confirm = () => true")
+    done.find_element(By.CLASS_NAME, "drop").click()
+    until(lambda: registry.get("done-copy") is None or registry.get("done-copy").dropped)
