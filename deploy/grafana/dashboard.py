@@ -64,10 +64,7 @@ def rows() -> list[tuple[str, list[dict[str, Any]]]]:
                 target(f"sum by (job, stage) ({P}job_splits{{{JOB}}})", "{{job}} {{stage}}")],
                 stack=True, description="Backfilling, source_caching_up (history done, waiting for the "
                                         "live stream), finished (job_splits)."),
-            panel("Job state", [
-                target(f"{P}job_backfilling{{{JOB}}}", "{{job}} backfilling"),
-                target(f"{P}job_failed{{{JOB}}}", "{{job}} failed")],
-                kind="stat", description="1 while backfilling / failed (job_backfilling, job_failed)."),
+            state_panel(),
         ]),
         ("Splits", [
             panel("Offsets left to backfill", [
@@ -97,6 +94,20 @@ def rows() -> list[tuple[str, list[dict[str, Any]]]]:
                 target(f"count({P}job_backfilling{{{JOB}}} == 1)", "backfilling")],
                 description="Jobs still backfilling (job_backfilling): a Finished job's live latency rising "
                             "while another backfills is what alert SourceBackfillLiveLatencyRises reports."),
+        ]),
+        ("Table jobs", [
+            panel("Table rows/s by stage", [
+                target(f"sum by (job, stage) (rate({P}table_backfill_rows_total{{{JOB}}}{rate}))",
+                       "{{job}} {{stage}}")],
+                unit="rowsps", stack=True,
+                description="Rows a table-backfill job emits per second: consuming_snapshot (copied from the "
+                            "pinned version), consuming_log_store (replayed from the change feed), "
+                            "consume_upstream (live changes forwarded) (table_backfill_rows_total)."),
+            panel("Table jobs: versions behind", [
+                target(f"{P}table_backfill_lag_versions{{{JOB}}}", "{{job}}")],
+                description="Source table versions the live stream delivered that the job has not emitted "
+                            "yet (table_backfill_lag_versions); progress of the snapshot copy: GET "
+                            "/jobs/{name} table.progress."),
         ]),
         ("Throughput", [
             panel("History vs live rows/s", [
@@ -137,10 +148,11 @@ def rows() -> list[tuple[str, list[dict[str, Any]]]]:
         ]),
         ("Errors", [
             panel("Reader errors", [
-                target(f"sum by (job, error_type) (increase({P}source_errors_total{rate}))",
+                target(f'sum by (job, error_type) (increase({P}source_errors_total{{job=~"$job|"}}{rate}))',
                        "{{job}} {{error_type}}")],
                 description="History-read errors by type, each followed by a rebuild with backoff; job "
-                            "empty and live_query: the source's live query (source_errors_total)."),
+                            "empty and live_query: the source's live query (source_errors_total; the "
+                            "chosen jobs' errors and the sources' own)."),
             panel("Failed jobs", [
                 target(f"{P}job_failed{{{JOB}}} == 1", "{{job}}")],
                 description="Jobs that stopped (job_failed): see GET /jobs/{name}, then retry or drop."),
@@ -155,6 +167,29 @@ def rows() -> list[tuple[str, list[dict[str, Any]]]]:
                             "(commit_conflicts_total)."),
         ]),
     ]
+
+
+def state_panel() -> dict[str, Any]:
+    """Each job's state as a word (value mappings over job_failed * 2 + job_backfilling)."""
+    words = {"0": ("finished", "green"), "1": ("backfilling", "blue"), "2": ("failed", "red"),
+             "3": ("failed", "red")}
+    mappings = [{"type": "value", "options": {k: {"text": t, "color": c, "index": i}
+                                              for i, (k, (t, c)) in enumerate(words.items())}}]
+    quarantined = {"type": "value", "options": {"1": {"text": "quarantined", "color": "dark-red", "index": 0},
+                                                "0": {"text": "", "color": "transparent", "index": 1}}}
+    board = panel("Job state", [
+        target(f"2 * {P}job_failed{{{JOB}}} + on (instance, job) {P}job_backfilling{{{JOB}}}", "{{job}}"),
+        target(f"{P}job_quarantined{{{JOB}}} == 1", "{{job}} quarantined")],
+        kind="stat", description="finished, backfilling or failed per job (job_backfilling, job_failed); "
+                                 "quarantined: failed after Spark's JVM died with its work in flight "
+                                 "(job_quarantined; retry it).")
+    board["fieldConfig"]["defaults"]["mappings"] = mappings
+    board["fieldConfig"]["defaults"]["color"] = {"mode": "thresholds"}
+    board["fieldConfig"]["overrides"] = [{"matcher": {"id": "byFrameRefID", "options": "B"},
+                                          "properties": [{"id": "mappings", "value": [quarantined]}]}]
+    board["options"] = {"colorMode": "background", "textMode": "value_and_name", "graphMode": "none",
+                        "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False}}
+    return board
 
 
 def layout(sections: list[tuple[str, list[dict[str, Any]]]]) -> list[dict[str, Any]]:

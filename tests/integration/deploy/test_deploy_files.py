@@ -93,6 +93,24 @@ def test_the_alerts_and_the_dashboard_cover_what_operators_watch():
                                  "history_reads_ahead_total")} <= board
 
 
+def test_every_dashboard_panel_on_job_series_follows_the_job_variable():
+    """A panel that reads a per-job metric shows only the jobs chosen at the top (its selector uses $job)."""
+    defined = _defined()
+    board = _dashboard()
+    for p in board["panels"]:
+        for t in p.get("targets", []):
+            filtered = {name for name, matchers in SELECTOR.findall(t["expr"]) if "$job" in matchers}
+            for name in METRIC.findall(t["expr"]):
+                base = name if name in defined else name.rsplit("_", 1)[0]
+                if "job" in defined.get(base, ("", ()))[1]:
+                    assert name in filtered, f'panel "{p["title"]}": {name} not filtered by $job'
+    names = {p["title"] for p in board["panels"]}
+    assert {"Table rows/s by stage", "Table jobs: versions behind", "Live latency p50 / p99"} <= names
+    state = next(p for p in board["panels"] if p["title"] == "Job state")
+    words = {m["text"] for m in state["fieldConfig"]["defaults"]["mappings"][0]["options"].values()}
+    assert words == {"finished", "backfilling", "failed"}  # a word per state, not a raw 0/1 line
+
+
 def test_the_alerts_read_no_per_split_series():
     """Per-split series exist only for the splits metrics.per_split picks: a rule on them misses the rest."""
     per_split = {PREFIX + m for m in ("history_rows_total", "live_rows_total", "split_stage",
