@@ -58,7 +58,7 @@ class ScriptedAdminClient:
 def _admin(client: ScriptedAdminClient, timeout_s: float = 5.0) -> KafkaAdmin:
     admin = object.__new__(KafkaAdmin)  # no librdkafka client: the scripted one answers
     admin.bootstrap_servers, admin.options, admin.timeout_s = "127.0.0.1:9", {}, timeout_s
-    admin._admin = client
+    admin._client = client
     return admin
 
 
@@ -182,3 +182,10 @@ def test_leadership_still_settling_is_retried(code):
 @pytest.mark.parametrize("code", [KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.INVALID_REQUEST])
 def test_a_final_answer_is_not_retried(code):
     assert not _is_retriable(KafkaException(KafkaError(code, "no", retriable=False)))
+
+
+def test_a_closed_admin_says_so():
+    admin = _admin(ScriptedAdminClient())
+    admin.close()
+    with pytest.raises(KafkaConnectorError, match="admin client of 127.0.0.1:9 is closed"):
+        admin.list_splits(["t"])
