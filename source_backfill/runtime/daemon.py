@@ -74,10 +74,10 @@ class Daemon:
         from connectors.kafka.admin import KafkaAdmin
         from source_backfill.api.app import create_app, create_metrics_app
         from source_backfill.api.server import ApiServer
+        from source_backfill.executors.spark_work import LEDGER_DIR, SparkWork, WorkLedger
         from source_backfill.runtime.registry import JobRegistry
         from source_backfill.runtime.source import LiveSource
         from source_backfill.runtime.spark import build_spark, warm_history_copy
-        from source_backfill.runtime.spark_work import LEDGER_DIR, SparkWork, WorkLedger
         from source_backfill.runtime.watchdog import JvmWatchdog
 
         cfg = self.settings

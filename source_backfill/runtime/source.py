@@ -32,8 +32,8 @@ from source_backfill.config import SourceConfig
 from source_backfill.core import LiveStats, split_id
 from source_backfill.errors import SourceBackfillError, one_line
 from source_backfill.executors.source_backfill import EpochInput, SourceBackfillJob
+from source_backfill.executors.spark_work import EPOCH
 from source_backfill.runtime.jobs import JobHost
-from source_backfill.runtime.spark_work import EPOCH
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -41,8 +41,8 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
     from connectors.kafka.admin import KafkaAdmin
+    from source_backfill.executors.spark_work import SparkWork
     from source_backfill.runtime.registry import JobRegistry, Mutation
-    from source_backfill.runtime.spark_work import SparkWork
 
 logger = logging.getLogger(__name__)
 
