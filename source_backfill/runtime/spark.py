@@ -98,11 +98,6 @@ def build_spark(
     return spark
 
 
-def max_read_tasks(spark: SparkSession, configured: int | None) -> int:
-    """Tasks a Kafka read may use: the source's ``max_read_tasks``, else twice the default parallelism."""
-    return configured if configured is not None else 2 * max(1, spark.sparkContext.defaultParallelism)
-
-
 def register_data_sources(spark: SparkSession) -> None:
     """Register the project's Python data sources on ``spark`` (idempotent)."""
     try:
