@@ -1,5 +1,9 @@
 """The daemon: Spark, the live sources and their jobs, the control API and the metrics endpoint.
 
+Its composition root: the one module that wires ``runtime/`` (registry, sources, Spark, watchdog) to
+``api/`` (the HTTP servers), so it sits on the top floor with the CLI and the demos, above both
+(docs/architecture.md, "Layers").
+
 ``run_daemon(settings)`` blocks until SIGTERM/SIGINT, then stops every source after its running epoch
 (never half-committed) and shuts the API down.
 """
