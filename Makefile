@@ -54,9 +54,12 @@ unit: $(STAMP) jars
 integration: $(STAMP) jars
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
+## ruff, mypy strict on the core, and the layers (pyproject.toml's [tool.importlinter]: every import of
+## source_backfill and connectors, lazy ones too, points down; docs/architecture.md, "Layers").
 lint: $(STAMP)
 	$(VENV)/bin/ruff check source_backfill connectors tests bench examples deploy
 	$(VENV)/bin/mypy source_backfill/core
+	$(VENV)/bin/lint-imports --no-logo
 
 ## The crash suite as a soak: CYCLES kill/restart cycles of the daemon process, then exactly once.
 CYCLES ?= 200
@@ -70,4 +73,4 @@ bench: $(STAMP) jars
 	$(PY) -m bench $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache var
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache var

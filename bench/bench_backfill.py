@@ -117,7 +117,7 @@ def main() -> dict[str, float]:
     from connectors.kafka.spark_kafka import read_ranges, reader_options
     from source_backfill.config import SourceConfig, load_settings
     from source_backfill.core import HistoryRange
-    from source_backfill.runtime.daemon import Daemon
+    from source_backfill.daemon import Daemon
     from source_backfill.runtime.spark import build_spark
 
     work = Path(tempfile.mkdtemp(prefix="bench-backfill-"))

@@ -56,7 +56,7 @@ def _idle(bootstrap: str, work: Path) -> dict[str, Any]:
 
     from connectors.kafka.admin import KafkaAdmin
     from source_backfill.config import JobSpec, SourceConfig, load_settings
-    from source_backfill.runtime.daemon import Daemon
+    from source_backfill.daemon import Daemon
     from source_backfill.runtime.registry import JobRegistry
     from source_backfill.runtime.table_source import TableLiveSource
     from source_backfill.testing.delta import ChangingTable

@@ -52,7 +52,7 @@ def _caught_up(bootstrap: str, work: Path, connector: str) -> list[float]:
     """Trigger durations (s) of a caught-up source with two Finished jobs."""
     from connectors.kafka.admin import KafkaAdmin
     from source_backfill.config import load_settings
-    from source_backfill.runtime.daemon import Daemon
+    from source_backfill.daemon import Daemon
 
     topic = f"trigger-{connector}-{int(time.time())}"
     KafkaAdmin(bootstrap).create_topic(topic, PARTITIONS)

@@ -221,8 +221,8 @@ def _cmd_run(args: argparse.Namespace, _out: IO[str]) -> int:
         settings = load_settings(args.config)
     except ConfigError as exc:
         raise CliError(str(exc), EXIT_USAGE) from exc
+    from source_backfill.daemon import run_daemon
     from source_backfill.errors import SourceBackfillError, one_line
-    from source_backfill.runtime.daemon import run_daemon
 
     try:
         return int(run_daemon(settings))

@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     from connectors.kafka.admin import KafkaAdmin
     from connectors.kafka.embedded import EmbeddedBroker
     from source_backfill.config import load_settings
-    from source_backfill.runtime.daemon import Daemon
+    from source_backfill.daemon import Daemon
 
     print("source-backfill demo: embedded broker, live producer, daemon, a job attached mid-stream",
           flush=True)

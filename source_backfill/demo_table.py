@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     from deltalake import DeltaTable
 
     from source_backfill.config import load_settings
-    from source_backfill.runtime.daemon import Daemon
+    from source_backfill.daemon import Daemon
     from source_backfill.testing.delta import ChangingTable, as_rows, replay_changelog
 
     parser = argparse.ArgumentParser(prog="python -m source_backfill.demo_table", description=__doc__,

@@ -128,7 +128,7 @@ JOB_FAILED = Gauge(
     PREFIX + "job_failed", "1 while the job is failed (see its error in the API; retry or drop it).", ["job"]
 )
 
-# -- a transform cannot take the daemon down (runtime/spark_work.py, runtime/watchdog.py) ---------------
+# -- a transform cannot take the daemon down (executors/spark_work.py, runtime/watchdog.py) -------------
 SPARK_WORK_TIMEOUTS = Counter(
     PREFIX + "spark_work_timeouts",
     "A job's Spark work (an epoch's, a read ahead's) cancelled past its deadline (sources[].job_timeout_s).",

@@ -1,7 +1,7 @@
 """An embedded Apache Kafka broker: one KRaft node (broker + controller) as a subprocess on loopback.
 
 Used by the tests, the benchmarks and ``make run`` when no ``KAFKA_BOOTSTRAP_SERVERS`` is configured and no
-Docker engine answers. The broker's jars come from :func:`source_backfill.runtime.jvm.broker_classpath`
+Docker engine answers. The broker's jars come from :func:`connectors.jars.broker_classpath`
 (``make jars``). Its log lives in a temp folder that is removed at stop, or in ``log_dir`` when one is
 given (``make run`` keeps it under ``state_root``, so a restarted demo keeps its topics and reuses its
 ports when they are free). The broker runs in a process group of its own and is stopped with it; it also
@@ -144,7 +144,7 @@ class EmbeddedBroker:
         """Format the log folder if new, start the broker and wait until a metadata request answers."""
         if self._proc is not None:
             return self
-        from source_backfill.runtime.jvm import broker_classpath
+        from connectors.jars import broker_classpath
 
         classpath = broker_classpath()
         if self._log_dir is None:

@@ -81,6 +81,14 @@ def reader_options(source: Any, bootstrap_servers: str, max_tasks: int) -> dict[
     return options
 
 
+def max_read_tasks(spark: Any, configured: int | None) -> int:
+    """Tasks a Kafka read may use: the source's ``max_read_tasks``, else twice the default parallelism.
+
+    What :func:`reader_options` takes as ``max_tasks``.
+    """
+    return configured if configured is not None else 2 * max(1, spark.sparkContext.defaultParallelism)
+
+
 def register(spark: Any) -> None:
     """Register the ``kafka_py`` data source on ``spark``."""
     spark.dataSource.register(KafkaDataSource)

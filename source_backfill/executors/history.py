@@ -75,8 +75,7 @@ class HistoryReader:
 
             self._check_log_start(ranges)
             return read_ranges(session, ranges, reader_options(self.source, self.bootstrap_servers))
-        from connectors.kafka.source import KAFKA_FORMAT, reader_options
-        from source_backfill.runtime.spark import max_read_tasks
+        from connectors.kafka.source import KAFKA_FORMAT, max_read_tasks, reader_options
 
         spec = []
         for r in ranges:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from source_backfill import metrics
 from source_backfill.core import HistoryRange
 from source_backfill.executors.history import StagedProgress
-from source_backfill.runtime.spark_work import READ_AHEAD
+from source_backfill.executors.spark_work import READ_AHEAD
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -108,7 +108,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from connectors.kafka.admin import KafkaAdmin
-    from source_backfill.runtime.spark_work import SparkWork
+    from source_backfill.executors.spark_work import SparkWork
 
 logger = logging.getLogger(__name__)
 

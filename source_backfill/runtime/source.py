@@ -32,8 +32,8 @@ from source_backfill.config import SourceConfig
 from source_backfill.core import LiveStats, split_id
 from source_backfill.errors import SourceBackfillError, one_line
 from source_backfill.executors.source_backfill import EpochInput, SourceBackfillJob
+from source_backfill.executors.spark_work import EPOCH
 from source_backfill.runtime.jobs import JobHost
-from source_backfill.runtime.spark_work import EPOCH
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -41,8 +41,8 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
     from connectors.kafka.admin import KafkaAdmin
+    from source_backfill.executors.spark_work import SparkWork
     from source_backfill.runtime.registry import JobRegistry, Mutation
-    from source_backfill.runtime.spark_work import SparkWork
 
 logger = logging.getLogger(__name__)
 
@@ -262,13 +262,11 @@ def live_stream(spark: SparkSession, config: SourceConfig, bootstrap_servers: st
     Either way every trigger is a micro-batch (an epoch), new data or not, and the Kafka source is the
     first source of the query's offset log (:func:`connectors.kafka.stream.batch_offsets`).
     """
-    from source_backfill.runtime.spark import max_read_tasks
-
     if config.connector == "spark":
         from connectors.kafka.spark_kafka import live_stream as spark_live_stream
 
         return spark_live_stream(spark, config, bootstrap_servers)
-    from connectors.kafka.source import KAFKA_FORMAT, reader_options
+    from connectors.kafka.source import KAFKA_FORMAT, max_read_tasks, reader_options
     from connectors.kafka.spark_kafka import subscribed
 
     options = reader_options(config, bootstrap_servers, max_read_tasks(spark, config.max_read_tasks))

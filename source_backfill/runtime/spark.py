@@ -33,7 +33,7 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.scheduler.allocation.file": str(Path(__file__).with_name("fairscheduler.xml")),
     # delta-rs and Delta readers expect microsecond timestamps, not Spark's legacy INT96
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
-    # delta-spark (its jars come with spark.jars, see runtime/jvm.py)
+    # delta-spark (its jars come with spark.jars, see connectors/jars.py)
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     # delta-spark rebuilds a table's snapshot with 50 tasks by default: 4.0 -> 0.8 s per epoch here
@@ -70,14 +70,14 @@ def build_spark(
     ``python_sources=False`` leaves the Python data sources unregistered (registering starts a Python
     worker, ~1 s of a daemon's start): a daemon whose sources all read with Spark's own connector.
 
-    The JVM jars of :mod:`source_backfill.runtime.jvm` (Spark's Kafka connector, delta-spark) are on its
+    The JVM jars of :mod:`connectors.jars` (Spark's Kafka connector, delta-spark) are on its
     classpath (a missing jar raises :class:`~source_backfill.errors.JvmDependencyError` naming the
     command that fetches it), and the Python data sources of :mod:`connectors.kafka` are registered, so
     both ``format("kafka")`` and ``format(KAFKA_FORMAT)`` work right after this call.
     """
     from pyspark.sql import SparkSession
 
-    from source_backfill.runtime.jvm import spark_jars
+    from connectors.jars import spark_jars
 
     os.environ.setdefault("PYSPARK_PYTHON", _python())
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", _python())
@@ -96,11 +96,6 @@ def build_spark(
         register_data_sources(spark)
     logger.info('spark started master="%s" version="%s"', master, spark.version)
     return spark
-
-
-def max_read_tasks(spark: SparkSession, configured: int | None) -> int:
-    """Tasks a Kafka read may use: the source's ``max_read_tasks``, else twice the default parallelism."""
-    return configured if configured is not None else 2 * max(1, spark.sparkContext.defaultParallelism)
 
 
 def register_data_sources(spark: SparkSession) -> None:

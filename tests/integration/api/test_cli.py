@@ -199,9 +199,9 @@ def test_status_watch_until_finished(run, live_api) -> None:
 
 def test_run_loads_the_config_and_calls_the_daemon(run, tmp_path, monkeypatch) -> None:
     seen = {}
-    fake = types.ModuleType("source_backfill.runtime.daemon")
+    fake = types.ModuleType("source_backfill.daemon")
     fake.run_daemon = lambda settings: seen.setdefault("settings", settings) and 0
-    monkeypatch.setitem(sys.modules, "source_backfill.runtime.daemon", fake)
+    monkeypatch.setitem(sys.modules, "source_backfill.daemon", fake)
     config = tmp_path / "daemon.toml"
     config.write_text('[[sources]]\nname = "events"\ntopics = ["t"]\n\n'
                       '[[jobs]]\nname = "j"\nsource = "events"\nsink_path = "/t/j"\n')

@@ -392,7 +392,7 @@ def test_when_the_daemon_works_on_every_connection_a_new_one_gets_503(tmp_path):
 
 def test_the_limits_are_settings_the_daemon_serves_with(monkeypatch):
     from source_backfill.config import load_settings
-    from source_backfill.runtime.daemon import Daemon
+    from source_backfill.daemon import Daemon
 
     assert Daemon(load_settings())._server_limits() == ServerLimits()  # the defaults agree  # noqa: SLF001
     for key, value in (("HEADER_TIMEOUT_S", "2.5"), ("BODY_TIMEOUT_S", "9"), ("KEEP_ALIVE_TIMEOUT_S", "1"),
@@ -406,7 +406,7 @@ def test_the_limits_are_settings_the_daemon_serves_with(monkeypatch):
 def test_the_metrics_port_has_the_api_s_connection_limits(tmp_path):
     """A daemon without sources (no Spark) serving metrics on a port of its own."""
     from source_backfill.config import Settings
-    from source_backfill.runtime.daemon import Daemon
+    from source_backfill.daemon import Daemon
 
     settings = Settings(daemon={"state_root": tmp_path / "state"}, api={"port": 0, "header_timeout_s": 1.0},
                         metrics={"port": 0})
@@ -476,7 +476,7 @@ def test_the_token_is_never_logged_nor_answered(tmp_path, capfd):
     import logging
 
     from source_backfill.config import Settings
-    from source_backfill.runtime.daemon import Daemon
+    from source_backfill.daemon import Daemon
 
     token = "Tok3n-" + "s3cr3t" * 4
     records: list[logging.LogRecord] = []

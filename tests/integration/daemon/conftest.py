@@ -127,7 +127,7 @@ def producer_for(kafka_bootstrap: str) -> Iterator[Callable[[str], Producer]]:
 def daemon_factory(spark, kafka_bootstrap: str, tmp_path: Path) -> Iterator[Callable[..., Any]]:
     """Start a :class:`Daemon` on one topic set; every daemon started is stopped at teardown."""
     from source_backfill.config import load_settings
-    from source_backfill.runtime.daemon import Daemon
+    from source_backfill.daemon import Daemon
 
     started: list[Daemon] = []
 

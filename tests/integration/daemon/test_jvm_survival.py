@@ -194,7 +194,7 @@ def _running(pid: int) -> bool:
 def test_a_dead_jvm_fails_liveness_and_the_daemon_exits_non_zero_within_30_s(
     tmp_path, kafka_bootstrap, kafka_admin
 ):
-    from source_backfill.runtime.daemon import EXIT_JVM_GONE
+    from source_backfill.daemon import EXIT_JVM_GONE
 
     topic = _topic(kafka_admin, kafka_bootstrap, 500)
     daemon = _daemon(tmp_path, kafka_bootstrap, [{"name": "src", "topics": [topic]}],
@@ -219,7 +219,7 @@ def test_a_dead_jvm_fails_liveness_and_the_daemon_exits_non_zero_within_30_s(
 def test_a_job_in_flight_at_jvm_death_after_jvm_death_is_quarantined_alone_until_retried(
     tmp_path, kafka_bootstrap, kafka_admin
 ):
-    from source_backfill.runtime.daemon import EXIT_JVM_GONE
+    from source_backfill.daemon import EXIT_JVM_GONE
 
     topic = _topic(kafka_admin, kafka_bootstrap, 2000)
     daemon = _daemon(

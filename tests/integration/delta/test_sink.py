@@ -272,7 +272,7 @@ def test_both_writers_keep_the_exactly_once_protocol(spark, sink_factory, rows, 
     table is the same Delta table (delta-rs reads what delta-spark wrote and the other way round)."""
     import json
 
-    assert delta_spark_available(spark)  # the jars come with every session (runtime/jvm.py)
+    assert delta_spark_available(spark)  # the jars come with every session (connectors/jars.py)
     path = tmp_path / "t"
     s = sink_factory(writer=writer)
     assert s.commit_epoch(1, rows([1, 2]), {"a": 1}).committed

@@ -31,7 +31,7 @@ METRIC = re.compile(r"\bsource_backfill_[a-z_]+")
 SELECTOR = re.compile(r"\b(source_backfill_[a-z_]+)\s*\{([^}]*)\}")
 MATCHER = re.compile(r"([a-zA-Z_]\w*)\s*(?:=~|!~|!=|=)")
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
-#: SOURCE_BACKFILL_* variables that are not configuration: read by runtime/jvm.py.
+#: SOURCE_BACKFILL_* variables that are not configuration: read by connectors/jars.py.
 NOT_CONFIG = {"SOURCE_BACKFILL_JARS", "SOURCE_BACKFILL_JVM_POM"}
 
 

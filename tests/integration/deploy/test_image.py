@@ -34,7 +34,7 @@ def _run(*argv: str, cwd: Path) -> None:
 
 
 def test_the_wheel_installed_as_the_image_does_runs_the_image_config(tmp_path, kafka_bootstrap, kafka_admin):
-    from source_backfill.runtime.jvm import jars_root
+    from connectors.jars import jars_root
 
     # what the image's build stage and runtime stage do
     _run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--wheel-dir", str(tmp_path / "wheels"),

@@ -1,59 +1,9 @@
-"""Where the JVM jars are: names, the cache's stamp, and errors that say which command fetches them."""
+"""Fetching the JVM jars (runtime/jvm.py, ``make jars``) with a stand-in for Maven."""
 
 from __future__ import annotations
 
-import pytest
-
-from source_backfill.errors import JvmDependencyError
+from connectors import jars
 from source_backfill.runtime import jvm
-
-
-@pytest.mark.parametrize(("jar", "name"), [
-    ("jackson-core-2.18.2.jar", "jackson-core"),
-    ("spark-sql-kafka-0-10_2.13-4.2.0.jar", "spark-sql-kafka-0-10_2.13"),
-    ("delta-spark_4.2_2.13-4.4.0.jar", "delta-spark_4.2_2.13"),
-    ("zstd-jni-1.5.7-3.jar", "zstd-jni"),
-    ("kafka_2.13-4.1.1.jar", "kafka_2.13"),
-])
-def test_artifact_name_drops_only_the_version(jar, name):
-    assert jvm.artifact_name(jar) == name
-
-
-def test_missing_jars_name_the_command_that_fetches_them(tmp_path, monkeypatch):
-    monkeypatch.setenv("SOURCE_BACKFILL_JARS", str(tmp_path))
-    with pytest.raises(JvmDependencyError, match="make jars"):
-        jvm.broker_classpath()
-    (tmp_path / "broker").mkdir()
-    (tmp_path / "broker" / "kafka_2.13-4.1.1.jar").touch()
-    with pytest.raises(JvmDependencyError, match="make jars"):  # no stamp: a fetch did not finish
-        jvm.broker_classpath()
-
-
-def test_a_stamp_from_another_pom_means_fetch_again(tmp_path, monkeypatch):
-    monkeypatch.setenv("SOURCE_BACKFILL_JARS", str(tmp_path))
-    folder = tmp_path / "broker"
-    folder.mkdir()
-    (folder / "kafka_2.13-4.1.1.jar").touch()
-    (folder / ".fetched").write_text("0123456789abcdef\n")
-    assert not jvm.fetched("broker")
-    assert jvm.broker_classpath().endswith("kafka_2.13-4.1.1.jar")  # usable, but a fetch refreshes it
-
-
-def test_the_pom_pins_the_wheels_installed():
-    props = jvm.pom_properties()
-    from importlib import metadata
-
-    assert props["spark.version"] == metadata.version("pyspark")
-    assert props["delta.version"] == metadata.version("delta-spark")
-    assert props["delta.spark.binary"] == ".".join(props["spark.version"].split(".")[:2])
-    jvm.check_wheels()
-
-
-def test_a_wheel_that_does_not_match_the_pom_is_refused(monkeypatch):
-    real = jvm.metadata.version
-    monkeypatch.setattr(jvm.metadata, "version", lambda d: "9.9.9" if d == "pyspark" else real(d))
-    with pytest.raises(JvmDependencyError, match="pyspark 9.9.9 is installed but .* pins spark.version"):
-        jvm.check_wheels()
 
 
 def test_fetched_jars_are_readable_by_other_users(tmp_path, monkeypatch):
@@ -69,4 +19,4 @@ def test_fetched_jars_are_readable_by_other_users(tmp_path, monkeypatch):
     jvm.fetch(("broker",))
     mode = stat.S_IMODE((tmp_path / "jars" / "broker").stat().st_mode)
     assert mode & 0o055 == 0o055, oct(mode)
-    assert jvm.fetched("broker")
+    assert jars.fetched("broker")

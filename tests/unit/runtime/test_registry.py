@@ -391,7 +391,7 @@ def test_sink_paths_stay_inside_the_data_root(tmp_path: Path) -> None:
 def test_a_job_error_served_by_the_api_names_no_path_of_the_daemon(tmp_path, monkeypatch):
     """Exception texts name the state root or the working directory; the stored (and served) error does
     not, the log keeps the text whole."""
-    from source_backfill.runtime.daemon import _redacted
+    from source_backfill.daemon import _redacted
 
     monkeypatch.chdir(tmp_path)
     root = tmp_path / "state"

@@ -1,5 +1,5 @@
 """Attribution of crashes to the jobs whose Spark work was in flight, and the deadline of that work
-(``runtime/spark_work.py``), without Spark: a fake SparkContext records tags and cancels."""
+(``executors/spark_work.py``), without Spark: a fake SparkContext records tags and cancels."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 import pytest
 
 from source_backfill.errors import SparkWorkTimeoutError
-from source_backfill.runtime.spark_work import EPOCH, READ_AHEAD, SparkWork, WorkLedger
+from source_backfill.executors.spark_work import EPOCH, READ_AHEAD, SparkWork, WorkLedger
 
 
 class _FakeContext:

@@ -1,5 +1,9 @@
 """The daemon: Spark, the live sources and their jobs, the control API and the metrics endpoint.
 
+Its composition root: the one module that wires ``runtime/`` (registry, sources, Spark, watchdog) to
+``api/`` (the HTTP servers), so it sits on the top floor with the CLI and the demos, above both
+(docs/architecture.md, "Layers").
+
 ``run_daemon(settings)`` blocks until SIGTERM/SIGINT, then stops every source after its running epoch
 (never half-committed) and shuts the API down.
 """
@@ -74,10 +78,10 @@ class Daemon:
         from connectors.kafka.admin import KafkaAdmin
         from source_backfill.api.app import create_app, create_metrics_app
         from source_backfill.api.server import ApiServer
+        from source_backfill.executors.spark_work import LEDGER_DIR, SparkWork, WorkLedger
         from source_backfill.runtime.registry import JobRegistry
         from source_backfill.runtime.source import LiveSource
         from source_backfill.runtime.spark import build_spark, warm_history_copy
-        from source_backfill.runtime.spark_work import LEDGER_DIR, SparkWork, WorkLedger
         from source_backfill.runtime.watchdog import JvmWatchdog
 
         cfg = self.settings
