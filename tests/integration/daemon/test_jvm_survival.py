@@ -216,6 +216,7 @@ def test_a_dead_jvm_fails_liveness_and_the_daemon_exits_non_zero_within_30_s(
         daemon.stop()
 
 
+@pytest.mark.slow  # three JVM deaths and restarts: 30-75 s, with the slow tests to keep make test in 20 min
 def test_a_job_in_flight_at_jvm_death_after_jvm_death_is_quarantined_alone_until_retried(
     tmp_path, kafka_bootstrap, kafka_admin
 ):
