@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -255,6 +256,20 @@ def observed(observation: Any, timeout_s: float = OBSERVE_TIMEOUT_S) -> dict[str
     return dict(box["value"])
 
 
+def _parquet_files(folder: Path) -> list[Path]:
+    """The Parquet files under ``folder`` now, sorted.
+
+    A copy in progress moves its files: a Spark task writes under ``_temporary/`` and its job's commit
+    moves them up and removes that folder, so a folder listed a moment ago may be gone when the walk
+    enters it. ``os.walk`` skips such a folder (``Path.rglob`` raised FileNotFoundError, which failed
+    the epoch that read the progress: two job rebuilds in a 10-minute load soak).
+    """
+    found: list[Path] = []
+    for root, _dirs, files in os.walk(folder):  # an error listing a folder (it vanished) is skipped
+        found.extend(Path(root) / name for name in files if name.endswith(".parquet"))
+    return sorted(found)
+
+
 class StagedProgress:
     """What a read ahead has copied so far: rows and the last offset per split, from its closed files.
 
@@ -277,7 +292,7 @@ class StagedProgress:
 
         folder = self.folder
         if folder is not None:
-            for file in sorted(folder.rglob("*.parquet")):
+            for file in _parquet_files(folder):
                 if file.name in self._files:
                     continue
                 try:
