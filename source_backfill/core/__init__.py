@@ -3,6 +3,7 @@
 from source_backfill.core.budget import (
     WAIT_EPOCH_MULTIPLE,
     EpochCost,
+    RateAllowance,
     budget_after_adopted,
     fit_epoch_cost,
     history_budget,
@@ -54,6 +55,7 @@ __all__ = [
     "history_budget",
     "read_ahead_budget",
     "EpochCost",
+    "RateAllowance",
     "fit_epoch_cost",
     "is_backfill_done",
     "is_finish_reported",

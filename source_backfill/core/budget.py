@@ -1,4 +1,4 @@
-"""The per-epoch history budget: prefer the live stream (DESIGN 5.4)."""
+"""The per-epoch history budget: prefer the live stream (DESIGN 5.4); the rate limit's allowance."""
 
 from __future__ import annotations
 
@@ -27,6 +27,54 @@ FIRST_READ_AHEAD = int(READ_AHEAD_S * FIRST_READ_AHEAD_ROWS_PER_S)
 #: The fitted budget grows at most this many times the rows of the last history epoch (a noisy fit
 #: must not plan one huge epoch that stalls the live stream).
 MAX_GROWTH = 2.0
+
+
+#: Seconds of the rate limit the allowance holds at most (READ_AHEAD_S, or two intervals if longer): a read
+#: that took longer than the interval leaves the next one its share, so the copy keeps the limit's pace
+#: on average instead of losing the time its Spark jobs took; never more than this is read at once.
+BURST_INTERVALS = 2.0
+
+
+@dataclass(slots=True)
+class RateAllowance:
+    """A rate limit kept on the wall clock (a token bucket): ``rate`` offsets accrue each second.
+
+    Reads spend what they plan to copy when they start (a read ahead) or are planned (an epoch's own);
+    the allowance never holds more than ``burst_seconds(interval)`` of the rate, and starts with one
+    interval's worth. Kept in step with the clock the caller passes (``now``, monotonic seconds): no I/O.
+    A limit that reads slower than its Spark jobs take (epochs past their interval) still copies at the
+    limit on average, where a per-epoch budget of one interval's worth read that much less per second.
+    """
+
+    tokens: float = 0.0
+    at: float | None = None
+
+    def available(self, rate: float | None, interval_s: float, now: float) -> int | None:
+        """Offsets that may be read now (None: no limit; 0 at rate 0)."""
+        if rate is None:
+            self.at = None
+            return None
+        if rate <= 0:
+            self.tokens, self.at = 0.0, now
+            return 0
+        cap = rate * burst_seconds(interval_s)
+        if self.at is None:
+            self.tokens = rate * interval_s
+        else:
+            self.tokens += rate * max(0.0, now - self.at)
+        self.tokens = min(self.tokens, cap)
+        self.at = now
+        return max(0, math.floor(self.tokens))
+
+    def spend(self, offsets: int) -> None:
+        """``offsets`` were planned for reading: they leave the allowance (it may go below 0: owed)."""
+        if self.at is not None:
+            self.tokens -= offsets
+
+
+def burst_seconds(interval_s: float) -> float:
+    """Seconds of the rate limit the allowance holds at most."""
+    return max(READ_AHEAD_S, BURST_INTERVALS * interval_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +108,7 @@ def fit_epoch_cost(samples: Sequence[tuple[int, float]]) -> EpochCost | None:
 
 def history_budget(
     *,
-    rate_limit_rows_per_s: float | None,
+    allowance: int | None,
     interval_s: float,
     max_rows_per_epoch: int | None,
     measured_rows_per_s: float | None,
@@ -71,13 +119,15 @@ def history_budget(
 ) -> int:
     """Offsets of history one epoch may read: the smallest of the rate limit, the cap and the adaptive.
 
-    Zero when paused, at rate 0 (nothing is lost: the targets keep moving, history resumes later), or
-    when the last epoch ran over ``WAIT_EPOCH_MULTIPLE`` intervals. The adaptive budget keeps the epoch
-    within its interval at the measured history throughput. With a fitted ``epoch_cost`` it is the rows
-    that fill ``HISTORY_SHARE`` of the interval after the fixed cost, at most ``MAX_GROWTH`` times
-    ``last_history_rows``: the same target, reached in a few epochs instead of a slow ramp.
+    ``allowance``: what the rate limit lets be read now (:class:`RateAllowance`; None: no limit). Zero
+    when paused, at allowance 0 (rate 0: nothing is lost, the targets keep moving, history resumes
+    later), or when the last epoch ran over ``WAIT_EPOCH_MULTIPLE`` intervals. The adaptive budget
+    keeps the epoch within its interval at the measured history throughput. With a fitted
+    ``epoch_cost`` it is the rows that fill ``HISTORY_SHARE`` of the interval after the fixed cost, at
+    most ``MAX_GROWTH`` times ``last_history_rows``: the same target, reached in a few epochs instead
+    of a slow ramp.
     """
-    if _reads_none(paused, rate_limit_rows_per_s, last_epoch_s, interval_s):
+    if _reads_none(paused, allowance, last_epoch_s, interval_s):
         return 0
     if epoch_cost is not None:
         room_s = interval_s * HISTORY_SHARE - epoch_cost.fixed_s
@@ -88,29 +138,26 @@ def history_budget(
         adaptive = FIRST_EPOCH_BUDGET
     else:
         adaptive = max(MIN_ADAPTIVE_BUDGET, int(measured_rows_per_s * interval_s * HISTORY_SHARE))
-    return _capped(adaptive, rate_limit_rows_per_s, interval_s, max_rows_per_epoch)
+    return _capped(adaptive, allowance, max_rows_per_epoch)
 
 
-def budget_after_adopted(
-    budget: int, adopted: int, *, rate_limit_rows_per_s: float | None, interval_s: float,
-    max_rows_per_epoch: int | None,
-) -> int:
+def budget_after_adopted(budget: int, adopted: int, *, max_rows_per_epoch: int | None) -> int:
     """History offsets an epoch may still read itself after adopting ``adopted`` offsets read ahead.
 
-    The adopted offsets are this epoch's history: they count against the rate limit and the per-epoch
-    cap. Not against the adaptive share, which keeps the epoch's own reading within its interval: they
-    were copied before the epoch, which only commits their files. So the epoch that adopts the last read
-    ahead also reads the tail when it fits, and the job finishes there instead of one interval later.
+    The adopted offsets are this epoch's history: they count against the per-epoch cap. Not against
+    the rate limit (they left its allowance when their read started) nor the adaptive share, which
+    keeps the epoch's own reading within its interval: they were copied before the epoch, which only
+    commits their files. So the epoch that adopts the last read ahead also reads the tail when it fits,
+    and the job finishes there instead of one interval later.
     """
-    if rate_limit_rows_per_s is None and max_rows_per_epoch is None:
+    if max_rows_per_epoch is None:
         return budget
-    cap = _capped(2**62, rate_limit_rows_per_s, interval_s, max_rows_per_epoch)
-    return max(0, min(budget, cap - adopted))
+    return max(0, min(budget, max_rows_per_epoch - adopted))
 
 
 def read_ahead_budget(
     *,
-    rate_limit_rows_per_s: float | None,
+    allowance: int | None,
     interval_s: float,
     max_rows_per_epoch: int | None,
     measured_rows_per_s: float | None,
@@ -123,15 +170,15 @@ def read_ahead_budget(
 
     Zero when paused, at rate 0, or when the last epoch ran over ``WAIT_EPOCH_MULTIPLE`` intervals (the
     live stream is struggling: reads wait). Otherwise ``READ_AHEAD_S`` seconds at the measured read
-    throughput (``FIRST_READ_AHEAD`` before one was measured), at most one interval's worth of the rate
-    limit (reads are spaced to keep the rate) and at most ``max_rows_per_epoch``.
+    throughput (``FIRST_READ_AHEAD`` before one was measured), at most the rate limit's ``allowance``
+    (what accrued since the last read: the reads keep the limit's pace) and ``max_rows_per_epoch``.
 
     A read that would leave a tail of the ``remaining`` history small enough for one epoch to read
     itself (``tail_budget``, the epoch's own budget) takes the tail too, within the same limits: the
     epoch that adopts it then finishes the job by committing files, without a Spark read of its own
     (a read of a few thousand offsets costs that epoch ~0.5 s).
     """
-    if _reads_none(paused, rate_limit_rows_per_s, last_epoch_s, interval_s):
+    if _reads_none(paused, allowance, last_epoch_s, interval_s):
         return 0
     if measured_rows_per_s is None or measured_rows_per_s <= 0:
         budget = FIRST_READ_AHEAD
@@ -139,7 +186,7 @@ def read_ahead_budget(
         budget = max(MIN_ADAPTIVE_BUDGET, int(measured_rows_per_s * READ_AHEAD_S))
     if remaining is not None and remaining - budget <= tail_budget:
         budget = max(budget, remaining)
-    return _capped(budget, rate_limit_rows_per_s, interval_s, max_rows_per_epoch)
+    return _capped(budget, allowance, max_rows_per_epoch)
 
 
 def table_budget(
@@ -154,20 +201,21 @@ def table_budget(
         return 0
     if rate_limit_rows_per_s is None and max_rows_per_epoch is None:
         return None
-    return _capped(2**62, rate_limit_rows_per_s, interval_s, max_rows_per_epoch)
+    per_epoch = max(1, math.ceil(rate_limit_rows_per_s * interval_s)) if rate_limit_rows_per_s else None
+    return _capped(2**62, per_epoch, max_rows_per_epoch)
 
 
-def _reads_none(paused: bool, rate: float | None, last_epoch_s: float | None, interval_s: float) -> bool:
-    """Paused, rate 0, or the last epoch ran over ``WAIT_EPOCH_MULTIPLE`` intervals (self-pause)."""
-    if paused or rate == 0:
+def _reads_none(paused: bool, allowance: int | None, last_epoch_s: float | None, interval_s: float) -> bool:
+    """Paused, no allowance, or the last epoch ran over ``WAIT_EPOCH_MULTIPLE`` intervals (self-pause)."""
+    if paused or allowance == 0:
         return True
     return last_epoch_s is not None and last_epoch_s > WAIT_EPOCH_MULTIPLE * interval_s
 
 
-def _capped(budget: int, rate: float | None, interval_s: float, max_rows: int | None) -> int:
-    """``budget`` within one interval's worth of the rate limit (at least 1 row) and the row cap."""
-    if rate is not None:
-        budget = min(budget, max(1, math.ceil(rate * interval_s)))
+def _capped(budget: int, allowance: int | None, max_rows: int | None) -> int:
+    """``budget`` within the rate limit's allowance and the row cap."""
+    if allowance is not None:
+        budget = min(budget, allowance)
     if max_rows is not None:
         budget = min(budget, max_rows)
     return budget

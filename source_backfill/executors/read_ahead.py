@@ -85,8 +85,6 @@ class ReadsAhead:
         self.lock = threading.RLock()
         self._reads: list[ReadAhead] = []
         self.closed = False
-        #: A rate-limited job starts its next read no earlier than this (monotonic seconds).
-        self.next_at = 0.0
 
     def done(self) -> list[ReadAhead]:
         """The reads that are done, in the order they were planned (they chain).

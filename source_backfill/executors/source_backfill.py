@@ -35,6 +35,8 @@ epoch reads it itself and the job finishes.
 from __future__ import annotations
 
 import logging
+import math
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
@@ -53,6 +55,7 @@ from source_backfill.config import (
 from source_backfill.core import (
     HistoryRange,
     LiveStats,
+    RateAllowance,
     SplitState,
     Stage,
     adopt_history,
@@ -173,6 +176,9 @@ class SourceBackfillJob:
         #: Whether the commit being made carries a snapshot (set with its state).
         self._snapshot_pending = False
         self._rates = Rates()
+        #: The rate limit's allowance on the wall clock (reads ahead and the epoch's own spend it).
+        self._allowance = RateAllowance()
+        self._allowance_lock = threading.Lock()
         self._metrics = JobMetrics(spec.name)
         #: Live latency of the rows committed in the last minute (core.latency: p50/p99 for the API).
         self.latency = LatencyWindow()
@@ -297,11 +303,11 @@ class SourceBackfillJob:
             states, ahead = self._adopt_reads(inp, states, budget)
         # the caps hold for the epoch: what it adopted counts against the rate limit and max rows
         budget = budget_after_adopted(budget, sum(r.size for r in ahead.ranges),
-                                      rate_limit_rows_per_s=self.rate_limit, interval_s=inp.interval_s,
                                       max_rows_per_epoch=self.spec.max_rows_per_epoch)
         plan = plan_epoch(states, inp.live, budget, inp.end)
         if self.reads_ahead and plan.history and not self._reads_inline(plan, budget, ahead):
             plan = plan.without_history()  # the reads ahead take the history
+        self._spend(sum(r.size for r in plan.history))
 
         if self._unchanged(inp, plan, ahead):
             return self._skipped(inp, plan, t0)
@@ -484,7 +490,7 @@ class SourceBackfillJob:
         if time.monotonic() < self._rates.backoff_until:
             return 0
         return history_budget(
-            rate_limit_rows_per_s=self.rate_limit,
+            allowance=self._allowed(interval_s),
             interval_s=interval_s,
             max_rows_per_epoch=self.spec.max_rows_per_epoch,
             measured_rows_per_s=self._rates.history_rows_per_s,
@@ -493,6 +499,17 @@ class SourceBackfillJob:
             epoch_cost=fit_epoch_cost(list(self._rates.samples)),
             last_history_rows=self._rates.samples[-1][0] if self._rates.samples else None,
         )
+
+    def _allowed(self, interval_s: float) -> int | None:
+        """What the rate limit lets the job read now (None: no limit)."""
+        with self._allowance_lock:
+            return self._allowance.available(self.rate_limit, interval_s, time.monotonic())
+
+    def _spend(self, offsets: int) -> None:
+        """``offsets`` of history are planned for reading: they leave the rate limit's allowance."""
+        if offsets:
+            with self._allowance_lock:
+                self._allowance.spend(offsets)
 
     # -- read-ahead ------------------------------------------------------------------------------------
     def _adopt_reads(
@@ -536,7 +553,7 @@ class SourceBackfillJob:
         """Start the next history read ahead if the job may read history now and none is running."""
         with self._reads.lock:
             if (self.failed is not None or self.states is None or self.alone or not self._reads.may_start()
-                    or time.monotonic() < max(self._reads.next_at, self._rates.backoff_until)):
+                    or time.monotonic() < self._rates.backoff_until):
                 return
             planned = ahead_of(self.states, self._reads.ranges())
             epoch_budget = self._budget(self._interval_s)
@@ -544,14 +561,19 @@ class SourceBackfillJob:
                 # the next epoch reads the rest itself and finishes: a read ahead of a few offsets costs
                 # a Spark job (~0.6 s) and is in flight when that epoch comes, so it would only delay it
                 return
+            remaining = job_progress(planned).remaining_offsets
+            allowance = self._allowed(self._interval_s)
+            if allowance is not None and self.rate_limit \
+                    and allowance < min(remaining, math.ceil(self.rate_limit * self._interval_s)):
+                return  # under a rate limit a read waits for an interval's worth (or the rest)
             budget = read_ahead_budget(
-                rate_limit_rows_per_s=self.rate_limit,
+                allowance=allowance,
                 interval_s=self._interval_s,
                 max_rows_per_epoch=self.spec.max_rows_per_epoch,
                 measured_rows_per_s=self._rates.ahead_rows_per_s,
                 last_epoch_s=self._rates.last_epoch_s,
                 paused=self.paused,
-                remaining=job_progress(planned).remaining_offsets,
+                remaining=remaining,
                 tail_budget=epoch_budget,
             )
             if budget <= 0:
@@ -559,9 +581,7 @@ class SourceBackfillJob:
             ranges = plan_epoch(planned, {}, budget, {}).history
             if not ranges:
                 return
-            if self.rate_limit:  # one read per budget's worth of time keeps the rate
-                offsets = sum(r.size for r in ranges)
-                self._reads.next_at = time.monotonic() + offsets / self.rate_limit
+            self._spend(sum(r.size for r in ranges))
             self.history.count_data_loss(self.name, ranges)
             after = self.committed_epoch if self.committed_epoch is not None else -1
             self._reads.start(ranges, self._stage_read(after), self._read_done)

@@ -139,17 +139,17 @@ class HistoryRates:
 
 
 def effective_limit(spec: JobSpec, interval_s: float, epoch_period_s: float | None = None) -> float | None:
-    """The job's history rows/s ceiling: its rate limit, and ``max_rows_per_epoch`` per interval.
+    """The job's history rows/s ceiling: its rate limit, and ``max_rows_per_epoch`` per epoch.
 
-    Both are budgets per trigger interval (DESIGN 5.4): with epochs ``epoch_period_s`` apart (slower
-    than the interval on a busy daemon) they read that much less per second.
+    The rate limit is kept on the wall clock (``core.budget.RateAllowance``): it holds whatever pace the
+    epochs run at. ``max_rows_per_epoch`` is a budget per epoch: with epochs ``epoch_period_s`` apart
+    (slower than the interval on a busy daemon) it reads that much less per second.
     """
+    period = max(epoch_period_s or interval_s, interval_s)
     caps = [c for c in (spec.rate_limit,
-                        None if spec.max_rows_per_epoch is None else spec.max_rows_per_epoch / interval_s)
+                        None if spec.max_rows_per_epoch is None else spec.max_rows_per_epoch / period)
             if c is not None]
-    if not caps:
-        return None
-    return min(caps) * min(1.0, interval_s / max(epoch_period_s or interval_s, interval_s))
+    return min(caps) if caps else None
 
 
 def start_offsets(spec: JobSpec, splits: list[str], earliest: Mapping[str, int], ends: Mapping[str, int],

@@ -100,6 +100,24 @@ def test_idle_time_before_the_backfill_starts_does_not_dilute_the_rate():
     assert meter.rate(30.0) == pytest.approx(1500)
 
 
+def test_the_first_reads_start_up_is_not_taken_for_the_copys_pace():
+    # a rate-limited copy at 600 rows/s whose first rows came 1 s after the job was ready (its first read's
+    # Spark job): from the first growth on, the rate is the pace, so the ETA at a quarter is not 30 % long
+    meter = Throughput()
+    meter.observe(0.0, 0)
+    meter.observe(0.5, 0)
+    for i in range(1, 6):
+        meter.observe(0.5 + i * 0.5, 300 * i)  # 300 rows every 0.5 s from t = 1.0
+    assert meter.rate(3.0) == pytest.approx(600)
+    assert meter.rate(1.2) is not None and meter.rate(1.2) > 0  # before a second growth: since the idle point
+    lone = Throughput()
+    lone.observe(0.0, 0)
+    lone.observe(1.0, 0)
+    lone.observe(2.0, 5_000)  # one chunk, nothing since: the rate is not 0 while its rows count
+    lone.observe(3.0, 5_000)
+    assert lone.rate(3.0) == pytest.approx(2_500)
+
+
 def test_table_fraction_counts_rows_copied_of_the_snapshot_not_completed_vnodes():
     from source_backfill.core.progress import table_fraction
 

@@ -33,9 +33,11 @@ def test_the_limit_and_the_seconds() -> None:
     assert effective_limit(spec(), 0.5) is None
     assert effective_limit(spec(rate_limit=2000.0), 0.5) == 2000
     assert effective_limit(spec(rate_limit=2000.0, max_rows_per_epoch=500), 0.5) == 1000
-    # a budget per interval: epochs 1 s apart on a 0.5 s trigger read half the limit per second
-    assert effective_limit(spec(rate_limit=2000.0), 0.5, 1.0) == 1000
-    assert effective_limit(spec(rate_limit=2000.0), 0.5, 0.2) == 2000  # never above the limit
+    # the rate limit is kept on the wall clock: epochs 1 s apart on a 0.5 s trigger read at the limit
+    assert effective_limit(spec(rate_limit=2000.0), 0.5, 1.0) == 2000
+    # max_rows_per_epoch is a budget per epoch: half as many epochs read half as many rows per second
+    assert effective_limit(spec(max_rows_per_epoch=500), 0.5, 1.0) == 500
+    assert effective_limit(spec(max_rows_per_epoch=500), 0.5, 0.2) == 1000  # never above the cap
     assert seconds_at(50_000, 2000) == 25 and seconds_at(5, None) is None and seconds_at(0, 0) == 0
     assert seconds_at(50_000, 2000, startup_s=3) == 28
     assert seconds_at(5, 0) == float("inf")
