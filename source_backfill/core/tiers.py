@@ -1,0 +1,125 @@
+"""Where a split's history comes from: the archive tier, Kafka, or nowhere (pure; issue 31's planner).
+
+A split's history is the offsets ``[start, target)``. An **archive** (a Delta table of the topic's records
+as Kafka gave them) holds some of them: a set of half-open offset ranges, exact (for an archive that is a
+job of this service, its committed per-split state; for a foreign table, its offsets at a pinned
+version). Kafka holds the offsets from the split's **log start** on. Each offset is classified by one
+rule, and :func:`plan_tiers` returns the classification as contiguous segments, in order, covering
+``[start, target)`` exactly once (no gap, no overlap):
+
+========================  ===============================  ==================  ==================
+offset ``o``              held by the archive              not held, ``o >=``   not held, ``o <``
+                                                           log start           log start
+========================  ===============================  ==================  ==================
+``source = "auto"``       ``ARCHIVE``                      ``KAFKA``           ``GAP`` inside the
+                                                                               archive's span,
+                                                                               else ``LOSS``
+``source = "archive"``    ``ARCHIVE``                      ``GAP`` inside the archive's span,
+                                                           else ``LOSS``
+``source = "kafka"``      (ignored)                        ``KAFKA``           ``LOSS``
+========================  ===============================  ==================  ==================
+
+The archive's **span** is from its first held offset to the end of its last held range. Inside it, an
+offset the archive does not hold below the log start is a ``GAP``: Kafka no longer has it either, so
+nothing is left to tell a transaction marker or an aborted record (which no reader ever returns) from a
+record the archive lost; it is trusted as a marker, counted and reported, never guessed at. Outside the
+span and below the log start, nothing holds the offset: ``LOSS``, handled as data loss is today
+(``fail_on_data_loss``). Where the archive and Kafka both hold an offset, ``auto`` takes the archive (a
+columnar read beats fetching from the broker); a foreign archive's records there are checked against
+Kafka's before it is trusted (the adapter's job, not this module's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Literal
+
+HistorySource = Literal["auto", "archive", "kafka"]
+
+
+class Tier(Enum):
+    """Where a run of a split's history offsets is read from (or why it is not)."""
+
+    ARCHIVE = "archive"
+    KAFKA = "kafka"
+    GAP = "gap"
+    LOSS = "loss"
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """Offsets ``[start, end)`` of one split, all from the same tier."""
+
+    tier: Tier
+    start: int
+    end: int
+
+    @property
+    def size(self) -> int:
+        """Offsets in the segment."""
+        return self.end - self.start
+
+
+def normalized(held: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The archive's held ranges sorted and merged (empty ranges dropped): disjoint, not touching."""
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(r for r in held if r[1] > r[0]):
+        if out and lo <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def plan_tiers(start: int, target: int, held: Iterable[tuple[int, int]], log_start: int,
+               source: HistorySource = "auto") -> list[Segment]:
+    """A split's history ``[start, target)`` as contiguous segments by tier (the module's table).
+
+    Adjacent offsets of the same tier are one segment; no segment is empty. ``held``: the archive's
+    half-open ranges (any order, may overlap); ``log_start``: the split's first offset in Kafka.
+    """
+    if target <= start:
+        return []
+    ranges = [] if source == "kafka" else normalized(held)
+    span = (ranges[0][0], ranges[-1][1]) if ranges else None
+    cuts = {start, target, log_start}
+    for lo, hi in ranges:
+        cuts.update((lo, hi))
+    points = sorted(c for c in cuts if start <= c <= target)
+    segments: list[Segment] = []
+    for lo, hi in zip(points, points[1:], strict=False):
+        tier = _tier_of(lo, ranges, span, log_start, source)  # constant on [lo, hi): no cut inside
+        if segments and segments[-1].tier is tier:
+            segments[-1] = Segment(tier, segments[-1].start, hi)
+        else:
+            segments.append(Segment(tier, lo, hi))
+    return segments
+
+
+def tier_of(offset: int, held: Iterable[tuple[int, int]], log_start: int,
+            source: HistorySource = "auto") -> Tier:
+    """One offset's tier by the module's table (the reference :func:`plan_tiers` is checked against)."""
+    ranges = [] if source == "kafka" else normalized(held)
+    span = (ranges[0][0], ranges[-1][1]) if ranges else None
+    return _tier_of(offset, ranges, span, log_start, source)
+
+
+def _tier_of(offset: int, ranges: Sequence[tuple[int, int]], span: tuple[int, int] | None, log_start: int,
+             source: HistorySource) -> Tier:
+    if any(lo <= offset < hi for lo, hi in ranges):
+        return Tier.ARCHIVE
+    if source != "archive" and offset >= log_start:
+        return Tier.KAFKA
+    if span is not None and span[0] <= offset < span[1]:
+        return Tier.GAP
+    return Tier.LOSS
+
+
+def tier_sizes(segments: Iterable[Segment]) -> dict[Tier, int]:
+    """Offsets per tier (every tier present, 0 where none): what progress, the dry run and verify show."""
+    sizes = dict.fromkeys(Tier, 0)
+    for s in segments:
+        sizes[s.tier] += s.size
+    return sizes

@@ -1,0 +1,64 @@
+"""The tier planner against its offset-by-offset rule (core/tiers.py's table)."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from source_backfill.core.tiers import Segment, Tier, normalized, plan_tiers, tier_of, tier_sizes
+
+ranges = st.lists(st.tuples(st.integers(0, 60), st.integers(0, 60)), max_size=5)
+sources = st.sampled_from(["auto", "archive", "kafka"])
+
+
+@given(start=st.integers(0, 60), length=st.integers(0, 60), held=ranges, log_start=st.integers(0, 70),
+       source=sources)
+def test_segments_cover_the_history_once_and_agree_with_the_rule_offset_by_offset(start, length, held,
+                                                                                  log_start, source):
+    target = start + length
+    segments = plan_tiers(start, target, held, log_start, source)
+    if length == 0:
+        assert segments == []
+        return
+    # contiguous, in order, no empty segment, neighbours of different tiers: no gap, no overlap
+    assert segments[0].start == start and segments[-1].end == target
+    for a, b in zip(segments, segments[1:], strict=False):
+        assert a.end == b.start and a.tier is not b.tier
+    assert all(s.size > 0 for s in segments)
+    by_offset = [s.tier for s in segments for _ in range(s.start, s.end)]
+    assert by_offset == [tier_of(o, held, log_start, source) for o in range(start, target)]
+    assert sum(tier_sizes(segments).values()) == length
+
+
+def test_the_hand_over_boundary_is_exact():
+    # the archive holds [0, 100); Kafka from 100 on: offset 99 from the archive, 100 from Kafka
+    handed_over = [Segment(Tier.ARCHIVE, 0, 100), Segment(Tier.KAFKA, 100, 150)]
+    assert plan_tiers(0, 150, [(0, 100)], 100) == handed_over
+    # overlap: the archive is preferred where both hold; Kafka starts where the archive ends
+    assert plan_tiers(0, 150, [(0, 100)], 40) == handed_over
+    # the archive ends one short of the log start: that offset is lost (outside the archive's span)
+    assert plan_tiers(0, 150, [(0, 99)], 100) == [
+        Segment(Tier.ARCHIVE, 0, 99), Segment(Tier.LOSS, 99, 100), Segment(Tier.KAFKA, 100, 150)]
+    # a hole inside the archive below the log start: a gap (a marker, trusted and counted)
+    assert plan_tiers(0, 150, [(0, 50), (51, 100)], 100) == [
+        Segment(Tier.ARCHIVE, 0, 50), Segment(Tier.GAP, 50, 51), Segment(Tier.ARCHIVE, 51, 100),
+        Segment(Tier.KAFKA, 100, 150)]
+    # the same hole above the log start is read from Kafka, which still has it
+    assert plan_tiers(0, 150, [(0, 50), (51, 100)], 20)[1] == Segment(Tier.KAFKA, 50, 51)
+
+
+def test_the_job_chooses_its_source():
+    held = [(10, 100)]
+    assert plan_tiers(0, 150, held, 50, "kafka") == [Segment(Tier.LOSS, 0, 50), Segment(Tier.KAFKA, 50, 150)]
+    assert plan_tiers(0, 150, held, 50, "archive") == [
+        Segment(Tier.LOSS, 0, 10), Segment(Tier.ARCHIVE, 10, 100), Segment(Tier.LOSS, 100, 150)]
+    assert plan_tiers(0, 150, held, 50) == [
+        Segment(Tier.LOSS, 0, 10), Segment(Tier.ARCHIVE, 10, 100), Segment(Tier.KAFKA, 100, 150)]
+    # no archive: today's rule (below the log start is data loss)
+    assert plan_tiers(0, 10, [], 5) == [Segment(Tier.LOSS, 0, 5), Segment(Tier.KAFKA, 5, 10)]
+
+
+def test_held_ranges_are_merged_and_empty_ones_dropped():
+    assert normalized([(5, 9), (0, 3), (3, 4), (8, 12), (20, 20), (7, 2)]) == [(0, 4), (5, 12)]
+    assert tier_sizes(plan_tiers(0, 12, [(0, 4), (5, 12)], 100)) == {
+        Tier.ARCHIVE: 11, Tier.KAFKA: 0, Tier.GAP: 1, Tier.LOSS: 0}
