@@ -1,0 +1,125 @@
+"""What an archive table holds: per split, the offset ranges of its records at a pinned version.
+
+An archive is a Delta table of a topic's records as Kafka gave them (``topic``, ``partition``,
+``offset`` and the rest: a job of this service without a transform writes exactly that). What it holds
+is read, not guessed (``core.tiers`` plans from it):
+
+* From the **file statistics** first: a data file whose ``topic`` and ``partition`` are one value each
+  and whose record count equals ``max(offset) - min(offset) + 1`` holds exactly that run of offsets
+  (offsets of one split are unique in an archive: the job that wrote it committed each once), so it is
+  taken without being read.
+* Any other file (several splits in one file, or holes in its run, or no statistics) has its ``topic``,
+  ``partition`` and ``offset`` columns read (column pruning: nothing else), one file at a time, so the
+  driver never holds more than one file's offsets.
+
+The result is the merged half-open ranges per split (``"topic:partition"``) and the version read, which
+the copy then reads at (an archive that is a live job's table keeps growing: the copy pins the version
+its plan came from).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from source_backfill.core.splits import split_id
+from source_backfill.core.tiers import normalized
+from source_backfill.errors import DeltaSinkError
+
+#: The columns an archive must have (Kafka's, as Spark's Kafka source names them).
+ARCHIVE_COLUMNS = ("topic", "partition", "offset")
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveHoldings:
+    """The offsets an archive table holds per split at ``version``, and how they were found."""
+
+    version: int
+    held: dict[str, list[tuple[int, int]]]
+    #: Data files taken from their statistics alone, and files whose offsets were read.
+    files_from_stats: int = 0
+    files_read: int = 0
+
+
+def archive_holdings(path: str | Path, version: int | None = None, *,
+                     read_offsets: Callable[[str], Any] | None = None) -> ArchiveHoldings:
+    """What the archive at ``path`` holds at ``version`` (None: its newest), per split.
+
+    ``read_offsets(file_uri)``: a pyarrow table of the file's ``topic``, ``partition``, ``offset``
+    (default: pyarrow's Parquet reader). Raises :class:`DeltaSinkError` when the table lacks a column.
+    """
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    table = DeltaTable(str(path), version=version)
+    names = {f.name for f in table.schema().fields}
+    missing = [c for c in ARCHIVE_COLUMNS if c not in names]
+    if missing:
+        msg = f"archive {path} has no {', '.join(missing)} column: it is not a table of Kafka records"
+        raise DeltaSinkError(msg)
+    actions = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+    reader = read_offsets or _parquet_offsets
+    runs: dict[str, list[tuple[int, int]]] = {}
+    from_stats = read = 0
+    for action in actions:
+        whole = _run_from_stats(action)
+        if whole is not None:
+            sid, lo, hi = whole
+            runs.setdefault(sid, []).append((lo, hi))
+            from_stats += 1
+            continue
+        for sid, lo, hi in _runs(reader(_file_uri(table, action["path"]))):
+            runs.setdefault(sid, []).append((lo, hi))
+        read += 1
+    held = {sid: normalized(r) for sid, r in sorted(runs.items())}
+    return ArchiveHoldings(table.version(), held, from_stats, read)
+
+
+def _run_from_stats(action: dict[str, Any]) -> tuple[str, int, int] | None:
+    """``(split, lo, hi)`` when the file's statistics prove it holds exactly the offsets ``[lo, hi)``."""
+    count = action.get("num_records")
+    stats: list[Any] = [action.get(f"{m}.{c}") for m in ("min", "max") for c in ARCHIVE_COLUMNS]
+    if count is None or any(v is None for v in stats):
+        return None
+    min_topic, max_topic = str(stats[0]), str(stats[3])
+    min_part, min_off, max_part, max_off = (int(v) for v in (stats[1], stats[2], stats[4], stats[5]))
+    if min_topic != max_topic or min_part != max_part or count != max_off - min_off + 1:
+        return None
+    return split_id(min_topic, min_part), min_off, max_off + 1
+
+
+def _runs(rows: Any) -> Iterable[tuple[str, int, int]]:
+    """Runs of consecutive offsets per split in a table of ``topic``, ``partition``, ``offset``."""
+    import pyarrow.compute as pc
+
+    if rows.num_rows == 0:
+        return []
+    ordered = rows.select(list(ARCHIVE_COLUMNS)).sort_by([(c, "ascending") for c in ARCHIVE_COLUMNS])
+    topics = ordered.column("topic").to_pylist()
+    parts = ordered.column("partition").to_pylist()
+    offsets = pc.cast(ordered.column("offset"), "int64").to_pylist()
+    out: list[tuple[str, int, int]] = []
+    start = 0
+    for i in range(1, len(offsets) + 1):
+        if i == len(offsets) or topics[i] != topics[start] or parts[i] != parts[start] \
+                or offsets[i] != offsets[i - 1] + 1:
+            out.append((split_id(topics[start], int(parts[start])), offsets[start], offsets[i - 1] + 1))
+            start = i
+    return out
+
+
+def _file_uri(table: Any, path: str) -> str:
+    """A data file's location: its path as the log has it, joined to the table's when relative."""
+    if "://" in path or path.startswith("/"):
+        return path
+    return f"{table.table_uri.rstrip('/')}/{path}"
+
+
+def _parquet_offsets(uri: str) -> Any:
+    """The ``topic``, ``partition``, ``offset`` columns of one Parquet data file."""
+    import pyarrow.parquet as pq
+
+    local = uri.removeprefix("file://")
+    return pq.read_table(local, columns=list(ARCHIVE_COLUMNS))

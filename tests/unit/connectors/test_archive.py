@@ -1,0 +1,48 @@
+"""What an archive table holds, read from a real Delta table on disk (delta-rs, no Spark)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+
+from connectors.delta.archive import archive_holdings
+from source_backfill.errors import DeltaSinkError
+
+
+def records(topic: str, partition: int, offsets: list[int]) -> pa.Table:
+    n = len(offsets)
+    return pa.table({
+        "key": pa.array([None] * n, pa.binary()),
+        "value": pa.array([b"v%d" % o for o in offsets], pa.binary()),
+        "topic": pa.array([topic] * n, pa.string()),
+        "partition": pa.array([partition] * n, pa.int32()),
+        "offset": pa.array(offsets, pa.int64()),
+    })
+
+
+def test_contiguous_files_are_taken_from_their_statistics_and_the_others_read(tmp_path):
+    path = str(tmp_path / "archive")
+    write_deltalake(path, records("t", 0, list(range(0, 100))))  # one split, no hole: statistics
+    write_deltalake(path, records("t", 0, list(range(100, 200))), mode="append")
+    write_deltalake(path, records("t", 1, [0, 1, 2, 5, 6]), mode="append")  # a hole: read
+    mixed = pa.concat_tables([records("t", 2, [10, 11]), records("u:x", 0, [7])])  # two splits: read
+    write_deltalake(path, mixed, mode="append")
+    h = archive_holdings(path)
+    assert h.held == {"t:0": [(0, 200)], "t:1": [(0, 3), (5, 7)], "t:2": [(10, 12)], "u:x:0": [(7, 8)]}
+    assert (h.files_from_stats, h.files_read) == (2, 2) and h.version == 3
+
+
+def test_a_pinned_version_is_what_the_plan_reads(tmp_path):
+    path = str(tmp_path / "archive")
+    write_deltalake(path, records("t", 0, list(range(10))))
+    write_deltalake(path, records("t", 0, list(range(10, 20))), mode="append")  # the table grows
+    assert archive_holdings(path, version=0).held == {"t:0": [(0, 10)]}
+    assert archive_holdings(path).held == {"t:0": [(0, 20)]}
+
+
+def test_a_table_without_the_kafka_columns_is_refused(tmp_path):
+    path = str(tmp_path / "not-an-archive")
+    write_deltalake(path, pa.table({"value": [b"x"]}))
+    with pytest.raises(DeltaSinkError, match="no topic, partition, offset column"):
+        archive_holdings(path)
