@@ -4,13 +4,15 @@ An archive is a Delta table of a topic's records as Kafka gave them (``topic``, 
 ``offset`` and the rest: a job of this service without a transform writes exactly that). What it holds
 is read, not guessed (``core.tiers`` plans from it):
 
-* From the **file statistics** first: a data file whose ``topic`` and ``partition`` are one value each
-  and whose record count equals ``max(offset) - min(offset) + 1`` holds exactly that run of offsets
-  (offsets of one split are unique in an archive: the job that wrote it committed each once), so it is
-  taken without being read.
+* From the **file statistics**, when the archive's offsets are known unique (``unique_offsets``: a job
+  of this service wrote it, each offset committed once): a data file whose ``topic`` and ``partition``
+  are one value each and whose record count equals ``max(offset) - min(offset) + 1`` holds exactly that
+  run of offsets, so it is taken without being read. (Of a foreign table nothing says an offset is
+  not there twice, hiding a hole of the same size: its files are all read.)
 * Any other file (several splits in one file, or holes in its run, or no statistics) has its ``topic``,
   ``partition`` and ``offset`` columns read (column pruning: nothing else), one file at a time, so the
-  driver never holds more than one file's offsets.
+  driver never holds more than one file's offsets. Offsets found more than once are counted
+  (``duplicates``): the adapter that trusts the archive decides what they mean.
 
 The result is the merged half-open ranges per split (``"topic:partition"``) and the version read, which
 the copy then reads at (an archive that is a live job's table keeps growing: the copy pins the version
@@ -41,9 +43,11 @@ class ArchiveHoldings:
     #: Data files taken from their statistics alone, and files whose offsets were read.
     files_from_stats: int = 0
     files_read: int = 0
+    #: Offsets found more than once in the files read (0 in an archive written exactly once).
+    duplicates: int = 0
 
 
-def archive_holdings(path: str | Path, version: int | None = None, *,
+def archive_holdings(path: str | Path, version: int | None = None, *, unique_offsets: bool = False,
                      read_offsets: Callable[[str], Any] | None = None) -> ArchiveHoldings:
     """What the archive at ``path`` holds at ``version`` (None: its newest), per split.
 
@@ -64,7 +68,7 @@ def archive_holdings(path: str | Path, version: int | None = None, *,
     runs: dict[str, list[tuple[int, int]]] = {}
     from_stats = read = 0
     for action in actions:
-        whole = _run_from_stats(action)
+        whole = _run_from_stats(action) if unique_offsets else None
         if whole is not None:
             sid, lo, hi = whole
             runs.setdefault(sid, []).append((lo, hi))
@@ -74,7 +78,9 @@ def archive_holdings(path: str | Path, version: int | None = None, *,
             runs.setdefault(sid, []).append((lo, hi))
         read += 1
     held = {sid: normalized(r) for sid, r in sorted(runs.items())}
-    return ArchiveHoldings(table.version(), held, from_stats, read)
+    total = sum(hi - lo for r in runs.values() for lo, hi in r)
+    distinct = sum(hi - lo for r in held.values() for lo, hi in r)
+    return ArchiveHoldings(table.version(), held, from_stats, read, total - distinct)
 
 
 def _run_from_stats(action: dict[str, Any]) -> tuple[str, int, int] | None:
@@ -103,6 +109,7 @@ def _runs(rows: Any) -> Iterable[tuple[str, int, int]]:
     out: list[tuple[str, int, int]] = []
     start = 0
     for i in range(1, len(offsets) + 1):
+        # a run ends at a new split or a hole; a repeated offset is its own run (counted as a duplicate)
         if i == len(offsets) or topics[i] != topics[start] or parts[i] != parts[start] \
                 or offsets[i] != offsets[i - 1] + 1:
             out.append((split_id(topics[start], int(parts[start])), offsets[start], offsets[i - 1] + 1))

@@ -28,9 +28,20 @@ def test_contiguous_files_are_taken_from_their_statistics_and_the_others_read(tm
     write_deltalake(path, records("t", 1, [0, 1, 2, 5, 6]), mode="append")  # a hole: read
     mixed = pa.concat_tables([records("t", 2, [10, 11]), records("u:x", 0, [7])])  # two splits: read
     write_deltalake(path, mixed, mode="append")
+    h = archive_holdings(path, unique_offsets=True)
+    held = {"t:0": [(0, 200)], "t:1": [(0, 3), (5, 7)], "t:2": [(10, 12)], "u:x:0": [(7, 8)]}
+    assert h.held == held
+    assert (h.files_from_stats, h.files_read, h.duplicates) == (2, 2, 0) and h.version == 3
+    foreign = archive_holdings(path)  # a foreign table: every file read, the same holdings
+    assert foreign.held == held and (foreign.files_from_stats, foreign.files_read) == (0, 4)
+
+
+def test_a_duplicate_hiding_a_hole_is_not_taken_for_a_run(tmp_path):
+    # offsets 0..4 with 2 twice and 3 missing: 5 records, max - min + 1 = 5, the statistics look whole
+    path = str(tmp_path / "archive")
+    write_deltalake(path, records("t", 0, [0, 1, 2, 2, 4]))
     h = archive_holdings(path)
-    assert h.held == {"t:0": [(0, 200)], "t:1": [(0, 3), (5, 7)], "t:2": [(10, 12)], "u:x:0": [(7, 8)]}
-    assert (h.files_from_stats, h.files_read) == (2, 2) and h.version == 3
+    assert h.held == {"t:0": [(0, 3), (4, 5)]} and h.duplicates == 1
 
 
 def test_a_pinned_version_is_what_the_plan_reads(tmp_path):
