@@ -1,0 +1,181 @@
+"""The command handlers: each takes the parsed arguments and the output stream, returns the exit code.
+
+A handler raises :class:`~source_backfill.cli.client.CliError` for a failure ``main`` prints on one line.
+The API clients a handler opens are kept on ``args._clients``, which ``main`` closes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+from source_backfill.cli.client import EXIT_API, EXIT_DIFFERS, EXIT_OK, EXIT_USAGE, ApiClient, CliError
+from source_backfill.cli.render import render_jobs, render_plan, render_table
+
+#: A command handler: the parsed arguments and where to print, to the exit code.
+Handler = Callable[[argparse.Namespace, IO[str]], int]
+
+
+def _token(args: argparse.Namespace) -> str | None:
+    """``--token``, else the contents of ``--token-file`` (the secret stays out of ``ps`` and history)."""
+    if args.token or not args.token_file:
+        token: str | None = args.token
+        return token
+    try:
+        return Path(args.token_file).read_text(encoding="utf-8").strip() or None
+    except OSError as exc:
+        msg = f"token file {args.token_file} cannot be read: {exc.strerror}"
+        raise CliError(msg, EXIT_USAGE) from None
+
+
+def _client(args: argparse.Namespace) -> ApiClient:
+    client = ApiClient(args.api, _token(args), args.timeout)
+    args._clients.append(client)  # closed by main  # noqa: SLF001
+    return client
+
+
+def _verify_poll_s() -> float:
+    """How often ``verify`` polls its run: ``source_backfill.cli.VERIFY_POLL_S``, read when it runs.
+
+    The setting lives on the package, the name callers (and tests, to poll faster) change.
+    """
+    from source_backfill import cli
+
+    return float(cli.VERIFY_POLL_S)
+
+
+def cmd_run(args: argparse.Namespace, _out: IO[str]) -> int:
+    """``run``: load the config and run the daemon until it stops; exit 2 on a bad config, 1 if it fails."""
+    from source_backfill.config import load_settings
+    from source_backfill.errors import ConfigError
+
+    try:
+        settings = load_settings(args.config)
+    except ConfigError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from exc
+    from source_backfill.daemon import run_daemon
+    from source_backfill.errors import SourceBackfillError, one_line
+
+    try:
+        return int(run_daemon(settings))
+    except SourceBackfillError as exc:  # e.g. a damaged mutation log: one line, what it left stopped
+        msg = f"the daemon did not start: {one_line(exc, limit=2000)}"
+        raise CliError(msg, EXIT_API) from exc
+
+
+def cmd_jobs_list(args: argparse.Namespace, out: IO[str]) -> int:
+    """``jobs list``: one row per job (or the API's JSON)."""
+    jobs = _client(args).call("GET", "/jobs")
+    print(json.dumps(jobs, indent=2) if args.json else render_table(jobs), file=out)
+    return EXIT_OK
+
+
+def cmd_jobs_create(args: argparse.Namespace, out: IO[str]) -> int:
+    """``jobs create``: the request body from the flags; ``--dry-run`` prints the plan instead."""
+    start: dict[str, Any] = {"kind": "earliest"}
+    if args.start_offsets is not None:
+        start = {"kind": "offsets", "offsets": args.start_offsets}
+    elif args.start_timestamp is not None:
+        start = {"kind": "timestamp", "timestamp_ms": args.start_timestamp}
+    elif args.start_latest:
+        start = {"kind": "latest"}
+    # a relative --sink means relative to where the command runs, not to the daemon's working directory
+    # (joined, not normalized: a '..' after a symlink is the daemon's to resolve, as its path rules do)
+    sink = args.sink if os.path.isabs(args.sink) else os.path.join(os.getcwd(), args.sink)  # noqa: PTH118
+    body: dict[str, Any] = {"name": args.name, "source": args.source, "sink_path": sink, "start": start}
+    if args.rate_limit is not None:
+        body["rate_limit"] = args.rate_limit
+    if args.max_rows_per_epoch is not None:
+        body["max_rows_per_epoch"] = args.max_rows_per_epoch
+    if args.transform is not None:
+        body["transform"] = args.transform
+    if args.strategy is not None:
+        body["strategy"] = args.strategy
+    if args.mode is not None:
+        body["mode"] = args.mode
+    if args.dry_run:
+        plan = _client(args).call("POST", "/jobs?dry_run=true", body)
+        print(json.dumps(plan, indent=2) if args.json else render_plan(plan), file=out)
+        return EXIT_OK
+    job = _client(args).call("POST", "/jobs", body)
+    print(f'created job "{job["name"]}" on source "{job["source"]}" -> {job["sink_path"]}; '
+          "it attaches at the next epoch", file=out)
+    return EXIT_OK
+
+
+def cmd_jobs_show(args: argparse.Namespace, out: IO[str]) -> int:
+    """``jobs show``: the job's line, its bars, and its spec (or the API's JSON)."""
+    job = _client(args).call("GET", f"/jobs/{args.name}")
+    if args.json:
+        print(json.dumps(job, indent=2), file=out)
+        return EXIT_OK
+    print(render_jobs([job]), file=out)
+    start = job.get("start") or {}
+    print(f"  source {job['source']}  sink {job['sink_path']}  start {json.dumps(start)}"
+          f"  transform {job.get('transform') or 'identity'}", file=out)
+    return EXIT_OK
+
+
+def mutation(
+    verb: str, method: str, path: str, body: Callable[[argparse.Namespace], Any] | None = None
+) -> Handler:
+    """The handler of ``jobs pause|resume|throttle|retry|drop``: one request, one line naming ``verb``."""
+
+    def run(args: argparse.Namespace, out: IO[str]) -> int:
+        job = _client(args).call(method, path.format(name=args.name), body(args) if body else None)
+        extra = ""
+        if verb == "throttled":
+            extra = " to " + ("unlimited" if job["rate_limit"] is None else f"{job['rate_limit']:g} rows/s")
+        print(f'{verb} job "{job["name"]}"{extra} (applies at the next epoch boundary)', file=out)
+        return EXIT_OK
+
+    return run
+
+
+def cmd_verify(args: argparse.Namespace, out: IO[str]) -> int:
+    """Start a verify run, poll it to its end, print its summary; exit 3 if not exactly once."""
+    client = _client(args)
+    run = client.call("POST", f"/jobs/{args.job}/verify")
+    while run["status"] == "running":
+        time.sleep(_verify_poll_s())
+        run = client.call("GET", f"/jobs/{args.job}/verify/{run['id']}")
+    if args.json:
+        print(json.dumps(run, indent=2), file=out)
+    if run["status"] != "done":
+        msg = f'verify of job "{args.job}" {run["status"]}: {run.get("error")}'
+        raise CliError(msg)
+    if not args.json:
+        print(run["summary"], file=out)
+    return EXIT_OK if run["ok"] else EXIT_DIFFERS
+
+
+def cmd_status(args: argparse.Namespace, out: IO[str]) -> int:
+    """``status``: the jobs' lines and bars, once or every ``--watch`` seconds until Ctrl-C."""
+    client = _client(args)
+
+    def fetch() -> list[dict[str, Any]]:
+        if args.job:
+            return [client.call("GET", f"/jobs/{args.job}")]
+        return list(client.call("GET", "/jobs"))
+
+    if args.watch is None:
+        print(render_jobs(fetch()), file=out)
+        return EXIT_OK
+    clear = out.isatty()
+    try:
+        while True:
+            jobs = fetch()
+            frame = render_jobs(jobs)
+            if clear:
+                out.write("\x1b[H\x1b[2J")
+            print(f"{time.strftime('%H:%M:%S')}  {client.url}\n{frame}\n", file=out, flush=True)
+            if args.until_finished and jobs and all(j["status"] in ("finished", "failed") for j in jobs):
+                return EXIT_OK
+            time.sleep(args.watch)
+    except KeyboardInterrupt:
+        return EXIT_OK
