@@ -12,6 +12,7 @@ import ipaddress
 import os
 import re
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -567,6 +568,11 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
 _SECRET_FIELDS = frozenset({"token", "password", "secret", "sasl.password", "ssl.key.password"})
 
 
+def validation_message(error: Mapping[str, Any]) -> str:
+    """Pydantic's message for one error without its ``Value error, `` prefix (our messages stand alone)."""
+    return str(error.get("msg", "invalid")).removeprefix("Value error, ")
+
+
 def describe_errors(exc: Any) -> str:
     """One line per invalid field: where, what is wrong, and the value given (secrets never shown)."""
     lines = []
@@ -581,6 +587,5 @@ def describe_errors(exc: Any) -> str:
             given = f"a {type(value).__name__}"
         else:
             given = repr(value)[:80]
-        message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
-        lines.append(f"  {loc}: {message} (got {given})")
+        lines.append(f"  {loc}: {validation_message(error)} (got {given})")
     return "\n".join(lines)

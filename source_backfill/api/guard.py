@@ -14,10 +14,9 @@ import logging
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
-from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from source_backfill.api.models import ErrorBody, ErrorDetail
+from source_backfill.api.responses import error_response
 from source_backfill.config import LOOPBACK_HOSTS, normalize_host
 
 logger = logging.getLogger(__name__)
@@ -119,9 +118,8 @@ class ControlPlaneGuard:
         client = scope.get("client") or ("?", 0)
         logger.info('request refused reason="%s" method="%s" path=%r client="%s"',
                     type_, scope["method"], scope["path"], client[0])
-        body = ErrorBody(error=ErrorDetail(type=type_, message=message))
-        response = JSONResponse(body.model_dump(mode="json", exclude_none=True), status_code=code,
-                                headers={"Connection": "close"} if code == HOST_NOT_ALLOWED else None)
+        response = error_response(code, type_, message,
+                                  headers={"Connection": "close"} if code == HOST_NOT_ALLOWED else None)
         await response(scope, receive, send)
 
     def _refusal(self, scope: Scope) -> tuple[int, str, str] | None:

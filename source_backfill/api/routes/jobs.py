@@ -1,0 +1,99 @@
+"""Jobs: list, show, create (or plan: a dry run), pause, resume, throttle, retry, drop.
+
+Mutations are recorded durably by the registry before the call returns and take effect at the job's next
+epoch boundary, so they answer ``202 Accepted`` with the job's accepted state (``pending_mutations`` counts
+what the epoch loop has not applied yet); a create answers ``201 Created``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query, status
+from fastapi.responses import Response
+
+from source_backfill.api.context import Context
+from source_backfill.api.models import DryRunView, JobView, ThrottleBody
+from source_backfill.api.responses import (
+    BODY_ERRORS,
+    HOST_ERRORS,
+    MUTATION_ERRORS,
+    Responses,
+    error_responses,
+)
+from source_backfill.config import NAME_PATTERN, JobSpec
+
+JobName = Annotated[str, Path(pattern=NAME_PATTERN, description="The job's name.")]
+
+#: Guarded when reads are.
+reads = APIRouter(tags=["jobs"])
+#: Guarded whenever the daemon has a token.
+mutations = APIRouter(tags=["jobs"])
+
+_PLANNED: Responses = {
+    200: {"model": DryRunView, "description": "dry_run=true: checks passed; the plan, nothing created"}}
+
+
+@reads.get("/jobs", responses=HOST_ERRORS)
+def list_jobs(context: Context) -> list[JobView]:
+    """Every live job (not dropped), in creation order."""
+    return [context.view(r) for r in context.registry.list()]
+
+
+@reads.get("/jobs/{name}", responses=HOST_ERRORS | error_responses(404, 422))
+def show_job(name: JobName, context: Context) -> JobView:
+    """The job's state, rows and ETA, and per split: stage, backfilled offset, target, rows, lag."""
+    return context.view(context.registry.get(name))
+
+
+@mutations.post("/jobs", status_code=status.HTTP_201_CREATED,
+                responses=MUTATION_ERRORS | BODY_ERRORS | _PLANNED)
+def create_job(
+    spec: JobSpec, response: Response, context: Context,
+    dry_run_: Annotated[bool, Query(alias="dry_run", description=(
+        "Check everything a create checks and answer 200 with the plan (offsets per split, time at the "
+        "rate limit and at the measured history rate, retention warnings); nothing is created"))] = False,
+) -> JobView | DryRunView:
+    """Register a job; it attaches to its source at the next epoch boundary (or, dry run, plan it)."""
+    if dry_run_:
+        if context.dry_run is None:
+            context.registry.check_create(spec)
+            plan: dict[str, Any] = {}
+        else:
+            plan = context.dry_run(spec)
+        response.status_code = status.HTTP_200_OK
+        return DryRunView(job=spec, **plan)
+    record = context.registry.create(spec)
+    response.headers["Location"] = f"/jobs/{record.name}"
+    return context.view(record)
+
+
+@mutations.post("/jobs/{name}/pause", status_code=status.HTTP_202_ACCEPTED, responses=MUTATION_ERRORS)
+def pause_job(name: JobName, context: Context) -> JobView:
+    """Stop reading history for the job (its live rows keep flowing)."""
+    return context.view(context.registry.pause(name))
+
+
+@mutations.post("/jobs/{name}/resume", status_code=status.HTTP_202_ACCEPTED, responses=MUTATION_ERRORS)
+def resume_job(name: JobName, context: Context) -> JobView:
+    """Read history again."""
+    return context.view(context.registry.resume(name))
+
+
+@mutations.patch("/jobs/{name}", status_code=status.HTTP_202_ACCEPTED,
+                 responses=MUTATION_ERRORS | BODY_ERRORS)
+def patch_job(name: JobName, patch: ThrottleBody, context: Context) -> JobView:
+    """Change the job's history rate limit (rows/s; null unlimited; 0 reads none and loses nothing)."""
+    return context.view(context.registry.throttle(name, patch.rate_limit))
+
+
+@mutations.post("/jobs/{name}/retry", status_code=status.HTTP_202_ACCEPTED, responses=MUTATION_ERRORS)
+def retry_job(name: JobName, context: Context) -> JobView:
+    """Run a failed job again: rebuilt from its table at the next epoch (no-op unless it failed)."""
+    return context.view(context.registry.retry(name))
+
+
+@mutations.delete("/jobs/{name}", status_code=status.HTTP_202_ACCEPTED, responses=MUTATION_ERRORS)
+def drop_job(name: JobName, context: Context) -> JobView:
+    """Detach the job at the next epoch boundary; its table is left as it is."""
+    return context.view(context.registry.drop(name))

@@ -1,0 +1,88 @@
+"""The daemon's own operations: the status page, the probes (``/health``, ``/ready``, ``/live``), metrics."""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Any
+
+from fastapi import APIRouter, status
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from source_backfill import metrics  # noqa: F401 - importing registers every metric with prometheus_client
+from source_backfill.api.context import Context
+from source_backfill.api.responses import HOST_ERRORS, Responses
+
+#: The status page's headers: its own script and API only, no inline script (a job's data that slipped into
+#: the markup would not run), not framed, no referrer.
+UI_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; connect-src 'self'; "
+                               "style-src 'unsafe-inline'; img-src data:; base-uri 'none'; "
+                               "form-action 'none'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-cache",
+}
+
+#: Never guarded: the status page (it asks for the token itself) and the probes.
+unguarded = APIRouter()
+#: Guarded when reads are.
+reads = APIRouter()
+
+
+def status_page(token_required: bool) -> tuple[str, str]:
+    """The status page's markup (saying whether to ask for a token) and its script."""
+    files = resources.files("source_backfill.api")
+    page = files.joinpath("ui.html").read_text("utf-8")
+    page = page.replace("{{token_required}}", "true" if token_required else "false")
+    return page, files.joinpath("ui.js").read_text("utf-8")
+
+
+# The status page: plain HTML and a script that polls GET /jobs (not API operations: not in the schema).
+@unguarded.get("/ui", include_in_schema=False)
+def get_ui(context: Context) -> HTMLResponse:
+    """The status page."""
+    return HTMLResponse(context.page, headers=UI_HEADERS)
+
+
+@unguarded.get("/ui.js", include_in_schema=False)
+def get_ui_script(context: Context) -> Response:
+    """The status page's script."""
+    return Response(context.script, media_type="text/javascript", headers=UI_HEADERS)
+
+
+_UNHEALTHY: Responses = {503: {"description": "The daemon reports itself not ok."}, **HOST_ERRORS}
+
+
+@unguarded.get("/health", tags=["daemon"], responses=_UNHEALTHY)
+def get_health(context: Context) -> JSONResponse:
+    """Liveness and per-source epochs; 503 while the daemon reports itself not ok."""
+    body: dict[str, Any] = {"ok": True}
+    if context.health is not None:
+        body.update(context.health())
+    body.setdefault("jobs", len(context.registry.list()))
+    code = status.HTTP_200_OK if body.get("ok", True) else status.HTTP_503_SERVICE_UNAVAILABLE
+    return JSONResponse(body, status_code=code)
+
+
+@unguarded.get("/ready", tags=["daemon"], responses={503: {"description": "Not ready yet, or unhealthy."}})
+def get_ready(context: Context) -> JSONResponse:
+    """Readiness (Kubernetes): 200 once every source has run an epoch and is healthy, else 503."""
+    body = context.health() if context.health is not None else {"ready": True}
+    ready = bool(body.get("ready", body.get("ok", True)))
+    code = status.HTTP_200_OK if ready else status.HTTP_503_SERVICE_UNAVAILABLE
+    return JSONResponse({"ready": ready, "sources": body.get("sources", {})}, status_code=code)
+
+
+@unguarded.get("/live", tags=["daemon"], responses={503: {"description": "Spark's JVM is gone: restart."}})
+def get_live(context: Context) -> JSONResponse:
+    """Liveness (Kubernetes): 200 while Spark's JVM answers (a broker outage is no reason), else 503."""
+    body = context.health() if context.health is not None else {}
+    live = bool(body.get("live", True))
+    return JSONResponse({"live": live, "error": body.get("jvm_error")}, status_code=200 if live else 503)
+
+
+@reads.get("/metrics", tags=["daemon"], response_class=Response, responses=HOST_ERRORS)
+def get_metrics() -> Response:
+    """Prometheus metrics (text exposition format)."""
+    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
