@@ -771,6 +771,11 @@ class SourceBackfillJob:
         """Rows written so far by this process: (history, live)."""
         return self._rates.rows_history, self._rates.rows_live
 
+    @property
+    def data_loss_offsets(self) -> Mapping[str, int]:
+        """Offsets skipped below the log start per split since the daemon started (read-only)."""
+        return self._metrics.lost
+
 
 def _tail_fits(states: Mapping[str, SplitState], budget: int) -> bool:
     """The history left up to the targets fits one epoch's ``budget`` (read inside the epoch)."""

@@ -102,6 +102,9 @@ class TableBackfillJob:
         self._recover()
         self.paused = False
         self.rate_limit: float | None = spec.rate_limit
+        #: Set by the source for an epoch run alone (:class:`~source_backfill.executors.job.Job`); nothing
+        #: of a table-backfill job runs beside its epochs, so it changes nothing here.
+        self.alone = False
         #: The newest version the live stream delivered, as of the last epoch (for the lag).
         self.delivered: int | None = None
         self.last_error: str | None = None
