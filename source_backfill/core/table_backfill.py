@@ -29,7 +29,7 @@ decide what to read and what to forward.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
@@ -294,8 +294,3 @@ def _opt_int(value: Any) -> int | None:
         msg = f"expected an integer version, got {value!r}"
         raise TypeError(msg)
     return value
-
-
-def forward_changes(vnodes: VnodeSet, changes: Iterable[tuple[int, Key]]) -> list[bool]:
-    """Arrangement's filter over an epoch's live changes ``(vnode, pk)``: emit or drop each."""
-    return [vnodes.of(v).forwards(pk) for v, pk in changes]

@@ -38,7 +38,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -53,9 +53,12 @@ from source_backfill.config import (
     TimestampStart,
 )
 from source_backfill.core import (
+    EpochPlan,
     HistoryRange,
+    JobProgressSummary,
     LiveStats,
     RateAllowance,
+    SplitChange,
     SplitState,
     Stage,
     adopt_history,
@@ -107,9 +110,14 @@ from source_backfill.executors.read_ahead import Adopted, ReadAhead, ReadsAhead,
 from source_backfill.executors.transform import apply_transform, check_transform
 
 if TYPE_CHECKING:
-    import pyarrow as pa
-    from pyspark.sql import DataFrame, SparkSession
+    from pathlib import Path
 
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, Observation, SparkSession
+    from pyspark.sql.types import StructType
+
+    from connectors.delta.sink import CommitResult, DeltaEpochSink, Recovered
+    from connectors.delta.staging import StagedFiles
     from connectors.kafka.admin import KafkaAdmin
     from source_backfill.executors.spark_work import SparkWork
 
@@ -120,6 +128,7 @@ _SMALL_OUTPUT_ROWS = 50_000
 #: History-read error backoff (seconds): doubles per consecutive error up to the cap.
 _BACKOFF_BASE_S = 1.0
 _BACKOFF_CAP_S = 60.0
+
 
 @dataclass(frozen=True)
 class EpochInput:
@@ -135,6 +144,22 @@ class EpochInput:
     interval_s: float
     #: The live batch's rows on the driver when the batch is small (None: only ``batch``).
     rows: pa.Table | None = None
+
+
+@dataclass(frozen=True)
+class _Written:
+    """An epoch's rows written and committed: what the commit paths hand back to :meth:`_committed`."""
+
+    #: The sink's outcome (``committed`` False: the epoch was in the table already).
+    result: CommitResult
+    #: The plan as committed (without its history when the history read failed).
+    plan: EpochPlan
+    #: History rows read in the epoch, per split.
+    counts: dict[str, int]
+    #: The split states the commit carries.
+    states: SplitTable
+    #: Seconds the epoch's own history read took (counted while written: the write's).
+    read_s: float
 
 
 class SourceBackfillJob:
@@ -205,7 +230,7 @@ class SourceBackfillJob:
             )
         self._rates.copied.observe(time.monotonic(), self._rates.rows_history)  # the rate's first point
 
-    def _recover(self, recovered: Any) -> None:
+    def _recover(self, recovered: Recovered) -> None:
         """States, covered positions and the log chain from the job's newest commit (and those it names)."""
         sections, self._chain = read_state_chain(self.sink, recovered)
         self.states = SplitTable.from_states(splits_from_rows(sections[SPLITS]))
@@ -222,7 +247,7 @@ class SourceBackfillJob:
         return self.spec.name
 
     # -- schema and transform ---------------------------------------------------------------------------
-    def output_schema(self) -> Any:
+    def output_schema(self) -> StructType:
         """The schema of the job's table: its transform (checked first) applied to the Kafka schema."""
         from connectors.kafka.ranges import kafka_schema
 
@@ -318,8 +343,9 @@ class SourceBackfillJob:
             # pyarrow, no Spark job per job and epoch (the caught-up trigger's hot path)
             return self._commit_arrow(inp, plan, budget, ahead, t0)
         with self._spark_work(f"epoch {inp.epoch}"):
-            plan, result, new_states, counts, read_s = self._write_epoch(inp, plan, budget, ahead)
-        return self._committed(inp, plan, result, new_states, ahead, counts, read_s, t0)
+            written = self._write_epoch(inp, plan, budget, ahead)
+        return self._committed(inp, written.plan, written.result, written.states, ahead, written.counts,
+                               written.read_s, t0)
 
     def _spark_work(self, what: str, kind: str = "epoch") -> AbstractContextManager[None]:
         """The job's Spark work: under its own job tag and deadline, marked while it runs (when managed)."""
@@ -328,11 +354,12 @@ class SourceBackfillJob:
         return self._work.running(self.name, what, self.source.job_timeout_s, kind)
 
     def _write_epoch(
-        self, inp: EpochInput, plan: Any, budget: int, ahead: Adopted
-    ) -> tuple[Any, Any, SplitTable, dict[str, int], float]:
+        self, inp: EpochInput, plan: EpochPlan, budget: int, ahead: Adopted
+    ) -> _Written:
         """Spark writes the epoch's rows (live, history read in it, the transform) and the sink commits.
 
-        Returns the plan as committed, the commit result, the new states, history counts and read seconds.
+        Returns the commit result, the plan as committed, the history counts, the new states and the read
+        seconds.
         """
         live = live_rows(self.spark, inp.batch, plan.emit_above)
         # One pass (count while writing) needs a sink that writes before it commits, and no transform:
@@ -351,15 +378,14 @@ class SourceBackfillJob:
             out = out.coalesce(1)  # one task and one file instead of one per split for a small epoch
         try:
             if observation is not None:
-                result, plan, counts, new_states, read_s = self._commit_observed(
-                    inp, plan, budget, out, live, observation, ahead
-                )
+                written = self._commit_observed(inp, plan, budget, out, live, observation, ahead)
             else:
                 new_states = finish_epoch(plan, counts)
                 result = self.sink.commit_epoch(inp.epoch, self.transform(out),
                                                 self._state_doc(new_states, plan.end),
                                                 plan=self._plan_summary(plan, budget, ahead.ranges),
                                                 staged=ahead.staged)
+                written = _Written(result, plan, counts, new_states, read_s)
         except Exception:
             if ahead.reads:
                 self._reads.drop()  # the adopted ones' files too, unless the failed attempt took them
@@ -367,9 +393,9 @@ class SourceBackfillJob:
         finally:
             if history is not None and observation is None:
                 history.unpersist()
-        return plan, result, new_states, counts, read_s
+        return written
 
-    def _commit_arrow(self, inp: EpochInput, plan: Any, budget: int, ahead: Adopted, t0: float) -> bool:
+    def _commit_arrow(self, inp: EpochInput, plan: EpochPlan, budget: int, ahead: Adopted, t0: float) -> bool:
         """Commit an epoch without history read in it whose live rows are on the driver (Arrow)."""
         assert inp.rows is not None  # noqa: S101
         new_states = finish_epoch(plan, {})
@@ -384,7 +410,7 @@ class SourceBackfillJob:
             raise
         return self._committed(inp, plan, result, new_states, ahead, {}, 0.0, t0)
 
-    def _committed(self, inp: EpochInput, plan: Any, result: Any, new_states: SplitTable,
+    def _committed(self, inp: EpochInput, plan: EpochPlan, result: CommitResult, new_states: SplitTable,
                    ahead: Adopted, counts: dict[str, int], read_s: float, t0: float) -> bool:
         """After the commit (or its skip): states, adopted reads, accounting, the next read ahead."""
         if result.committed:
@@ -413,7 +439,7 @@ class SourceBackfillJob:
             self._read_ahead()
         return bool(result.committed)
 
-    def _live_latency(self, inp: EpochInput, plan: Any, committed_at: float) -> None:
+    def _live_latency(self, inp: EpochInput, plan: EpochPlan, committed_at: float) -> None:
         """The epoch's live rows are committed now: their latency (core.latency) to metric and window.
 
         A measurement that fails is logged, never the epoch's failure: its commit is done.
@@ -428,7 +454,7 @@ class SourceBackfillJob:
         self.latency.add(time.monotonic(), latencies, kind)
 
     # -- what a commit records -----------------------------------------------------------------------
-    def _unchanged(self, inp: EpochInput, plan: Any, ahead: Adopted) -> bool:
+    def _unchanged(self, inp: EpochInput, plan: EpochPlan, ahead: Adopted) -> bool:
         """Nothing to commit: no row, no history, no split state or live position moved, no snapshot due.
 
         Only once the job's state is in its log in the current format (``_chain``): the first commit,
@@ -443,7 +469,7 @@ class SourceBackfillJob:
         # a snapshot due by age is committed even by an idle job: the log cleanup never takes its state
         return time.time() - self._chain.base_time_s < self._policy.max_age_s
 
-    def _skipped(self, inp: EpochInput, plan: Any, t0: float) -> bool:
+    def _skipped(self, inp: EpochInput, plan: EpochPlan, t0: float) -> bool:
         """An epoch with nothing to commit is processed all the same (progress, metrics, read ahead)."""
         self.processed_epoch = inp.epoch
         self._account(inp, plan, {}, (0, 0.0), time.monotonic() - t0, committed=False, unchanged=True)
@@ -481,7 +507,8 @@ class SourceBackfillJob:
         else:
             self._chain = self._chain.after(version, snapshot=False, now_s=time.time())
 
-    def _plan_summary(self, plan: Any, budget: int, history: Iterable[HistoryRange] = ()) -> dict[str, Any]:
+    def _plan_summary(self, plan: EpochPlan, budget: int,
+                      history: Iterable[HistoryRange] = ()) -> dict[str, Any]:
         """What the commit records of the epoch's plan: its budget, ranges read, positions that moved."""
         return _plan_summary(plan, budget, history, self._covered_to)
 
@@ -540,7 +567,7 @@ class SourceBackfillJob:
         staged = [a.staged for a in taken if a.staged is not None]
         return SplitTable.from_states(adopted), Adopted(taken, staged, counts, ranges)
 
-    def _reads_inline(self, plan: Any, budget: int, ahead: Adopted) -> bool:
+    def _reads_inline(self, plan: EpochPlan, budget: int, ahead: Adopted) -> bool:
         """Read this epoch's planned history in the epoch: only the tail of a backfill, all of it.
 
         That is when nothing is read ahead any more and the history left up to the targets fits the
@@ -586,10 +613,10 @@ class SourceBackfillJob:
             after = self.committed_epoch if self.committed_epoch is not None else -1
             self._reads.start(ranges, self._stage_read(after), self._read_done)
 
-    def _stage_read(self, after_epoch: int) -> Any:
+    def _stage_read(self, after_epoch: int) -> Callable[[ReadAhead], tuple[StagedFiles, dict[str, int]]]:
         """A read ahead's copy: its ranges into staged files, watched as they close."""
-        def stage(read: ReadAhead) -> Any:
-            def watch(folder: Any) -> None:
+        def stage(read: ReadAhead) -> tuple[StagedFiles, dict[str, int]]:
+            def watch(folder: Path) -> None:
                 read.progress.folder = folder
 
             return self.history.stage(self.sink, read.ranges, after_epoch, on_folder=watch,
@@ -611,9 +638,9 @@ class SourceBackfillJob:
         self._reads.close(timeout_s)
 
     def _commit_observed(
-        self, inp: EpochInput, plan: Any, budget: int, out: DataFrame, live: DataFrame, observation: Any,
-        ahead: Adopted,
-    ) -> tuple[Any, Any, dict[str, int], SplitTable, float]:
+        self, inp: EpochInput, plan: EpochPlan, budget: int, out: DataFrame, live: DataFrame,
+        observation: Observation, ahead: Adopted,
+    ) -> _Written:
         """Commit an epoch whose history counts its rows while written; the state is taken after the write.
 
         A write that fails before it finished is taken for a history read error: the epoch then commits
@@ -645,16 +672,16 @@ class SourceBackfillJob:
                                             self._state_doc(states, live_only.end),
                                             plan=self._plan_summary(live_only, budget, ahead.ranges),
                                             staged=ahead.staged)
-            return result, live_only, {}, states, time.monotonic() - t0
+            return _Written(result, live_only, {}, states, time.monotonic() - t0)
         if "states" not in done:  # the epoch was in already (a replay): nothing was observed
-            return result, plan, {}, finish_epoch(plan, {}), time.monotonic() - t0
+            return _Written(result, plan, {}, finish_epoch(plan, {}), time.monotonic() - t0)
         if plan.history:
             self._history_ok()
-        return result, plan, done["counts"], done["states"], time.monotonic() - t0
+        return _Written(result, plan, done["counts"], done["states"], time.monotonic() - t0)
 
     def _read_history(
-        self, ranges: Any, *, observe: bool = False, session: SparkSession | None = None
-    ) -> tuple[DataFrame | None, dict[str, int], float, Any]:
+        self, ranges: Sequence[HistoryRange], *, observe: bool = False, session: SparkSession | None = None
+    ) -> tuple[DataFrame | None, dict[str, int], float, Observation | None]:
         """The planned history ranges: DataFrame, rows read per split, seconds, counting observation.
 
         ``observe``: the DataFrame counts its rows per split while it is written (one pass; the counts
@@ -676,12 +703,12 @@ class SourceBackfillJob:
             return counted, {}, 0.0, observation
         try:
             df = rows.persist()
-            counted = df.groupBy("topic", "partition").count().collect()
+            grouped = df.groupBy("topic", "partition").count().collect()
         except Exception as exc:  # noqa: BLE001 - any reader failure: live goes on, history backs off
             self._history_error(exc)
             return None, {}, 0.0, None
         self._history_ok()
-        counts = {split_id(row['topic'], row['partition']): int(row["count"]) for row in counted}
+        counts = {split_id(row['topic'], row['partition']): int(row["count"]) for row in grouped}
         return df, counts, time.monotonic() - t0, None
 
     def _history_ok(self) -> None:
@@ -710,7 +737,7 @@ class SourceBackfillJob:
         )
 
     def _account(
-        self, inp: EpochInput, plan: Any, counts: Mapping[str, int], inline: tuple[int, float],
+        self, inp: EpochInput, plan: EpochPlan, counts: Mapping[str, int], inline: tuple[int, float],
         elapsed: float, *, committed: bool, unchanged: bool = False,
     ) -> None:
         """Rates, metrics and the epoch's log line (``executors/accounting.py``).
@@ -740,7 +767,7 @@ class SourceBackfillJob:
         """``split -> (rows, last offset)`` copied by reads ahead and not committed yet (running too)."""
         return self._reads.copied() if self.reads_ahead else {}
 
-    def progress(self, read_ahead: Mapping[str, tuple[int, int]] | None = None) -> Any:
+    def progress(self, read_ahead: Mapping[str, tuple[int, int]] | None = None) -> JobProgressSummary:
         """Progress summary of the current states (core.job_progress), reads ahead counted as read.
 
         The rate is the wall-clock growth of the history rows copied over the last minute (sampled
@@ -771,6 +798,11 @@ class SourceBackfillJob:
         """Rows written so far by this process: (history, live)."""
         return self._rates.rows_history, self._rates.rows_live
 
+    @property
+    def data_loss_offsets(self) -> Mapping[str, int]:
+        """Offsets skipped below the log start per split since the daemon started (read-only)."""
+        return self._metrics.lost
+
 
 def _tail_fits(states: Mapping[str, SplitState], budget: int) -> bool:
     """The history left up to the targets fits one epoch's ``budget`` (read inside the epoch)."""
@@ -784,13 +816,13 @@ def _add_counts(into: dict[str, int], more: Mapping[str, int]) -> dict[str, int]
     return into
 
 
-def _output_rows_bound(inp: EpochInput, plan: Any, counts: Mapping[str, int]) -> int:
+def _output_rows_bound(inp: EpochInput, plan: EpochPlan, counts: Mapping[str, int]) -> int:
     """At most how many rows the epoch writes: the live rows of emitting splits plus the history read."""
     live = sum(stats.count for split, stats in inp.live.items() if plan.emit_above.get(split) is not None)
     return live + sum(counts.values())
 
 
-def _count_changes(changes: Any) -> dict[str, int]:
+def _count_changes(changes: Iterable[SplitChange] | None) -> dict[str, int]:
     counts: dict[str, int] = {}
     for change in changes or ():
         kind = getattr(change, "kind", None) or str(change)
@@ -798,7 +830,7 @@ def _count_changes(changes: Any) -> dict[str, int]:
     return counts
 
 
-def _plan_summary(plan: Any, budget: int, history: Iterable[HistoryRange] = (),
+def _plan_summary(plan: EpochPlan, budget: int, history: Iterable[HistoryRange] = (),
                   covered_to: Mapping[str, int] | None = None) -> dict[str, Any]:
     """What the commit records of the epoch's plan; ``history``: ranges read ahead and adopted.
 
@@ -813,7 +845,9 @@ def _plan_summary(plan: Any, budget: int, history: Iterable[HistoryRange] = (),
     }
 
 
-def read_state_chain(sink: Any, recovered: Any) -> tuple[dict[str, dict[str, Any]], Chain | None]:
+def read_state_chain(
+    sink: DeltaEpochSink, recovered: Recovered
+) -> tuple[dict[str, dict[str, Any]], Chain | None]:
     """A job's full state sections and its log chain, from its newest commit ``recovered``.
 
     A delta's snapshot and the deltas between are read one commit file each (``prev`` links back to

@@ -33,6 +33,7 @@ from source_backfill.core.table_backfill import (
     Phase,
     Strategy,
     TableBackfillState,
+    VnodeSet,
     arrangement_step,
     plan_chunks,
     replay_end,
@@ -102,6 +103,9 @@ class TableBackfillJob:
         self._recover()
         self.paused = False
         self.rate_limit: float | None = spec.rate_limit
+        #: Set by the source for an epoch run alone (:class:`~source_backfill.executors.job.Job`); nothing
+        #: of a table-backfill job runs beside its epochs, so it changes nothing here.
+        self.alone = False
         #: The newest version the live stream delivered, as of the last epoch (for the lag).
         self.delivered: int | None = None
         self.last_error: str | None = None
@@ -208,69 +212,94 @@ class TableBackfillJob:
 
     def _copy(self, state: TableBackfillState, budget: int | None, delivered: int, live: pa.Table | None,
               parts: list[_Part]) -> TableBackfillState:
-        """The snapshot phase: chunks per vnode (a one-pass read for chain), arrangement's live filter."""
+        """The snapshot phase, by strategy: chain reads in one pass, snapshot and arrangement by vnode."""
+        if state.strategy is Strategy.CHAIN:
+            return self._copy_chain(state, budget, parts)
+        if state.strategy is Strategy.SNAPSHOT:
+            return self._copy_snapshot(state, budget, parts)
+        return self._copy_arrangement(state, budget, delivered, live, parts)
+
+    def _copy_chain(self, state: TableBackfillState, budget: int | None,
+                    parts: list[_Part]) -> TableBackfillState:
+        """Chain: the pinned version's rows in one read (no per-vnode progress), unless paused."""
+        if budget == 0:
+            return state
+        assert state.pinned is not None
+        parts.append(_Part(Phase.CONSUMING_SNAPSHOT.value, _inserts(self._snapshot(state.pinned).rows),
+                           new_keys=True))
+        self._index = None
+        return state.snapshot_done()
+
+    def _copy_snapshot(self, state: TableBackfillState, budget: int | None,
+                       parts: list[_Part]) -> TableBackfillState:
+        """Snapshot: the next chunk of each unfinished vnode of the pinned version; live changes wait."""
+        assert state.pinned is not None
+        index = self._snapshot(state.pinned)
+        self._step = ArrangementStep.FOLLOW
+        vnodes = self._read_chunks(state, index, budget, parts)
+        return self._copied(replace(state, vnodes=vnodes))
+
+    def _copy_arrangement(self, state: TableBackfillState, budget: int | None, delivered: int,
+                          live: pa.Table | None, parts: list[_Part]) -> TableBackfillState:
+        """Arrangement: chunks of the moving table (:meth:`_arranged`), and the live changes it forwards.
+
+        Forwarded: changes of keys at or below their vnode's position after this epoch's chunks; those
+        above the position before them are keys the job's table does not hold yet. The others wait with
+        the index's version (their rows are read from it, the changes after it are applied over them once
+        a chunk covers their keys). An epoch that copies at its cursor takes no live change: they wait in
+        the source table's log for the next epoch.
+        """
         import pyarrow as pa
 
-        stage = Phase.CONSUMING_SNAPSHOT.value
-        if state.strategy is Strategy.CHAIN:
-            if budget == 0:
-                return state
-            assert state.pinned is not None
-            parts.append(_Part(stage, _inserts(self._snapshot(state.pinned).rows), new_keys=True))
-            self._index = None
-            return state.snapshot_done()
-        step = ArrangementStep.FOLLOW
-        if state.strategy is Strategy.SNAPSHOT:
-            assert state.pinned is not None
-            index = self._snapshot(state.pinned)
-            live_changes = None
-        else:
-            live_changes = self._after(live, state.cursor, delivered)
-            held = any(state.vnodes.of(key_vnode(k, self.vnode_count)).forwards(k)
-                       for k in self._keys(live_changes))
-            step = arrangement_step(merged=self.mode == "merge", changes_held=held,
-                                    copied_last=self._copied_last, budget_rows=budget)
-            index = self._arranged(state)
+        live_changes = self._after(live, state.cursor, delivered)
+        held = any(state.vnodes.of(key_vnode(k, self.vnode_count)).forwards(k)
+                   for k in self._keys(live_changes))
+        step = arrangement_step(merged=self.mode == "merge", changes_held=held,
+                                copied_last=self._copied_last, budget_rows=budget)
+        index = self._arranged(state)
         self._step = step
+        vnodes = self._read_chunks(state, index, step_budget(step, state.vnodes, budget), parts)
+        changes = live_changes.slice(0, 0) if step is ArrangementStep.COPY_AT_CURSOR else live_changes
+        if self._unsent is not None:
+            changes = _ordered(pa.concat_tables([self._unsent, changes], promote_options="permissive"))
+        old, new, wait = [], [], []
+        for k in self._keys(changes):
+            vn = key_vnode(k, self.vnode_count)
+            was, now = state.vnodes.of(vn).forwards(k), vnodes.of(vn).forwards(k)
+            old.append(was)
+            new.append(now and not was)
+            wait.append(not now)
+        stage = Phase.CONSUME_UPSTREAM.value
+        parts.append(_Part(stage, changes.filter(pa.array(old, pa.bool_()))))
+        parts.append(_Part(stage, changes.filter(pa.array(new, pa.bool_())), new_keys=True))
+        self._unsent_next = changes.filter(pa.array(wait, pa.bool_()))
+        state = replace(state, vnodes=vnodes)
+        if step is not ArrangementStep.COPY_AT_CURSOR:
+            state = state.followed(delivered)
+        return self._copied(state)
+
+    def _read_chunks(self, state: TableBackfillState, index: VersionIndex, budget: int | None,
+                     parts: list[_Part]) -> VnodeSet:
+        """Read the epoch's chunks from ``index`` (into ``parts``): the vnodes' progress after them."""
+        import pyarrow as pa
+
         runs = []
         chunks = {}
-        budget = step_budget(step, state.vnodes, budget)
         for vn, asked in plan_chunks(state.vnodes, budget, chunk_rows=self.chunk_rows).items():
             found = index.chunk(vn, state.vnodes.of(vn).pos, asked)
             if found:  # a vnode's rows sit together in the index: a chunk is a slice of it
                 runs.append(index.rows.slice(found.start, len(found)))
             chunks[vn] = (index.keys_at(found), asked)
         if runs:
-            parts.append(_Part(stage, _inserts(pa.concat_tables(runs)), new_keys=True))
-        vnodes = state.vnodes.with_chunks(chunks)
-        if live_changes is not None:
-            # forwarded: changes of keys at or below their vnode's position after this epoch's chunks;
-            # those above the position before them are keys the job's table does not hold yet. The
-            # others wait with the index's version (their rows are read from it, the changes after it
-            # are applied over them once a chunk covers their keys). An epoch that copies at its cursor
-            # takes no live change: they wait in the source table's log for the next epoch.
-            changes = live_changes.slice(0, 0) if step is ArrangementStep.COPY_AT_CURSOR else live_changes
-            if self._unsent is not None:
-                changes = _ordered(pa.concat_tables([self._unsent, changes], promote_options="permissive"))
-            old, new, wait = [], [], []
-            for k in self._keys(changes):
-                vn = key_vnode(k, self.vnode_count)
-                was, now = state.vnodes.of(vn).forwards(k), vnodes.of(vn).forwards(k)
-                old.append(was)
-                new.append(now and not was)
-                wait.append(not now)
-            stage = Phase.CONSUME_UPSTREAM.value
-            parts.append(_Part(stage, changes.filter(pa.array(old, pa.bool_()))))
-            parts.append(_Part(stage, changes.filter(pa.array(new, pa.bool_())), new_keys=True))
-            self._unsent_next = changes.filter(pa.array(wait, pa.bool_()))
-            state = replace(state, vnodes=vnodes)
-            if step is not ArrangementStep.COPY_AT_CURSOR:
-                state = state.followed(delivered)
-        else:
-            state = replace(state, vnodes=vnodes)
-        if vnodes.done:
+            parts.append(_Part(Phase.CONSUMING_SNAPSHOT.value, _inserts(pa.concat_tables(runs)),
+                               new_keys=True))
+        return state.vnodes.with_chunks(chunks)
+
+    def _copied(self, state: TableBackfillState) -> TableBackfillState:
+        """After an epoch's chunks: the snapshot phase ends once every vnode is complete."""
+        if state.vnodes.done:
             self._index = None
-            state = state.snapshot_done()
+            return state.snapshot_done()
         return state
 
     def _arranged(self, state: TableBackfillState) -> VersionIndex:
@@ -304,7 +333,11 @@ class TableBackfillJob:
         return self._index[1]
 
     def _after(self, live: pa.Table | None, cursor: int | None, delivered: int) -> pa.Table:
-        """The live changes of versions in ``(cursor, delivered]``, in version order."""
+        """The live changes of versions in ``(cursor, delivered]``, in version order.
+
+        :func:`~source_backfill.core.table_backfill.forwards_version`'s rule (``version > cursor``) over
+        the whole column at once, bounded by what the live stream delivered.
+        """
         import pyarrow.compute as pc
 
         if live is None:

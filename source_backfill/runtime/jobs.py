@@ -21,17 +21,20 @@ import logging
 import queue
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from source_backfill import metrics
 from source_backfill.errors import JobError, one_line
+from source_backfill.executors.job import Job
 
 if TYPE_CHECKING:
     from source_backfill.config import JobSpec, SourceConfig
     from source_backfill.runtime.progress import JobProgress
-    from source_backfill.runtime.registry import JobRegistry, Mutation
+    from source_backfill.runtime.registry import JobRecord, JobRegistry, Mutation
 
 logger = logging.getLogger(__name__)
 
@@ -39,8 +42,13 @@ logger = logging.getLogger(__name__)
 #: is marked failed.
 JOB_ATTEMPTS = 3
 
+#: The kind of job a source keeps (:class:`~source_backfill.executors.job.Job`: what is asked of it here).
+J = TypeVar("J", bound=Job)
+#: One job's epoch, run by :meth:`JobHost._run_jobs` (its result is not used).
+JobRun = tuple[J, Callable[[], object]]
 
-class JobHost:
+
+class JobHost(ABC, Generic[J]):
     """The jobs of one source; a subclass builds one (`_new_job`) and describes it (`_progress`)."""
 
     #: What keeps failing when the source itself fails (its health's wording).
@@ -49,7 +57,7 @@ class JobHost:
     def __init__(self, config: SourceConfig, registry: JobRegistry) -> None:
         self.config = config
         self.registry = registry
-        self.jobs: dict[str, Any] = {}
+        self.jobs: dict[str, J] = {}
         self.last_epoch: int | None = None
         self.last_epoch_at: float | None = None
         self.error: str | None = None
@@ -68,11 +76,13 @@ class JobHost:
         return self.config.name
 
     # -- what a source says ----------------------------------------------------------------------------
-    def _new_job(self, spec: JobSpec) -> Any:
-        raise NotImplementedError
+    @abstractmethod
+    def _new_job(self, spec: JobSpec) -> J:
+        """Build the job of ``spec``, recovered from its table (any exception: the job is failed)."""
 
-    def _progress(self, job: Any) -> JobProgress:
-        raise NotImplementedError
+    @abstractmethod
+    def _progress(self, job: J) -> JobProgress:
+        """The progress record of ``job`` as it stands (published after each of its epochs)."""
 
     def _jvm_gone(self) -> bool:
         """Whether the engine the jobs run on is gone (a job's error then is not the job's)."""
@@ -101,7 +111,7 @@ class JobHost:
                 continue
             self._build(record)
 
-    def _build(self, record: Any) -> bool:
+    def _build(self, record: JobRecord) -> bool:
         """Build a registered job with its accepted control state (pause, rate limit)."""
         return self._add_job(record.spec, paused=record.paused, rate_limit=record.rate_limit)
 
@@ -165,7 +175,7 @@ class JobHost:
             logger.info('job retried job="%s" epoch=%d', name, epoch)
 
     # -- the jobs' epochs ---------------------------------------------------------------------------------
-    def _run_jobs(self, epoch: int, runs: Sequence[tuple[Any, Callable[[], Any]]]) -> None:
+    def _run_jobs(self, epoch: int, runs: Sequence[JobRun[J]]) -> None:
         """Run each ``(job, run)`` of ``epoch`` (by :meth:`_run_job`), ``max_parallel_jobs`` at once.
 
         Returns when all have ended. A job's failure stays its own (:meth:`_run_job`); what
@@ -184,7 +194,7 @@ class JobHost:
             if s:  # one at a time, after the others: a next death names its job alone
                 self._run_job(job, epoch, run)
 
-    def _run_together(self, epoch: int, runs: Sequence[tuple[Any, Callable[[], Any]]]) -> None:
+    def _run_together(self, epoch: int, runs: Sequence[JobRun[J]]) -> None:
         width = min(self.config.max_parallel_jobs, len(runs))
         if width <= 1:
             for job, run in runs:
@@ -192,8 +202,7 @@ class JobHost:
             return
         if self._pool is None:
             self._pool = _Workers(self.config.max_parallel_jobs, f"jobs-{self.name}")
-        futures = [self._pool.submit(lambda job=job, run=run: self._run_job(job, epoch, run))
-                   for job, run in runs]
+        futures = [self._pool.submit(partial(self._run_job, job, epoch, run)) for job, run in runs]
         errors = [f.exception() for f in futures]  # waits for each
         first = next((e for e in errors if e is not None), None)
         if first is not None:
@@ -206,7 +215,7 @@ class JobHost:
             pool.shutdown()
 
     # -- failures ----------------------------------------------------------------------------------------
-    def _run_job(self, job: Any, epoch: int, run: Any) -> None:
+    def _run_job(self, job: J, epoch: int, run: Callable[[], object]) -> None:
         """Run ``run()`` (the job's epoch); a failure is the job's alone. Publishes its progress."""
         try:
             run()
@@ -237,7 +246,7 @@ class JobHost:
         self.registry.set_failed(name, error)
         metrics.JOB_FAILED.labels(name).set(1)
 
-    def _job_epoch_failed(self, job: Any, epoch: int, exc: Exception) -> None:
+    def _job_epoch_failed(self, job: J, epoch: int, exc: Exception) -> None:
         """An unexpected error in one job's epoch: rebuild the job from its table, or fail it."""
         error = f"{type(exc).__name__}: {one_line(exc)}"
         metrics.SOURCE_ERRORS.labels(job.name, type(exc).__name__).inc()
@@ -253,7 +262,7 @@ class JobHost:
         if self._build(record):
             self._job_failures[job.name] = count
 
-    def _publish(self, job: Any) -> None:
+    def _publish(self, job: J) -> None:
         self.registry.publish_progress(job.name, self._progress(job))
 
     # -- health -----------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from source_backfill.core.latency import LatencyWindow, timestamp_type_name
 from source_backfill.core.progress import table_eta, table_fraction
 
 if TYPE_CHECKING:
+    from source_backfill.executors.job import Job
     from source_backfill.executors.source_backfill import SourceBackfillJob
     from source_backfill.executors.table_backfill import TableBackfillJob
 
@@ -123,6 +124,7 @@ def to_job_progress(job: SourceBackfillJob) -> JobProgress:
     """A snapshot of ``job``'s split states, rows, rate and ETA."""
     states = job.states
     history, live = job.rows
+    status: JobStatus
     if states is None:
         status = "pending"
     elif job.failed is not None:
@@ -133,7 +135,7 @@ def to_job_progress(job: SourceBackfillJob) -> JobProgress:
         status = "backfilling"
     ahead = job.read_ahead()
     summary = job.progress(ahead)
-    lost = job._metrics.lost  # noqa: SLF001 - same package, read-only
+    lost = job.data_loss_offsets
     splits = []
     for split, state in sorted((states or {}).items()):
         rows_ahead, last_ahead = ahead.get(split, (0, None))
@@ -173,6 +175,7 @@ def table_job_progress(job: TableBackfillJob) -> JobProgress:
     from source_backfill.core.table_backfill import Phase
 
     state = job.state
+    status: JobStatus
     if state is None:
         status = "pending"
     else:  # a failed job is the registry's to report: the source drops it from its jobs
@@ -218,7 +221,7 @@ def table_job_progress(job: TableBackfillJob) -> JobProgress:
     )
 
 
-def _epoch(job: SourceBackfillJob | TableBackfillJob) -> int | None:
+def _epoch(job: Job) -> int | None:
     """The job's last epoch: processed (an epoch with nothing to commit counts), else committed."""
     processed = job.processed_epoch
     return processed if processed is not None else job.committed_epoch

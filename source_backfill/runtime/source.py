@@ -41,7 +41,9 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
     from connectors.kafka.admin import KafkaAdmin
+    from source_backfill.config import JobSpec
     from source_backfill.executors.spark_work import SparkWork
+    from source_backfill.runtime.progress import JobProgress
     from source_backfill.runtime.registry import JobRegistry, Mutation
 
 logger = logging.getLogger(__name__)
@@ -51,7 +53,7 @@ class EpochAbandonedError(SourceBackfillError):
     """The daemon is stopping: this epoch is abandoned before any job commits (it replays on restart)."""
 
 
-class LiveSource(JobHost):
+class LiveSource(JobHost[SourceBackfillJob]):
     """One shared live Kafka source and the jobs attached to it (how jobs are kept: :class:`JobHost`)."""
 
     failing_what = "live query"
@@ -233,7 +235,7 @@ class LiveSource(JobHost):
         """Whether a job reads this batch: its start is known, or a job has a position already."""
         return start is not None or any(job.states is not None for job in self.jobs.values())
 
-    def _new_job(self, spec: Any) -> SourceBackfillJob:
+    def _new_job(self, spec: JobSpec) -> SourceBackfillJob:
         return SourceBackfillJob(spec, self.config, self.spark, self.admin,
                                  bootstrap_servers=self.bootstrap_servers, work=self.work)
 
@@ -250,7 +252,7 @@ class LiveSource(JobHost):
             else:
                 self.work.ledger.reset(name)
 
-    def _progress(self, job: SourceBackfillJob) -> Any:
+    def _progress(self, job: SourceBackfillJob) -> JobProgress:
         from source_backfill.runtime.progress import to_job_progress
 
         return to_job_progress(job)

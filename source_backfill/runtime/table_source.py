@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-class TableLiveSource(JobHost):
+class TableLiveSource(JobHost["TableBackfillJob"]):
     """The epochs of one ``delta`` source and the jobs that read it (how jobs are kept: :class:`JobHost`)."""
 
     failing_what = "table source"

@@ -1,4 +1,8 @@
-"""The jobs of a source run their epochs side by side, each failing alone (JobHost._run_jobs)."""
+"""The jobs of a source run their epochs side by side, each failing alone (JobHost._run_jobs).
+
+The jobs are fakes of the :class:`~source_backfill.executors.job.Job` protocol (mypy checks that
+``FakeJob`` is one); the host is a :class:`JobHost` with its two hooks and nothing else.
+"""
 
 from __future__ import annotations
 
@@ -11,32 +15,51 @@ import pytest
 
 from source_backfill.config import JobSpec, SourceConfig
 from source_backfill.errors import JobError
+from source_backfill.executors.job import Job
 from source_backfill.runtime.jobs import JOB_ATTEMPTS, JobHost
+from source_backfill.runtime.progress import JobProgress
 from source_backfill.runtime.registry import JobRegistry
 
 
 class FakeJob:
+    """A job of the protocol whose epoch is a call the test gives it."""
+
     def __init__(self, name: str) -> None:
         self.name = name
         self.paused = False
         self.rate_limit: float | None = None
+        self.alone = False
+        self.committed_epoch: int | None = None
+        self.processed_epoch: int | None = None
         self.closed = False
+
+    def run_epoch(self, epoch: int, fault: BaseException | None = None) -> None:
+        if fault is not None:
+            raise fault
+        self.committed_epoch = self.processed_epoch = epoch
 
     def close(self) -> None:
         self.closed = True
 
 
-class Host(JobHost):
+_IS_A_JOB: type[Job] = FakeJob  # what mypy checks: the fake has everything a source asks of a job
+
+
+class Host(JobHost[FakeJob]):
     def __init__(self, config: SourceConfig, registry: JobRegistry) -> None:
         super().__init__(config, registry)
         self.built: list[str] = []
+        #: Names whose build raises.
+        self.unbuildable: set[str] = set()
 
     def _new_job(self, spec: JobSpec) -> FakeJob:
+        if spec.name in self.unbuildable:
+            raise ValueError("table owned by another job")
         self.built.append(spec.name)
         return FakeJob(spec.name)
 
-    def _progress(self, job: Any) -> Any:
-        return None
+    def _progress(self, job: FakeJob) -> JobProgress:
+        return JobProgress(epoch=job.processed_epoch, status="backfilling", rows_history=0, rows_live=0)
 
 
 @pytest.fixture
@@ -194,3 +217,74 @@ def test_the_jobs_threads_never_hold_up_the_process_exit(host_factory) -> None:
     for thread in threads:
         thread.join(5)
     assert not any(thread.is_alive() for thread in threads)
+
+
+def test_a_source_says_how_to_build_and_describe_its_jobs(tmp_path: Path) -> None:
+    """Both hooks are abstract: a host without them cannot be made."""
+
+    class Partial(JobHost[FakeJob]):
+        def _new_job(self, spec: JobSpec) -> FakeJob:
+            return FakeJob(spec.name)
+
+    registry = JobRegistry(tmp_path / "state", ["src"])
+    try:
+        with pytest.raises(TypeError, match="_progress"):
+            Partial(SourceConfig(name="src", topics=["t"]), registry)  # type: ignore[abstract]
+    finally:
+        registry.close()
+
+
+@pytest.mark.parametrize("parallel", [1, 3])
+def test_failures_stay_with_their_jobs_over_epochs(host_factory, parallel: int) -> None:
+    """JobError: failed at once. Another error: rebuilt each epoch, failed after JOB_ATTEMPTS in a row.
+
+    The other jobs run every epoch and publish it; a failed job leaves the epochs and is closed.
+    """
+    host = host_factory(["bad", "flaky", "ok1", "ok2"], parallel=parallel)
+    faults: dict[str, BaseException] = {"bad": JobError("bad transform"), "flaky": RuntimeError("boom")}
+    bad = host.jobs["bad"]
+    flakies = [host.jobs["flaky"]]
+
+    def epoch(n: int) -> None:
+        host._run_jobs(n, [(job, lambda job=job: job.run_epoch(n, faults.get(job.name)))
+                           for job in list(host.jobs.values())])
+
+    epoch(1)
+    assert bad.closed and "bad" not in host.jobs
+    assert host.registry.get("bad").error == "bad transform"
+    for n in range(2, JOB_ATTEMPTS + 1):
+        assert host.jobs["flaky"] is not flakies[-1] and flakies[-1].closed  # rebuilt from its table
+        assert host._job_failures == {"flaky": n - 1}
+        flakies.append(host.jobs["flaky"])
+        epoch(n)
+    assert flakies[-1].closed and sorted(host.jobs) == ["ok1", "ok2"]
+    assert host.built.count("flaky") == JOB_ATTEMPTS  # built at start, rebuilt after all but the last
+    error = host.registry.get("flaky").error
+    assert error == f"epoch {JOB_ATTEMPTS} failed {JOB_ATTEMPTS} times in a row: RuntimeError: boom"
+    assert sorted(r.name for r in host.registry.failed()) == ["bad", "flaky"]
+    for name in ("ok1", "ok2"):
+        assert host.jobs[name].committed_epoch == JOB_ATTEMPTS
+        assert host.registry.progress(name).epoch == JOB_ATTEMPTS
+    assert host._job_failures == {}
+
+    epoch(JOB_ATTEMPTS + 1)  # the failed ones stay out; the others go on
+    assert [host.jobs[n].committed_epoch for n in ("ok1", "ok2")] == [JOB_ATTEMPTS + 1] * 2
+
+
+def test_an_epoch_that_works_again_resets_the_count(host_factory) -> None:
+    host = host_factory(["flaky"], parallel=1)
+    for n, fault in enumerate([RuntimeError("boom")] * (JOB_ATTEMPTS - 1) + [None] + [RuntimeError("boom")],
+                              start=1):
+        job = host.jobs["flaky"]
+        host._run_jobs(n, [(job, lambda job=job, fault=fault: job.run_epoch(n, fault))])
+    assert host.registry.failed() == [] and host._job_failures == {"flaky": 1}
+
+
+def test_a_job_that_cannot_be_built_is_failed(host_factory) -> None:
+    host = host_factory([], parallel=1)
+    host.unbuildable.add("broken")
+    host.registry.create(JobSpec(name="broken", source="src", sink_path="/tables/broken"))
+    host.registry.create(JobSpec(name="fine", source="src", sink_path="/tables/fine"))
+    host._recover_jobs()
+    assert sorted(host.jobs) == ["fine"]
+    assert host.registry.get("broken").error == "job could not start: table owned by another job"

@@ -1,0 +1,40 @@
+"""What a source needs of a job, whatever it reads: the :class:`Job` protocol.
+
+A source (:class:`source_backfill.runtime.jobs.JobHost`) builds its jobs, applies control to them at an
+epoch boundary (pause, resume, throttle), runs their epochs, closes them when they are dropped, failed or
+rebuilt, and publishes their progress. That is all it asks of a job; how an epoch runs is the job's own
+(:class:`~source_backfill.executors.source_backfill.SourceBackfillJob` on a Kafka source,
+:class:`~source_backfill.executors.table_backfill.TableBackfillJob` on a delta source), and the source
+that made it calls it with its own type.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class Job(Protocol):
+    """One job as its source keeps it: its name, its control flags, its epochs, its end."""
+
+    #: Whether the job's history (or snapshot copy) waits: set by the source at a ``pause``/``resume``.
+    paused: bool
+    #: History rows per second the job may copy (None: no limit): set by the source at a ``throttle``.
+    rate_limit: float | None
+    #: Set by the source for an epoch the job runs alone, after the others (it had Spark work in flight at
+    #: the JVM's last deaths): it then starts no work beside that epoch.
+    alone: bool
+
+    @property
+    def name(self) -> str:
+        """The job's name (unique in the daemon)."""
+
+    @property
+    def committed_epoch(self) -> int | None:
+        """The last epoch the job committed (None: none yet)."""
+
+    @property
+    def processed_epoch(self) -> int | None:
+        """The last epoch the job processed: committed, or with nothing to commit (None: none yet)."""
+
+    def close(self) -> None:
+        """Stop whatever the job runs beside its epochs: it is dropped, failed or rebuilt."""
