@@ -20,14 +20,9 @@ A job's failure is a ``failed`` line in the log: a failed job stays failed acros
 even constructed) until it is retried (a ``retry`` mutation clears the error and the epoch loop builds
 the job anew from its table) or dropped.
 
-The log is compacted so it does not grow without bound: when it holds more than ``2 x`` the lines its
-state needs plus :data:`COMPACT_SLACK` (checked after every append and at open), it is rewritten as the
-subset of its lines that replays to the same state (:func:`compact_entries`: the lines of live jobs'
-current incarnations that still decide a flag, every unapplied mutation with its id, the ``applied``
-markers that matter, in their order), through a temp file that is fsynced and renamed over the log; a
-crash before the rename leaves the old log whole (the temp file is removed at the next open). The
-rewritten log uses only the line types above, plus an optional ``next_id`` on its last ``applied`` line
-(so ids are never reused); a log written before compaction existed replays as before.
+The log's file, line format and replay live in :mod:`~source_backfill.runtime.mutation_log`; once it has
+grown it is compacted, rewritten as the lines that replay to the same state
+(:mod:`~source_backfill.runtime.log_compaction`). What each line means for the table is the registry's.
 
 The state root is made ``0700`` and the log ``0600`` whatever the umask; nothing but job specs, ids,
 times and errors is written (never the API token). A job's ``sink_path`` must not overlap the state root,
@@ -37,35 +32,39 @@ what is under it or another job's table (:mod:`source_backfill.runtime.paths`).
 from __future__ import annotations
 
 import builtins
-import json
 import logging
 import math
-import os
-import re
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any, Literal, get_args
-
-from pydantic import ValidationError
+from typing import Any
 
 from source_backfill.config import JobSpec
 from source_backfill.errors import (
     ConfigError,
     JobExistsError,
     JobNotFoundError,
-    MutationLogError,
     SourceNotFoundError,
     StateWriteError,
-    one_line,
+)
+from source_backfill.runtime.job_record import JobRecord
+from source_backfill.runtime.log_compaction import LogCompactor
+from source_backfill.runtime.mutation_log import (
+    LOG_NAME,
+    Accepted,
+    Applied,
+    LogEntry,
+    Mutation,
+    MutationKind,
+    MutationLog,
+    replay_entries,
 )
 from source_backfill.runtime.paths import (
     check_sink_owner,
     check_sink_path,
     make_private_dir,
-    open_private,
     overlaps,
     redact,
     resolve,
@@ -73,56 +72,9 @@ from source_backfill.runtime.paths import (
 )
 from source_backfill.runtime.progress import JobProgress
 
+__all__ = ["LOG_NAME", "JobRecord", "JobRegistry", "Mutation"]  # what the API, the loops and tests import
+
 logger = logging.getLogger(__name__)
-
-LOG_NAME = "mutations.jsonl"
-#: Format version written on every line; a reader refuses versions it does not know.
-LOG_VERSION = 1
-#: The compaction's temp file, next to the log (renamed over it when complete).
-COMPACT_NAME = LOG_NAME + ".compact"
-#: Lines a log may hold beyond twice what its state needs before it is compacted.
-COMPACT_SLACK = 1000
-
-MutationKind = Literal["create", "pause", "resume", "throttle", "drop", "retry"]
-
-
-# -- data types -----------------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Mutation:
-    """One control command, recorded durably before it takes effect; ``id`` increases with log order."""
-
-    id: int
-    kind: MutationKind
-    job: str
-    source: str
-    #: The job's spec (``create`` only).
-    spec: JobSpec | None = None
-    #: The new rate limit (``throttle``; ``create`` carries the spec's). ``None`` = unlimited.
-    rate_limit: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class JobRecord:
-    """A registered job and its accepted control state."""
-
-    spec: JobSpec
-    paused: bool
-    rate_limit: float | None
-    #: True from the accepted drop until the drop is applied (then the record disappears).
-    dropped: bool
-    created_at: datetime
-    #: Why the job failed (set by the epoch loop, persisted), else ``None``; a retry clears it.
-    error: str | None = None
-
-    @property
-    def name(self) -> str:
-        """The job's name."""
-        return self.spec.name
-
-    @property
-    def source(self) -> str:
-        """The name of the source the job reads."""
-        return self.spec.source
 
 
 # -- the registry ---------------------------------------------------------------------------------------
@@ -145,20 +97,16 @@ class JobRegistry:
         self.data_root = resolve(data_root) if data_root is not None else None
         #: Paths besides the state root no sink may overlap (a delta source's table).
         self.protected_paths = [resolve(p) for p in protected_paths]
-        self.path = self.state_root / LOG_NAME
+        self._log = MutationLog(self.state_root)
+        self.path = self._log.path
         self._lock = threading.RLock()
         self._init_state()
         try:
             make_private_dir(self.state_root)
         except PermissionError as exc:  # not ours to chmod: it still works, but others may read it
             logger.warning('state root mode not narrowed to 0700 path="%s" error="%s"', self.state_root, exc)
-        stale = self.state_root / COMPACT_NAME
-        if stale.exists():  # a compaction cut short before its rename: the log itself is whole
-            logger.warning('unfinished log compaction removed path="%s"', stale)
-            stale.unlink()
-        self._replay()
-        self._log: IO[bytes] = os.fdopen(open_private(self.path, os.O_WRONLY | os.O_APPEND), "ab")
-        _fsync_dir(self.state_root)
+        self._next_id = self._log.open(self._apply_entry)
+        self._compactor = LogCompactor(self._log, self._state_of)
         self._maybe_compact()
         for record in self._jobs.values():
             if record.source not in self.sources:
@@ -180,10 +128,6 @@ class JobRegistry:
         self._queue: list[int] = []
         self._progress: dict[str, JobProgress] = {}
         self._next_id = 1
-        #: Non-empty lines in the log file (what compaction is measured against).
-        self._lines = 0
-        #: After a compaction that failed or was refused: not tried again below this many lines.
-        self._compact_floor = 0
 
     def close(self) -> None:
         """Close the log file (further mutations fail)."""
@@ -327,7 +271,7 @@ class JobRegistry:
             unknown = [i for i in ids if i not in self._unapplied]
             if unknown:
                 logger.warning("marking unknown or already applied mutations ids=%s", unknown)
-            self._append({"type": "applied", "ids": ids, "epoch": epoch})
+            self._log.append_applied(ids, epoch)
             self._apply_applied(ids)
             logger.info("mutations applied ids=%s epoch=%d", ids, epoch)
             self._maybe_compact()
@@ -355,8 +299,7 @@ class JobRegistry:
             logger.error('job failed job="%s" error="%s"', name, error)  # whole: the log may name paths
             error = redact(error, self.state_root)  # the API serves it: no path of the daemon's own
             try:
-                self._append({"type": "failed", "job": name, "error": error,
-                              "at": datetime.now(UTC).isoformat()})
+                self._log.append_failed(name, error, datetime.now(UTC))
             except StateWriteError as exc:  # the job is failed all the same; a restart rebuilds it
                 logger.error('job failure not persisted job="%s" error="%s"', name, exc)
                 self._jobs[name] = replace(record, error=error)
@@ -417,101 +360,36 @@ class JobRegistry:
         mutation = Mutation(id=self._next_id, kind=kind, job=job, source=source, spec=spec,
                             rate_limit=rate_limit)
         now = datetime.now(UTC)
-        self._append(_mutation_line(mutation, now))
+        self._log.append_mutation(mutation, now)
         self._next_id += 1
         self._apply_mutation(mutation, now)
         logger.info('mutation accepted id=%d kind="%s" job="%s" source="%s"', mutation.id, kind, job, source)
         self._maybe_compact()
         return mutation
 
-    def _append(self, line: dict[str, Any]) -> None:
-        """Write one line durably, or raise StateWriteError with the log as it was (nothing half-done)."""
-        data = _line_bytes({"v": LOG_VERSION, **line})
-        at = self._log.tell()
-        try:
-            self._log.write(data)
-            self._log.flush()
-            os.fsync(self._log.fileno())
-        except OSError as exc:
-            try:  # a line that is not durable must not come back at the next start
-                self._log.seek(at)
-                self._log.truncate(at)
-                self._log.flush()
-            except (OSError, ValueError):
-                pass
-            msg = (f"cannot write the mutation log {self.path} ({exc.strerror or exc}); "
-                   "nothing was changed: free space or fix permissions under state_root, then retry")
-            raise StateWriteError(msg) from exc
-        self._lines += 1
-
     # -- compaction ---------------------------------------------------------------------------------------
     def _maybe_compact(self) -> None:
-        """Compact when the log holds more than twice the lines its state needs plus COMPACT_SLACK."""
-        needed = 4 * len(self._jobs) + len(self._unapplied) + 1
-        if self._lines > max(2 * needed + COMPACT_SLACK, self._compact_floor):
-            self.compact()
+        """Compact when the log holds more than twice the lines the state needs plus COMPACT_SLACK."""
+        self._compactor.maybe(4 * len(self._jobs) + len(self._unapplied) + 1)
 
     def compact(self) -> bool:
         """Rewrite the log as the lines that replay to the current state; False if it was left as it is.
 
-        The new log is checked first: replayed, it must give the state the old one gives (else the log
-        is kept, an error logged, and compaction not tried again before COMPACT_SLACK more lines). It is
-        written to a temp file, fsynced, renamed over the log, and the folder
-        fsynced; a failure before the rename leaves the log as it was. Never raises for a failed write.
+        See :meth:`~source_backfill.runtime.log_compaction.LogCompactor.compact`.
         """
         with self._lock:
-            try:
-                raw = self.path.read_bytes().split(b"\n")
-                entries = [json.loads(line) for line in raw if line.strip()]
-            except (OSError, ValueError) as exc:
-                logger.error('log compaction skipped, the log cannot be read path="%s" error="%s"',
-                             self.path, one_line(exc))
-                return False
-            kept = compact_entries(entries)
-            try:
-                same = (JobRegistry._replayed(kept, self.path)._fingerprint()
-                        == JobRegistry._replayed(entries, self.path)._fingerprint())
-            except MutationLogError as exc:
-                same = False
-                logger.error('log compaction check failed error="%s"', exc)
-            if not same:
-                logger.error('log compaction skipped, its result replays to another state path="%s"',
-                             self.path)
-                self._compact_floor = self._lines + COMPACT_SLACK
-                return False
-            data = b"".join(_line_bytes(e) for e in kept)
-            tmp = self.state_root / COMPACT_NAME
-            handle: IO[bytes] | None = None
-            try:
-                handle = os.fdopen(open_private(tmp, os.O_WRONLY | os.O_TRUNC | os.O_APPEND), "ab")
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-                os.replace(tmp, self.path)
-            except OSError as exc:
-                if handle is not None:
-                    handle.close()
-                tmp.unlink(missing_ok=True)
-                self._compact_floor = self._lines + COMPACT_SLACK
-                logger.warning('log compaction failed, the log is kept as it was path="%s" error="%s"',
-                               self.path, exc.strerror or exc)
-                return False
-            _fsync_dir(self.state_root)
-            old, self._log = self._log, handle
-            old.close()
-            logger.info('mutation log compacted path="%s" lines_before=%d lines_after=%d', self.path,
-                        self._lines, len(kept))
-            self._lines = len(kept)
-            return True
+            return self._compactor.compact()
+
+    def _state_of(self, entries: builtins.list[dict[str, Any]]) -> tuple[Any, ...]:
+        """What ``entries`` replay to (compaction checks its result with it); MutationLogError if damaged."""
+        return JobRegistry._replayed(entries, self.path)._fingerprint()
 
     @classmethod
     def _replayed(cls, entries: builtins.list[dict[str, Any]], path: Path) -> JobRegistry:
         """A registry holding only the state ``entries`` replay to (no file opened)."""
         shadow = cls.__new__(cls)
-        shadow.path = path
         shadow._init_state()
-        for number, entry in enumerate(entries, start=1):
-            shadow._replay_entry(entry, number)
+        shadow._next_id = replay_entries(entries, path, shadow._apply_entry)
         return shadow
 
     def _fingerprint(self) -> tuple[Any, ...]:
@@ -555,84 +433,19 @@ class JobRegistry:
                 del self._jobs[m.job]
                 self._progress.pop(m.job, None)
 
-    def _replay(self) -> None:
-        """Rebuild the table and the queue from the log; drop a torn last line, refuse any other damage."""
-        if not self.path.exists():
-            return
-        raw = self.path.read_bytes()
-        lines = raw.split(b"\n")
-        good_end = 0
-        for number, line in enumerate(lines, start=1):
-            is_last = number == len(lines)
-            if not line.strip():
-                good_end += len(line) + (0 if is_last else 1)
-                continue
-            try:
-                entry = json.loads(line)
-                if not isinstance(entry, dict):
-                    msg = "not a JSON object"
-                    raise ValueError(msg)
-            except ValueError as exc:
-                if is_last:  # no newline after it: the write was cut short by a crash
-                    logger.warning('torn last line ignored path="%s" line=%d bytes=%d', self.path, number,
-                                   len(line))
-                    break
-                msg = f"{self.path}:{number}: malformed mutation log line ({exc}){_job_hint(line)}"
-                raise MutationLogError(msg + _REPAIR) from exc
-            self._replay_entry(entry, number)
-            self._lines += 1
-            good_end += len(line) + (0 if is_last else 1)
-        if good_end < len(raw) or (raw and not raw.endswith(b"\n")):
-            with self.path.open("r+b") as f:  # cut the torn tail so new lines do not follow garbage
-                f.truncate(good_end)
-                if good_end and not raw[:good_end].endswith(b"\n"):
-                    f.seek(good_end)
-                    f.write(b"\n")
-                f.flush()
-                os.fsync(f.fileno())
-
-    def _replay_entry(self, entry: dict[str, Any], number: int) -> None:
-        where = f"{self.path}:{number}"
-        try:
-            if entry.get("v") != LOG_VERSION:
-                msg = f"unsupported log version {entry.get('v')!r} (expected {LOG_VERSION})"
-                raise ValueError(msg)
-            kind = entry.get("type")
-            if kind == "mutation":
-                m, at = _parse_mutation(entry)
-                if m.id < self._next_id:
-                    msg = f"mutation id {m.id} does not increase (next is {self._next_id})"
-                    raise ValueError(msg)
-                self._next_id = m.id + 1
-                self._apply_mutation(m, at)
-            elif kind == "failed":
-                record = self._jobs.get(str(entry["job"]))
-                if record is not None and not record.dropped:
-                    self._jobs[record.name] = replace(record, error=str(entry["error"]))
-            elif kind == "applied":
-                ids = entry["ids"]
-                if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
-                    msg = "applied ids must be a list of integers"
-                    raise ValueError(msg)
-                self._apply_applied(ids)
-                next_id = entry.get("next_id")  # written by compaction: ids of removed lines stay used
-                if next_id is not None:
-                    if not isinstance(next_id, int) or isinstance(next_id, bool):
-                        msg = f"next_id must be an integer, got {next_id!r}"
-                        raise ValueError(msg)
-                    self._next_id = max(self._next_id, next_id)
-            else:
-                msg = f"unknown line type {kind!r}"
-                raise ValueError(msg)
-        except (KeyError, TypeError, ValueError, ValidationError) as exc:
-            job = f' of job "{entry["job"]}"' if isinstance(entry.get("job"), str) else ""
-            msg = f"{where}: malformed mutation log line{job} ({one_line(exc)})"
-            raise MutationLogError(msg + _REPAIR) from exc
-
-
-_REPAIR = ("; the daemon did not start. Remove or fix that line (the jobs' tables are not affected: a job "
-           "re-created on the same sink path resumes from its table), or move the file aside to start "
-           "with no registered jobs")
+    def _apply_entry(self, entry: LogEntry) -> None:
+        """One replayed log line's effect on the table and the queue (at open, and for compaction's check)."""
+        if isinstance(entry, Accepted):
+            self._apply_mutation(entry.mutation, entry.at)
+        elif isinstance(entry, Applied):
+            self._apply_applied(entry.ids)
+        else:
+            record = self._jobs.get(entry.job)
+            if record is not None and not record.dropped:
+                if entry.error is None:  # a failed line without its error, about a live job
+                    key = "error"
+                    raise KeyError(key)
+                self._jobs[record.name] = replace(record, error=entry.error)
 
 
 def _as_declared(spec: JobSpec) -> JobSpec:
@@ -644,191 +457,3 @@ def _as_declared(spec: JobSpec) -> JobSpec:
     if spec.mode is None and spec.strategy is None:
         return spec.model_copy(update={"mode": "append"})
     return spec
-
-
-def _job_hint(line: bytes) -> str:
-    """`` of job "x"`` when a damaged line still shows which job it was about, else empty."""
-    found = re.search(rb'"job"\s*:\s*"([^"\\]{1,128})"', line)
-    return f' of job "{found.group(1).decode("utf-8", "replace")}"' if found else ""
-
-
-def _line_bytes(entry: dict[str, Any]) -> bytes:
-    return (json.dumps(entry, separators=(",", ":"), allow_nan=False) + "\n").encode()
-
-
-def compact_entries(entries: builtins.list[dict[str, Any]]) -> builtins.list[dict[str, Any]]:
-    """The subset of a log's lines (parsed, in order) that replays to the same registry state.
-
-    Jobs do not touch each other's state, so each job name is reduced on its own, to a suffix of its
-    lines that starts where its state does not depend on what came before: at a ``create`` (which
-    replaces the record) or where it had no record, and before which no mutation is left unapplied or
-    marked applied after that point (a marker of a drop deletes the record current at the marker). Inside
-    that suffix, creates, drops and unapplied mutations are kept; of the other lines only the last one
-    setting each flag (paused, rate limit, error) of the job's live record. ``applied`` markers stay in
-    place, holding only ids still in the log; a last marker carries ``next_id``. Lines are kept verbatim.
-    """
-    mutation_at: dict[int, int] = {}  # id -> line index
-    marked_at: dict[int, int] = {}  # id -> index of the first marker naming it
-    by_job: dict[str, builtins.list[int]] = {}  # job -> indices of its mutation and failed lines
-    next_id = 1
-    for i, e in enumerate(entries):
-        kind = e.get("type")
-        if kind == "mutation":
-            mutation_at[e["id"]] = i
-            next_id = max(next_id, e["id"] + 1)
-            by_job.setdefault(str(e["job"]), []).append(i)
-        elif kind == "failed":
-            by_job.setdefault(str(e["job"]), []).append(i)
-        elif kind == "applied":
-            for mid in e["ids"]:
-                if mid in mutation_at and mid not in marked_at:
-                    marked_at[mid] = i
-            if isinstance(e.get("next_id"), int):
-                next_id = max(next_id, e["next_id"])
-    keep: set[int] = set()
-    for lines in by_job.values():
-        keep |= _compact_job(entries, lines, marked_at)
-    kept_ids = {entries[i]["id"] for i in keep if entries[i].get("type") == "mutation"}
-    out: builtins.list[dict[str, Any]] = []
-    for i, e in enumerate(entries):
-        if i in keep:
-            out.append(e)
-        elif e.get("type") == "applied":
-            ids = [mid for mid in e["ids"] if mid in kept_ids and marked_at.get(mid) == i]
-            if ids:
-                out.append({**e, "ids": ids})
-    out.append({"v": LOG_VERSION, "type": "applied", "ids": [], "epoch": None, "next_id": next_id,
-                "compacted_at": datetime.now(UTC).isoformat()})
-    return out
-
-
-def _compact_job(
-    entries: builtins.list[dict[str, Any]], lines: builtins.list[int], marked_at: dict[int, int],
-) -> set[int]:
-    """The indices to keep of one job's lines (see :func:`compact_entries`)."""
-    n = len(entries)
-    # where the job's state does not depend on earlier lines: before a create, or where it has no record
-    starts: builtins.list[int] = []
-    record = False  # the job has a record (dropped or not) just before the line being looked at
-    dropped = False
-    pending_drops: set[int] = set()
-    marker_of: dict[int, builtins.list[int]] = {}  # marker index -> this job's drop ids it names
-    for i in lines:
-        e = entries[i]
-        if e.get("type") == "mutation" and e["kind"] == "drop":
-            at = marked_at.get(e["id"])
-            if at is not None:
-                marker_of.setdefault(at, []).append(e["id"])
-    events = sorted([(i, "line") for i in lines] + [(m, "marker") for m in marker_of])
-    for i, what in events:
-        if what == "marker":
-            if record and dropped and any(d in pending_drops for d in marker_of[i]):
-                record = dropped = False
-            pending_drops.difference_update(marker_of[i])
-            continue
-        e = entries[i]
-        if e.get("type") == "mutation" and e["kind"] == "create":
-            starts.append(i)
-            record, dropped = True, False
-        elif not record:
-            starts.append(i)
-        elif e.get("type") == "mutation" and e["kind"] == "drop" and not dropped:
-            dropped = True
-        if e.get("type") == "mutation" and e["kind"] == "drop":
-            pending_drops.add(e["id"])
-    alive = record
-    if not alive:
-        starts.append(n)
-    # the latest start that no unapplied mutation, and no drop marked after it, reaches across
-    spans = sorted(
-        ((i, marked_at.get(entries[i]["id"], n + 1)) for i in lines
-         if entries[i].get("type") == "mutation"
-         and (entries[i]["kind"] == "drop" or entries[i]["id"] not in marked_at)),
-        key=lambda span: -span[1],
-    )
-    first_line = n + 1
-    k = 0
-    start = lines[0]
-    for s in sorted(set(starts), reverse=True):
-        while k < len(spans) and spans[k][1] > s:
-            first_line = min(first_line, spans[k][0])
-            k += 1
-        if first_line >= s:
-            start = s
-            break
-    keep: set[int] = set()
-    last: dict[str, int] = {}  # flag -> the line that last set it on the live record
-    record = dropped = False
-    for i in lines:
-        if i < start:
-            continue
-        e = entries[i]
-        if e.get("type") == "failed":
-            if record and not dropped:
-                last["error"] = i
-            continue
-        kind, mid = e["kind"], e["id"]
-        if mid not in marked_at:
-            keep.add(i)
-        if kind == "create":
-            keep.add(i)
-            record, dropped, last = True, False, {}
-        elif kind == "drop":
-            keep.add(i)
-            if record:
-                dropped = True
-        elif record and not dropped:
-            flag = {"pause": "paused", "resume": "paused", "throttle": "rate", "retry": "error"}[kind]
-            last[flag] = i
-    if alive:
-        keep.update(last.values())
-    return keep
-
-
-def _mutation_line(m: Mutation, at: datetime) -> dict[str, Any]:
-    return {
-        "type": "mutation",
-        "id": m.id,
-        "kind": m.kind,
-        "job": m.job,
-        "source": m.source,
-        "spec": m.spec.model_dump(mode="json") if m.spec is not None else None,
-        "rate_limit": m.rate_limit,
-        "at": at.isoformat(),
-    }
-
-
-def _parse_mutation(entry: dict[str, Any]) -> tuple[Mutation, datetime]:
-    kind = entry["kind"]
-    if kind not in get_args(MutationKind):
-        msg = f"unknown mutation kind {kind!r}"
-        raise ValueError(msg)
-    spec = JobSpec.model_validate(entry["spec"]) if entry.get("spec") is not None else None
-    if kind == "create" and spec is None:
-        msg = "create without a spec"
-        raise ValueError(msg)
-    rate = entry.get("rate_limit")
-    if rate is not None and (not isinstance(rate, int | float) or isinstance(rate, bool)):
-        msg = f"rate_limit must be a number, got {rate!r}"
-        raise ValueError(msg)
-    mid = entry["id"]
-    if not isinstance(mid, int) or isinstance(mid, bool):
-        msg = f"id must be an integer, got {mid!r}"
-        raise ValueError(msg)
-    m = Mutation(id=mid, kind=kind, job=str(entry["job"]), source=str(entry["source"]), spec=spec,
-                 rate_limit=None if rate is None else float(rate))
-    return m, datetime.fromisoformat(entry["at"])
-
-
-def _fsync_dir(path: Path) -> None:
-    """Make a newly created file's directory entry durable (POSIX; a no-op where unsupported)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

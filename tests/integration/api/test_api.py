@@ -43,14 +43,14 @@ def test_mutating_routes_need_the_token(live_api, method, path, body, auth) -> N
 def test_an_unwritable_state_root_is_a_clear_503_and_changes_nothing(live_api, monkeypatch) -> None:
     import errno
 
-    from source_backfill.runtime import registry as registry_mod
+    from source_backfill.runtime import mutation_log
 
     live_api.registry.create(_spec("j"))
 
     def full(_fd):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(registry_mod.os, "fsync", full)
+    monkeypatch.setattr(mutation_log.os, "fsync", full)
     auth = {"Authorization": f"Bearer {TOKEN}"}
     r = live_api.client.post("/jobs/j/pause", headers=auth)
     assert r.status_code == 503, r.text

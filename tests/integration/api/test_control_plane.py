@@ -433,7 +433,7 @@ def test_errors_name_no_path_of_the_daemon_s_state(tmp_path, monkeypatch):
     target) nor the data root; an unwritable mutation log says why, not where."""
     import errno
 
-    from source_backfill.runtime import registry as registry_mod
+    from source_backfill.runtime import mutation_log
 
     data, secret = tmp_path / "data", tmp_path / "secret-target"
     data.mkdir()
@@ -459,7 +459,7 @@ def test_errors_name_no_path_of_the_daemon_s_state(tmp_path, monkeypatch):
             def full(_fd):
                 raise OSError(errno.ENOSPC, "No space left on device")
 
-            monkeypatch.setattr(registry_mod.os, "fsync", full)
+            monkeypatch.setattr(mutation_log.os, "fsync", full)
             for method, path in (("POST", "/jobs/j/pause"), ("PATCH", "/jobs/j"), ("DELETE", "/jobs/j")):
                 r = client.request(method, path, json={"rate_limit": 1} if method == "PATCH" else None)
                 assert r.status_code == 503, r.text

@@ -343,7 +343,7 @@ def test_an_unwritable_log_refuses_the_command_and_changes_nothing(registry_fact
     import errno
 
     from source_backfill.errors import StateWriteError
-    from source_backfill.runtime import registry as registry_mod
+    from source_backfill.runtime import mutation_log
 
     reg = registry_factory()
     reg.create(spec("a"))
@@ -352,7 +352,7 @@ def test_an_unwritable_log_refuses_the_command_and_changes_nothing(registry_fact
     def full(_fd):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(registry_mod.os, "fsync", full)
+    monkeypatch.setattr(mutation_log.os, "fsync", full)
     with pytest.raises(StateWriteError, match="No space left on device.*nothing was changed"):
         reg.pause("a")
     with pytest.raises(StateWriteError):

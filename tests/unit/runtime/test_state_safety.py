@@ -16,8 +16,10 @@ from hypothesis import strategies as st
 
 from source_backfill.config import JobSpec
 from source_backfill.errors import ConfigError, JobError, SinkPathError
-from source_backfill.runtime import registry as registry_module
-from source_backfill.runtime.registry import COMPACT_NAME, LOG_NAME, JobRegistry, compact_entries
+from source_backfill.runtime import log_compaction, mutation_log
+from source_backfill.runtime.log_compaction import compact_entries
+from source_backfill.runtime.mutation_log import COMPACT_NAME, LOG_NAME
+from source_backfill.runtime.registry import JobRegistry
 
 SOURCES = ["events", "orders"]
 
@@ -204,7 +206,7 @@ def test_an_existing_open_state_root_and_log_are_narrowed(tmp_path: Path, umask_
 @pytest.fixture
 def no_fsync(monkeypatch) -> None:
     """Tens of thousands of appends: durability is not what these tests measure."""
-    monkeypatch.setattr(registry_module.os, "fsync", lambda fd: None)
+    monkeypatch.setattr(mutation_log.os, "fsync", lambda fd: None)
 
 
 def test_create_drop_cycles_keep_the_log_bounded(tmp_path: Path, no_fsync) -> None:
@@ -220,7 +222,7 @@ def test_create_drop_cycles_keep_the_log_bounded(tmp_path: Path, no_fsync) -> No
             reg.mark_applied(ids, epoch=i)
             biggest = max(biggest, len(reg.path.read_bytes().splitlines()) if i % 500 == 0 else 0)
         lines = len(reg.path.read_bytes().splitlines())
-        bound = 2 * (4 * 1 + 2 + 1) + registry_module.COMPACT_SLACK + 1
+        bound = 2 * (4 * 1 + 2 + 1) + log_compaction.COMPACT_SLACK + 1
         assert lines <= bound and biggest <= bound
         before = reg._fingerprint()
         assert replayed(entries_of(reg.path)) == before
@@ -246,7 +248,7 @@ def test_pause_resume_cycles_keep_the_log_bounded(tmp_path: Path, no_fsync) -> N
             reg.resume("a")
             reg.mark_applied([m.id for m in reg.drain("events")], epoch=i)
         reg.set_failed("a", "boom")
-        assert len(reg.path.read_bytes().splitlines()) <= 2 * 6 + registry_module.COMPACT_SLACK + 1
+        assert len(reg.path.read_bytes().splitlines()) <= 2 * 6 + log_compaction.COMPACT_SLACK + 1
         before = reg._fingerprint()
     finally:
         reg.close()
@@ -268,7 +270,7 @@ def test_a_compaction_cut_short_replays_the_log_as_it_was(tmp_path: Path, monkey
     def crash(*_args) -> None:
         raise KeyboardInterrupt  # the process dies between the temp file and the rename
 
-    monkeypatch.setattr(registry_module.os, "replace", crash)
+    monkeypatch.setattr(mutation_log.os, "replace", crash)
     with pytest.raises(KeyboardInterrupt):
         reg.compact()
     monkeypatch.undo()
@@ -292,7 +294,7 @@ def test_a_failed_compaction_keeps_the_log_and_the_registry_working(tmp_path: Pa
         def full(*_args) -> None:
             raise OSError(28, "No space left on device")
 
-        monkeypatch.setattr(registry_module.os, "replace", full)
+        monkeypatch.setattr(mutation_log.os, "replace", full)
         assert not reg.compact()
         monkeypatch.undo()
         assert reg.path.read_bytes() == log and not (reg.state_root / COMPACT_NAME).exists()
@@ -303,7 +305,7 @@ def test_a_failed_compaction_keeps_the_log_and_the_registry_working(tmp_path: Pa
 
 
 def test_compaction_runs_at_open_and_old_logs_replay(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(registry_module, "COMPACT_SLACK", 10)
+    monkeypatch.setattr(log_compaction, "COMPACT_SLACK", 10)
     state = tmp_path / "state"
     state.mkdir()
     lines = []  # a log written before compaction existed: no next_id anywhere
