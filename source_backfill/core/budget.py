@@ -189,20 +189,18 @@ def read_ahead_budget(
     return _capped(budget, allowance, max_rows_per_epoch)
 
 
-def table_budget(
-    *, paused: bool, rate_limit_rows_per_s: float | None, interval_s: float, max_rows_per_epoch: int | None
-) -> int | None:
+def table_budget(*, paused: bool, allowance: int | None, max_rows_per_epoch: int | None) -> int | None:
     """Rows a table-backfill job copies this epoch: None = no limit, 0 = none (paused or rate 0).
 
     The table modules read from the job's own table source, not the shared live stream, so there is no
-    adaptive share to keep: only the rate limit (one interval's worth, at least one row) and the cap.
+    adaptive share to keep: only the rate limit's ``allowance`` (:class:`RateAllowance`: what accrued on
+    the wall clock, so epochs slower than the interval still copy at the limit) and the cap.
     """
-    if paused or rate_limit_rows_per_s == 0:
+    if paused or allowance == 0:
         return 0
-    if rate_limit_rows_per_s is None and max_rows_per_epoch is None:
+    if allowance is None and max_rows_per_epoch is None:
         return None
-    per_epoch = max(1, math.ceil(rate_limit_rows_per_s * interval_s)) if rate_limit_rows_per_s else None
-    return _capped(2**62, per_epoch, max_rows_per_epoch)
+    return _capped(2**62, allowance, max_rows_per_epoch)
 
 
 def _reads_none(paused: bool, allowance: int | None, last_epoch_s: float | None, interval_s: float) -> bool:

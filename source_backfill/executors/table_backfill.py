@@ -26,7 +26,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from source_backfill import metrics
-from source_backfill.core.budget import table_budget
+from source_backfill.core.budget import RateAllowance, table_budget
 from source_backfill.core.progress import Throughput
 from source_backfill.core.table_backfill import (
     ArrangementStep,
@@ -103,6 +103,8 @@ class TableBackfillJob:
         self._recover()
         self.paused = False
         self.rate_limit: float | None = spec.rate_limit
+        #: The rate limit's allowance on the wall clock: the snapshot's chunks spend the rows they copy.
+        self._allowance = RateAllowance()
         #: Set by the source for an epoch run alone (:class:`~source_backfill.executors.job.Job`); nothing
         #: of a table-backfill job runs beside its epochs, so it changes nothing here.
         self.alone = False
@@ -179,8 +181,9 @@ class TableBackfillJob:
         the epoch was committed (False: it was committed before, a replay, or nothing changed).
         """
         state = self.state or TableBackfillState.attach(self.strategy, before)
-        budget = table_budget(paused=self.paused, rate_limit_rows_per_s=self.rate_limit,
-                              interval_s=self.interval_s, max_rows_per_epoch=self.spec.max_rows_per_epoch)
+        allowance = self._allowance.available(self.rate_limit, self.interval_s, time.monotonic())
+        budget = table_budget(paused=self.paused, allowance=allowance,
+                              max_rows_per_epoch=self.spec.max_rows_per_epoch)
         parts: list[_Part] = []
         self._step = ArrangementStep.FOLLOW
         if state.phase is Phase.CONSUMING_SNAPSHOT:
@@ -290,6 +293,7 @@ class TableBackfillJob:
             if found:  # a vnode's rows sit together in the index: a chunk is a slice of it
                 runs.append(index.rows.slice(found.start, len(found)))
             chunks[vn] = (index.keys_at(found), asked)
+        self._allowance.spend(sum(r.num_rows for r in runs))
         if runs:
             parts.append(_Part(Phase.CONSUMING_SNAPSHOT.value, _inserts(pa.concat_tables(runs)),
                                new_keys=True))

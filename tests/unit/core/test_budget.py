@@ -185,3 +185,14 @@ def test_a_fitted_ramp_reaches_the_target_in_a_few_epochs():
         if abs(rows - target) / target < 0.05:
             break
     assert abs(rows - target) / target < 0.05, (epoch, rows, target)
+
+
+def test_a_table_jobs_budget_is_its_allowance_and_cap():
+    from source_backfill.core.budget import table_budget
+
+    assert table_budget(paused=False, allowance=None, max_rows_per_epoch=None) is None  # no limit
+    assert table_budget(paused=True, allowance=None, max_rows_per_epoch=None) == 0
+    assert table_budget(paused=False, allowance=0, max_rows_per_epoch=None) == 0  # rate 0
+    assert table_budget(paused=False, allowance=500, max_rows_per_epoch=None) == 500
+    assert table_budget(paused=False, allowance=500, max_rows_per_epoch=200) == 200
+    assert table_budget(paused=False, allowance=None, max_rows_per_epoch=200) == 200
