@@ -16,6 +16,7 @@ import signal
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -23,7 +24,7 @@ JOBS = (("snapshot-copy", "snapshot", "merge"), ("arrangement-copy", "arrangemen
         ("chain-log", "chain", "changelog"))
 
 
-def _show(job: dict) -> None:
+def _show(job: dict[str, Any]) -> None:
     t = job.get("table") or {}
     print(f"  {job['name']:<17} {job['status']:<11} {t.get('phase', '-'):<19} "
           f"vnodes {t.get('vnodes_completed', 0):>3}/{t.get('vnodes_total', 256)} "

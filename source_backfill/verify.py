@@ -406,14 +406,16 @@ def verify_job(
     counts: dict[str, Any] = {}
     tallies: dict[str, SplitTally] = {}
     latest = isinstance(start, LatestStart)
-    if latest:  # the job started at its attach position, which no commit records: its first row is it
-        lows = {s: None for s in splits}  # type: ignore[misc]
-    if latest:  # a first pass over the offset column for each split's first row (streamed too)
+    if latest:
+        # the job started at its attach position, which no commit records: its first row is it, found
+        # by a first pass over the offset column (streamed too)
+        found: dict[str, int | None] = dict.fromkeys(splits)
         for s, offs in _scan_offsets(dt, batch_rows):
-            if s in lows and len(offs):
+            if s in found and len(offs):
                 low = max(int(offs.min()), firsts[s])
-                lows[s] = low if lows[s] is None else min(lows[s], low)
-        lows = {s: (v if v is not None else positions[s][1]) for s, v in lows.items()}
+                seen = found[s]
+                found[s] = low if seen is None else min(seen, low)
+        lows = {s: (v if v is not None else positions[s][1]) for s, v in found.items()}
     grouped = _scan_offsets(dt, batch_rows)
     for s in splits:
         hi = positions[s][1] if positions[s][1] >= 0 else lows[s]

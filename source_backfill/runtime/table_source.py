@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from functools import partial
 from typing import TYPE_CHECKING
 
 from source_backfill import metrics
@@ -115,9 +116,9 @@ class TableLiveSource(JobHost["TableBackfillJob"]):
             epoch = self._epoch + 1
             mutations = self._apply_mutations(self.registry.drain(self.name), epoch)
             live = self._live(before, delivered)
-            self._run_jobs(epoch, [(job, lambda job=job: job.run_epoch(
-                epoch, before, delivered, live if job.needs_live() else None))
-                for job in list(self.jobs.values())])
+            self._run_jobs(epoch, [(job, partial(job.run_epoch, epoch, before, delivered,
+                                                 live if job.needs_live() else None))
+                                   for job in list(self.jobs.values())])
             if mutations:
                 self.registry.mark_applied([m.id for m in mutations], epoch)
             self._epoch, self.delivered = epoch, delivered

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -84,7 +85,7 @@ class DaemonProcess:
         except httpx.HTTPError:
             return None
 
-    def request(self, method: str, path: str, body: dict | None = None) -> httpx.Response | None:
+    def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> httpx.Response | None:
         """Any call on the API, None when it does not answer (a kill may land first)."""
         try:
             return httpx.request(method, self.url + path, json=body, timeout=5)
