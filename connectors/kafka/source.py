@@ -46,7 +46,7 @@ from connectors.kafka.ranges import (
     read_range,
     split_ranges,
 )
-from source_backfill.core.splits import split_id
+from source_backfill.core.splits import parse_split_id, split_id
 from source_backfill.errors import DataLossError, KafkaConnectorError
 
 try:  # pyspark >= 4.2: admission control + availableNow
@@ -171,8 +171,8 @@ def _resolve_offsets(
             raise KafkaConnectorError(msg) from exc
         fallback = -2 if default == "earliest" else -1
         for sid in sids:
-            topic, part = sid.rsplit(":", 1)
-            wanted[sid] = int(parsed.get(topic, {}).get(part, fallback))
+            topic, part = parse_split_id(sid)
+            wanted[sid] = int(parsed.get(topic, {}).get(str(part), fallback))
     need_earliest = [s for s, o in wanted.items() if o == -2]
     need_latest = [s for s, o in wanted.items() if o == -1]
     earliest = admin.earliest_offsets(need_earliest) if need_earliest else {}
@@ -252,8 +252,8 @@ class KafkaBatchReader(DataSourceReader):
         )
         out = []
         for sid in sids:
-            topic, part = sid.rsplit(":", 1)
-            out.append(KafkaRange(topic, int(part), starts[sid], ends[sid]))
+            topic, part = parse_split_id(sid)
+            out.append(KafkaRange(topic, part, starts[sid], ends[sid]))
         return out
 
     def partitions(self) -> Sequence[InputPartition]:
@@ -392,8 +392,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
         ranges = []
         for sid, e in stop.items():
             s = begin.get(sid, earliest.get(sid, 0))
-            topic, part = sid.rsplit(":", 1)
-            ranges.append(KafkaRange(topic, int(part), s, e))
+            topic, part = parse_split_id(sid)
+            ranges.append(KafkaRange(topic, part, s, e))
         parts = group_ranges(split_ranges(ranges), _max_tasks(self._opts.options))
         return parts or [KafkaRange("", 0, 0, 0)]
 
