@@ -76,6 +76,7 @@ class Daemon:
 
     def _start(self) -> None:
         from connectors.kafka.admin import KafkaAdmin
+        from connectors.kafka.connector import connector_class, connector_for
         from source_backfill.api.app import create_app, create_metrics_app
         from source_backfill.api.server import ApiServer
         from source_backfill.executors.spark_work import LEDGER_DIR, SparkWork, WorkLedger
@@ -102,7 +103,7 @@ class Daemon:
         ledger = WorkLedger(root / LEDGER_DIR)
         self._quarantine(ledger)
         if any(s.kind == "kafka" for s in cfg.sources):  # delta sources read with delta-rs: no Spark
-            python = any(s.kind == "kafka" and s.connector == "python" for s in cfg.sources)
+            python = any(s.kind == "kafka" and connector_class(s).python_workers for s in cfg.sources)
             self.spark = build_spark(cfg.spark.master, "source-backfill", cfg.spark.conf,
                                      python_sources=python)
             if python:
@@ -124,8 +125,8 @@ class Daemon:
             bootstrap = self._bootstrap(source.bootstrap_servers)
             admin = KafkaAdmin(bootstrap, dict(source.kafka))
             live = LiveSource(
-                source, self.spark, self.registry, admin, state_root=root, bootstrap_servers=bootstrap,
-                work=self.work,
+                source, self.spark, self.registry, admin, state_root=root,
+                connector=connector_for(source, bootstrap, self.spark, admin), work=self.work,
             )
             self.sources[source.name] = live  # before start: a failed start still stops its query
             live.start()

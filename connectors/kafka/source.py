@@ -65,30 +65,6 @@ logger = logging.getLogger(__name__)
 KAFKA_FORMAT = "kafka_py"
 
 
-def reader_options(source: Any, bootstrap_servers: str, max_tasks: int) -> dict[str, str]:
-    """The options of the ``kafka_py`` source for a Kafka source config (``kafka.*``, deadlines, tasks).
-
-    The twin of :func:`connectors.kafka.spark_kafka.reader_options`; the consumer's own defaults
-    (``read_committed`` included) come from :data:`connectors.kafka.admin.CONSUMER_DEFAULTS`.
-    """
-    options = {
-        "kafka.bootstrap.servers": bootstrap_servers,
-        "failOnDataLoss": str(source.fail_on_data_loss).lower(),
-        "maxTasks": str(max_tasks),
-        "kafkaConsumer.pollTimeoutMs": str(round(source.poll_timeout_s * 1000)),
-    }
-    options.update({f"kafka.{key}": value for key, value in source.kafka.items()})
-    return options
-
-
-def max_read_tasks(spark: Any, configured: int | None) -> int:
-    """Tasks a Kafka read may use: the source's ``max_read_tasks``, else twice the default parallelism.
-
-    What :func:`reader_options` takes as ``max_tasks``.
-    """
-    return configured if configured is not None else 2 * max(1, spark.sparkContext.defaultParallelism)
-
-
 def register(spark: Any) -> None:
     """Register the ``kafka_py`` data source on ``spark``."""
     spark.dataSource.register(KafkaDataSource)
