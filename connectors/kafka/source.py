@@ -31,7 +31,7 @@ import logging
 import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
@@ -48,6 +48,9 @@ from connectors.kafka.ranges import (
 )
 from source_backfill.core.splits import parse_split_id, split_id
 from source_backfill.errors import DataLossError, KafkaConnectorError
+
+if TYPE_CHECKING:
+    from connectors.kafka.admin import KafkaAdmin
 
 try:  # pyspark >= 4.2: admission control + availableNow
     from pyspark.sql.streaming.datasource import (
@@ -95,7 +98,7 @@ def _poll_timeout_s(options: Mapping[str, str]) -> float:
     return int(options.get("kafkaConsumer.pollTimeoutMs", DEFAULT_POLL_TIMEOUT_MS)) / 1000.0
 
 
-def _subscription(admin: Any, options: Mapping[str, str]) -> list[tuple[str, int]]:
+def _subscription(admin: KafkaAdmin, options: Mapping[str, str]) -> list[tuple[str, int]]:
     """Splits of ``subscribe`` (comma list; UnknownTopicError if missing) or ``subscribePattern``."""
     if options.get("subscribe"):
         topics = [t.strip() for t in str(options["subscribe"]).split(",") if t.strip()]
@@ -261,7 +264,7 @@ def fair_advance(available: Mapping[str, int], budget: int) -> dict[str, int]:
     return grant
 
 
-class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batch reader; offsets are ``{"splits": {...}, "tick": n}``."""
 
     def __init__(self, options: Mapping[str, str]) -> None:
@@ -280,7 +283,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
     def _sids(self) -> list[str]:
         return [split_id(t, p) for t, p in _subscription(self._admin, self._opts.options)]
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> dict[str, Any]:
         """Offsets of ``startingTimestamp`` or ``startingOffsets`` (default latest, like Spark); tick 0."""
         sids = self._sids()
         options = self._opts.options
@@ -304,7 +307,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
         sids = self._sids()
         self._target = self._admin.end_offsets(sids)
 
-    def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
+    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
         """Next end offsets: exact ends, capped by the read limit, with ``tick`` + 1 (always a new batch)."""
         start = start or {}
         begin_splits: dict[str, int] = {k: int(v) for k, v in dict(start.get("splits", {})).items()}
@@ -355,7 +358,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
             offset["born"] = born
         return offset
 
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """One partition per split range ``[start, end)``; a new split starts where ``end["born"]`` says.
 
         Only offsets written before an older version recorded ``born`` fall back to the current earliest.
@@ -377,7 +380,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
         """Arrow record batches of one split range, or of a group's ranges one after another."""
         return self._opts.read(partition)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: the offsets live in Spark's checkpoint."""
 
 

@@ -20,6 +20,7 @@ itself) stops the query; the supervisor restarts it from its checkpoint, which r
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -38,7 +39,7 @@ from source_backfill.runtime.jobs import JobHost
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.streaming.query import StreamingQuery
 
     from connectors.kafka.admin import KafkaAdmin
     from connectors.kafka.connector import KafkaConnector
@@ -199,7 +200,7 @@ class LiveSource(JobHost):
                 inp = EpochInput(epoch=batch_id, batch=batch, live=live, start=start, end=end,
                                  interval_s=self.config.trigger_interval_s, rows=rows)
                 # attach needs the exact live position: a new job waits for an epoch whose start is known
-                self._run_jobs(inp.epoch, [(job, lambda job=job: job.run_epoch(inp))
+                self._run_jobs(inp.epoch, [(job, functools.partial(job.run_epoch, inp))
                                            for job in list(self.jobs.values())
                                            if job.states is not None or inp.start is not None])
             if applied:
