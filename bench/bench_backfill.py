@@ -15,7 +15,7 @@ Measured in one run, on the embedded broker, with the same connector and sink:
   should be below it).
 
 Both the batch copy and the service read with the default connector (Spark's Kafka source) and the
-options the service passes it (``spark_kafka.reader_options``: ``max.poll.records`` = 10,000 among
+options the service passes it (``SparkKafkaConnector.reader_options``: ``max.poll.records`` = 10,000 among
 them); the fresh query is started as a user would, with Spark's defaults.
 
 ``BENCH_BACKFILL_RECORDS`` (default 1,000,000) sets the history size.
@@ -114,7 +114,7 @@ def main() -> dict[str, float]:
     from connectors.delta.sink import DeltaEpochSink
     from connectors.kafka.admin import KafkaAdmin
     from connectors.kafka.embedded import EmbeddedBroker
-    from connectors.kafka.spark_kafka import read_ranges, reader_options
+    from connectors.kafka.spark_kafka import SparkKafkaConnector, read_ranges
     from source_backfill.config import SourceConfig, load_settings
     from source_backfill.core import HistoryRange
     from source_backfill.daemon import Daemon
@@ -136,7 +136,8 @@ def main() -> dict[str, float]:
 
         # -- baseline: batch copy of the same offsets with the same connector and sink ----------------
         history = [HistoryRange(s, 0, ends[s]) for s in splits]
-        options = reader_options(SourceConfig(name="bench", topics=[topic]), bootstrap)  # the service's
+        options = SparkKafkaConnector(SourceConfig(name="bench", topics=[topic]), bootstrap, spark,
+                                      admin).reader_options()  # the service's
         read_ranges(spark, [HistoryRange(r.split, 0, min(r.end, 1000)) for r in history], options).count()
         t = time.monotonic()
         df = read_ranges(spark, history, options)

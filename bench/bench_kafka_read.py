@@ -212,13 +212,14 @@ def main() -> dict:
             spark.read.format("bench_synthetic_kafka").load().write.mode("overwrite").parquet(str(target))
             return time.perf_counter() - start
 
-        from connectors.kafka.spark_kafka import read_ranges, reader_options
+        from connectors.kafka.spark_kafka import SparkKafkaConnector, read_ranges
         from source_backfill.config import SourceConfig
         from source_backfill.core import HistoryRange
 
         history = [HistoryRange(f"{topic}:{p}", 0, ends[f"{topic}:{p}"]) for p in range(PARTITIONS)]
         # the options the service's history reader passes (consumer defaults included)
-        spark_options = reader_options(SourceConfig(name="bench", topics=[topic]), bootstrap)
+        spark_options = SparkKafkaConnector(SourceConfig(name="bench", topics=[topic]), bootstrap, spark,
+                                            admin).reader_options()
 
         def run_spark(target: Path, read: list[HistoryRange] = history) -> float:
             start = time.perf_counter()

@@ -25,7 +25,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from source_backfill.errors import ConfigError
+from source_backfill.core.splits import parse_split_id
+from source_backfill.errors import ConfigError, StateFormatError
 
 if TYPE_CHECKING:
     from source_backfill.metrics import PerSplit
@@ -112,10 +113,10 @@ class OffsetsStart(_Start):
     @classmethod
     def _split_ids(cls, value: dict[str, int]) -> dict[str, int]:
         for split in value:
-            topic, _, partition = split.rpartition(":")
-            if not topic or not (partition.isascii() and partition.isdigit()):  # "²".isdigit() is True
-                msg = f'split id "{split}" is not "topic:partition"'
-                raise ValueError(msg)
+            try:
+                parse_split_id(split)
+            except StateFormatError as exc:  # pydantic reports a ValueError as a validation error
+                raise ValueError(str(exc)) from None
         return value
 
 

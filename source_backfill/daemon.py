@@ -76,6 +76,7 @@ class Daemon:
 
     def _start(self) -> None:
         from connectors.kafka.admin import KafkaAdmin
+        from connectors.kafka.connector import connector_class, connector_for
         from source_backfill.api.app import create_app, create_metrics_app
         from source_backfill.api.server import ApiServer
         from source_backfill.executors.spark_work import LEDGER_DIR, SparkWork, WorkLedger
@@ -102,7 +103,7 @@ class Daemon:
         ledger = WorkLedger(root / LEDGER_DIR)
         self._quarantine(ledger)
         if any(s.kind == "kafka" for s in cfg.sources):  # delta sources read with delta-rs: no Spark
-            python = any(s.kind == "kafka" and s.connector == "python" for s in cfg.sources)
+            python = any(s.kind == "kafka" and connector_class(s).python_workers for s in cfg.sources)
             self.spark = build_spark(cfg.spark.master, "source-backfill", cfg.spark.conf,
                                      python_sources=python)
             if python:
@@ -124,8 +125,8 @@ class Daemon:
             bootstrap = self._bootstrap(source.bootstrap_servers)
             admin = KafkaAdmin(bootstrap, dict(source.kafka))
             live = LiveSource(
-                source, self.spark, self.registry, admin, state_root=root, bootstrap_servers=bootstrap,
-                work=self.work,
+                source, self.spark, self.registry, admin, state_root=root,
+                connector=connector_for(source, bootstrap, self.spark, admin), work=self.work,
             )
             self.sources[source.name] = live  # before start: a failed start still stops its query
             live.start()
@@ -249,11 +250,13 @@ class Daemon:
             table_job_version(spec.sink_path, name)
             source_path, key = str(config.table_path), list(config.primary_key or ())
             return lambda: verify_table_job(spec.sink_path, name, source_path, key)
+        from source_backfill.runtime.source import LiveSource
+
         source = self.sources.get(record.source)
-        admin = getattr(source, "admin", None)
-        if source is None or admin is None:
+        if not isinstance(source, LiveSource):
             msg = f'job "{name}" reads source "{record.source}", which is not running here'
             raise VerifyRefusedError(msg)
+        admin = source.admin
         check_verifiable(spec.sink_path, name)
         bootstrap, options = source.bootstrap_servers, dict(source.config.kafka)
         return lambda: verify_job(spec.sink_path, name, admin, bootstrap, options, start=spec.start)
@@ -327,7 +330,7 @@ class Daemon:
         live = self.jvm_error is None
         ok = live and all(s["healthy"] for s in sources.values())
         ready = ok and self._started.is_set() and all(s["ready"] for s in sources.values())
-        return _redacted({"ok": ok, "ready": ready, "live": live, "jvm_error": self.jvm_error,
+        return _redacted_dict({"ok": ok, "ready": ready, "live": live, "jvm_error": self.jvm_error,
                           "uptime_s": round(time.time() - self.started_at, 1), "sources": sources},
                          self.settings.daemon.state_root)
 
@@ -347,6 +350,11 @@ class Daemon:
             for name, source in self.sources.items():
                 if source.last_epoch_at is not None:
                     metrics.EPOCH_LAG.labels(name).set(time.time() - source.last_epoch_at)
+
+
+def _redacted_dict(value: dict[str, Any], state_root: Path) -> dict[str, Any]:
+    """A health dict with no path of the daemon's own spelled out (:func:`_redacted`)."""
+    return {k: _redacted(v, state_root) for k, v in value.items()}
 
 
 def _redacted(value: Any, state_root: Path) -> Any:

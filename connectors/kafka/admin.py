@@ -199,7 +199,9 @@ class KafkaAdmin:
     operation including its retries; an unreachable broker raises :class:`BrokerUnavailableError` then.
     """
 
-    def __init__(self, bootstrap_servers: str, options: dict | None = None, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self, bootstrap_servers: str, options: Mapping[str, Any] | None = None, timeout_s: float = 10.0
+    ) -> None:
         from confluent_kafka.admin import AdminClient
 
         self.bootstrap_servers = bootstrap_servers
@@ -249,7 +251,7 @@ class KafkaAdmin:
     def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 1) -> None:
         """Create ``name`` with ``partitions`` partitions (no-op if it exists); waits until it is visible."""
         from confluent_kafka import KafkaError, KafkaException
-        from confluent_kafka.admin import NewTopic
+        from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
         def create() -> None:
             fut = self._admin.create_topics(
@@ -268,7 +270,7 @@ class KafkaAdmin:
 
     def add_partitions(self, topic: str, total: int) -> None:
         """Grow ``topic`` to ``total`` partitions; waits until the metadata shows them."""
-        from confluent_kafka.admin import NewPartitions
+        from confluent_kafka.admin import NewPartitions  # type: ignore[attr-defined]
 
         if self.list_partition_count(topic) >= total:
             return
@@ -316,7 +318,7 @@ class KafkaAdmin:
         A compacted topic (``cleanup.policy`` without ``delete``) moves no log start by time: None too.
         The admin client reports no log sizes (no DescribeLogDirs here), only these settings.
         """
-        from confluent_kafka.admin import ConfigResource, ResourceType
+        from confluent_kafka.admin import ConfigResource, ResourceType  # type: ignore[attr-defined]
 
         wanted = list(dict.fromkeys(topics))
 
@@ -381,22 +383,24 @@ class KafkaAdmin:
 
     def earliest_offsets(self, split_ids: Iterable[str]) -> dict[str, int]:
         """The log-start offset of each split."""
-        from confluent_kafka.admin import OffsetSpec
+        from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 
-        return self._list_offsets(split_ids, OffsetSpec.earliest(), "list earliest offsets")
+        earliest = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
+        return self._list_offsets(split_ids, earliest, "list earliest offsets")
 
     def end_offsets(self, split_ids: Iterable[str]) -> dict[str, int]:
         """The end of each split: the next offset to be written, or the last stable offset.
 
         ListOffsets latest under ``read_committed``, so an open transaction's records are never inside it.
         """
-        from confluent_kafka.admin import OffsetSpec
+        from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 
-        return self._list_offsets(split_ids, OffsetSpec.latest(), "list latest offsets")
+        latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        return self._list_offsets(split_ids, latest, "list latest offsets")
 
     def offsets_for_timestamp(self, split_ids: Iterable[str], ts_ms: int) -> dict[str, int]:
         """First offset whose record timestamp is >= ``ts_ms`` per split; the end offset when none is."""
-        from confluent_kafka.admin import OffsetSpec
+        from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 
         sids = list(dict.fromkeys(split_ids))
         found = self._list_offsets(sids, OffsetSpec.for_timestamp(ts_ms), "list offsets for timestamp")

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from operator import is_not
-from typing import Any
+from typing import Any, cast
 
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import (
@@ -204,7 +204,8 @@ def read_range(
 
             def watermarks() -> tuple[int, int]:
                 try:
-                    return consumer.get_watermark_offsets(tp, timeout=attempt_s)
+                    marks: tuple[int, int] = consumer.get_watermark_offsets(tp, timeout=attempt_s)
+                    return marks
                 except KafkaException as exc:
                     retry_if_splits_exist(exc, consumer, [tp], attempt_s)
                     raise
@@ -241,11 +242,11 @@ def read_range(
             Message.timestamp,
             Message.headers,
         )
-        keys: list = []
-        values: list = []
-        offsets: list = []
-        stamps: list = []
-        headers: list = []
+        keys: list[bytes | None] = []
+        values: list[bytes | None] = []
+        offsets: list[int] = []
+        stamps: list[tuple[int, int]] = []
+        headers: list[list[dict[str, Any]] | None] = []
         pos = start
         done = False
         last_progress = time.monotonic()
@@ -304,7 +305,7 @@ def read_range(
                         if e is not None and on_error(m):
                             done = True
                 if good:
-                    offs = list(map(m_offset, good))
+                    offs = cast("list[int]", list(map(m_offset, good)))  # records have offsets
                     if offs[-1] >= rng.end:
                         cut = bisect.bisect_left(offs, rng.end)
                         good, offs, done = good[:cut], offs[:cut], True

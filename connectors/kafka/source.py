@@ -31,7 +31,7 @@ import logging
 import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
@@ -46,8 +46,11 @@ from connectors.kafka.ranges import (
     read_range,
     split_ranges,
 )
-from source_backfill.core.splits import split_id
+from source_backfill.core.splits import parse_split_id, split_id
 from source_backfill.errors import DataLossError, KafkaConnectorError
+
+if TYPE_CHECKING:
+    from connectors.kafka.admin import KafkaAdmin
 
 try:  # pyspark >= 4.2: admission control + availableNow
     from pyspark.sql.streaming.datasource import (
@@ -63,30 +66,6 @@ except ImportError:  # pragma: no cover - older pyspark
 logger = logging.getLogger(__name__)
 
 KAFKA_FORMAT = "kafka_py"
-
-
-def reader_options(source: Any, bootstrap_servers: str, max_tasks: int) -> dict[str, str]:
-    """The options of the ``kafka_py`` source for a Kafka source config (``kafka.*``, deadlines, tasks).
-
-    The twin of :func:`connectors.kafka.spark_kafka.reader_options`; the consumer's own defaults
-    (``read_committed`` included) come from :data:`connectors.kafka.admin.CONSUMER_DEFAULTS`.
-    """
-    options = {
-        "kafka.bootstrap.servers": bootstrap_servers,
-        "failOnDataLoss": str(source.fail_on_data_loss).lower(),
-        "maxTasks": str(max_tasks),
-        "kafkaConsumer.pollTimeoutMs": str(round(source.poll_timeout_s * 1000)),
-    }
-    options.update({f"kafka.{key}": value for key, value in source.kafka.items()})
-    return options
-
-
-def max_read_tasks(spark: Any, configured: int | None) -> int:
-    """Tasks a Kafka read may use: the source's ``max_read_tasks``, else twice the default parallelism.
-
-    What :func:`reader_options` takes as ``max_tasks``.
-    """
-    return configured if configured is not None else 2 * max(1, spark.sparkContext.defaultParallelism)
 
 
 def register(spark: Any) -> None:
@@ -119,7 +98,7 @@ def _poll_timeout_s(options: Mapping[str, str]) -> float:
     return int(options.get("kafkaConsumer.pollTimeoutMs", DEFAULT_POLL_TIMEOUT_MS)) / 1000.0
 
 
-def _subscription(admin: Any, options: Mapping[str, str]) -> list[tuple[str, int]]:
+def _subscription(admin: KafkaAdmin, options: Mapping[str, str]) -> list[tuple[str, int]]:
     """Splits of ``subscribe`` (comma list; UnknownTopicError if missing) or ``subscribePattern``."""
     if options.get("subscribe"):
         topics = [t.strip() for t in str(options["subscribe"]).split(",") if t.strip()]
@@ -171,8 +150,8 @@ def _resolve_offsets(
             raise KafkaConnectorError(msg) from exc
         fallback = -2 if default == "earliest" else -1
         for sid in sids:
-            topic, part = sid.rsplit(":", 1)
-            wanted[sid] = int(parsed.get(topic, {}).get(part, fallback))
+            topic, part = parse_split_id(sid)
+            wanted[sid] = int(parsed.get(topic, {}).get(str(part), fallback))
     need_earliest = [s for s, o in wanted.items() if o == -2]
     need_latest = [s for s, o in wanted.items() if o == -1]
     earliest = admin.earliest_offsets(need_earliest) if need_earliest else {}
@@ -252,8 +231,8 @@ class KafkaBatchReader(DataSourceReader):
         )
         out = []
         for sid in sids:
-            topic, part = sid.rsplit(":", 1)
-            out.append(KafkaRange(topic, int(part), starts[sid], ends[sid]))
+            topic, part = parse_split_id(sid)
+            out.append(KafkaRange(topic, part, starts[sid], ends[sid]))
         return out
 
     def partitions(self) -> Sequence[InputPartition]:
@@ -285,7 +264,7 @@ def fair_advance(available: Mapping[str, int], budget: int) -> dict[str, int]:
     return grant
 
 
-class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batch reader; offsets are ``{"splits": {...}, "tick": n}``."""
 
     def __init__(self, options: Mapping[str, str]) -> None:
@@ -304,7 +283,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
     def _sids(self) -> list[str]:
         return [split_id(t, p) for t, p in _subscription(self._admin, self._opts.options)]
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> dict[str, Any]:
         """Offsets of ``startingTimestamp`` or ``startingOffsets`` (default latest, like Spark); tick 0."""
         sids = self._sids()
         options = self._opts.options
@@ -328,7 +307,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
         sids = self._sids()
         self._target = self._admin.end_offsets(sids)
 
-    def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
+    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
         """Next end offsets: exact ends, capped by the read limit, with ``tick`` + 1 (always a new batch)."""
         start = start or {}
         begin_splits: dict[str, int] = {k: int(v) for k, v in dict(start.get("splits", {})).items()}
@@ -379,7 +358,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
             offset["born"] = born
         return offset
 
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """One partition per split range ``[start, end)``; a new split starts where ``end["born"]`` says.
 
         Only offsets written before an older version recorded ``born`` fall back to the current earliest.
@@ -392,8 +371,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
         ranges = []
         for sid, e in stop.items():
             s = begin.get(sid, earliest.get(sid, 0))
-            topic, part = sid.rsplit(":", 1)
-            ranges.append(KafkaRange(topic, int(part), s, e))
+            topic, part = parse_split_id(sid)
+            ranges.append(KafkaRange(topic, part, s, e))
         parts = group_ranges(split_ranges(ranges), _max_tasks(self._opts.options))
         return parts or [KafkaRange("", 0, 0, 0)]
 
@@ -401,7 +380,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  #
         """Arrow record batches of one split range, or of a group's ranges one after another."""
         return self._opts.read(partition)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: the offsets live in Spark's checkpoint."""
 
 

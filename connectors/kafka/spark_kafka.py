@@ -14,6 +14,9 @@ The default connector of a Kafka source (``connector = "spark"``); the Python da
   per partition, end exclusive). ``fail_on_data_loss``: the log start is checked before the read, so a
   range under it fails with the same :class:`~source_backfill.errors.DataLossError` the Python connector
   raises (naming split, offsets and log start), not with a JVM stack.
+* **Staged copies** (a read ahead): Spark writes the rows of a history read as the job's staged files.
+
+:class:`SparkKafkaConnector` is the source's :class:`~connectors.kafka.connector.KafkaConnector`.
 
 Transactions: both connectors read with ``isolation.level = read_committed`` unless the source's
 ``kafka`` options say otherwise, so aborted records and transaction markers are never rows.
@@ -22,15 +25,19 @@ Transactions: both connectors read with ``isolation.level = read_committed`` unl
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from connectors.kafka.connector import KafkaConnector, Stager, poll_timeout_ms
+from connectors.kafka.staged import StagedProgress
 from source_backfill.core.splits import parse_split_id
 from source_backfill.errors import DataLossError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from connectors.delta.staging import StagedFiles
     from source_backfill.config import SourceConfig
     from source_backfill.core import HistoryRange
 
@@ -52,43 +59,61 @@ SPARK_CONSUMER = {"max.poll.records": "10000"}
 CLIENT_POLL_RECORDS = 500
 
 
-def reader_options(source: SourceConfig, bootstrap_servers: str) -> dict[str, str]:
-    """The options of Spark's Kafka source for ``source``: ``kafka.*``, ``failOnDataLoss``, deadlines.
+class SparkKafkaConnector(KafkaConnector):
+    """A source's Kafka reads with Spark's Kafka source (``connector = "spark"``)."""
 
-    ``poll_timeout_s`` is Spark's ``kafkaConsumer.pollTimeoutMs``; the client's ``default.api.timeout.ms``
-    and ``request.timeout.ms`` are a third of it (one of Spark's three offset-fetch attempts), unless
-    ``kafka`` sets them.
-    """
-    deadline_ms = round(source.poll_timeout_s * 1000)
-    options = {
-        "kafka.bootstrap.servers": bootstrap_servers,
-        "failOnDataLoss": str(source.fail_on_data_loss).lower(),
-        "kafkaConsumer.pollTimeoutMs": str(deadline_ms),
-        "fetchOffset.numRetries": str(OFFSET_ATTEMPTS),
-    }
-    # the source's deadline bounds the client's blocking calls too (offsets, positions; 60 s each by
-    # default): Spark tries an offset fetch OFFSET_ATTEMPTS times, so each attempt gets a share of it,
-    # and a broker that stops answering fails the live query within about the deadline, as with the
-    # Python connector
-    attempt_ms = str(max(1000, deadline_ms // OFFSET_ATTEMPTS))
-    deadlines = {"default.api.timeout.ms": attempt_ms, "request.timeout.ms": attempt_ms}
-    for key, value in {**DEFAULT_CONSUMER, **SPARK_CONSUMER, **deadlines, **source.kafka}.items():
-        options[f"kafka.{key}"] = value
-    return options
+    def reader_options(self) -> dict[str, str]:
+        """The options of Spark's Kafka source for the source: ``kafka.*``, ``failOnDataLoss``, deadlines.
 
+        ``poll_timeout_s`` is Spark's ``kafkaConsumer.pollTimeoutMs``; the client's
+        ``default.api.timeout.ms`` and ``request.timeout.ms`` are a third of it (one of Spark's three
+        offset-fetch attempts), unless ``kafka`` sets them.
+        """
+        # the source's deadline bounds the client's blocking calls too (offsets, positions; 60 s each by
+        # default): Spark tries an offset fetch OFFSET_ATTEMPTS times, so each attempt gets a share of it,
+        # and a broker that stops answering fails the live query within about the deadline, as with the
+        # Python connector
+        attempt_ms = str(max(1000, poll_timeout_ms(self.source) // OFFSET_ATTEMPTS))
+        deadlines = {"default.api.timeout.ms": attempt_ms, "request.timeout.ms": attempt_ms}
+        return self._options({"fetchOffset.numRetries": str(OFFSET_ATTEMPTS)},
+                             {**DEFAULT_CONSUMER, **SPARK_CONSUMER, **deadlines})
 
-def live_stream(spark: SparkSession, source: SourceConfig, bootstrap_servers: str) -> DataFrame:
-    """The shared live stream of ``source``: Spark's Kafka source, plus the tick (source #1 of the log)."""
-    from pyspark.sql import functions as F  # noqa: N812
+    def live_stream(self) -> DataFrame:
+        """Spark's Kafka source, plus the tick (source #1 of the log)."""
+        from pyspark.sql import functions as F  # noqa: N812
 
-    reader = spark.readStream.format(SPARK_KAFKA_FORMAT).options(**reader_options(source, bootstrap_servers))
-    kafka = subscribed(reader, source).load()
-    tick = (spark.readStream.format("rate").option("rowsPerSecond", str(TICK_ROWS_PER_SECOND))
-            .option("numPartitions", "1").load())  # one task of no rows per batch, not one per core
-    none = tick.where(F.lit(False)).select(
-        *[F.lit(None).cast(f.dataType).alias(f.name) for f in kafka.schema.fields]
-    )
-    return kafka.unionByName(none)
+        spark = self.spark
+        reader = spark.readStream.format(SPARK_KAFKA_FORMAT).options(**self.reader_options())
+        kafka = subscribed(reader, self.source).load()
+        tick = (spark.readStream.format("rate").option("rowsPerSecond", str(TICK_ROWS_PER_SECOND))
+                .option("numPartitions", "1").load())  # one task of no rows per batch, not one per core
+        none = tick.where(F.lit(False)).select(
+            *[F.lit(None).cast(f.dataType).alias(f.name) for f in kafka.schema.fields]
+        )
+        stream: DataFrame = kafka.unionByName(none)
+        return stream
+
+    def read_ranges(self, ranges: Sequence[HistoryRange], session: SparkSession | None = None) -> DataFrame:
+        """:func:`read_ranges` with the source's options; with ``fail_on_data_loss``, log starts first.
+
+        :func:`check_log_start` runs before the read, so a range under the log start fails with the same
+        :class:`DataLossError` as the Python connector's, not with a JVM stack.
+        """
+        if self.source.fail_on_data_loss and ranges:
+            check_log_start(ranges, self.admin.earliest_offsets(sorted({r.split for r in ranges})))
+        return read_ranges(session or self.spark, ranges, self.reader_options())
+
+    def stage(self, sink: Stager, ranges: Sequence[HistoryRange], after_epoch: int,
+              on_folder: Callable[[Path], None] | None, *, tasks: int, niceness: int,
+              ) -> tuple[StagedFiles, dict[str, int]]:
+        """Spark copies the rows of :meth:`read_ranges` in ``tasks`` tasks; the files tell the counts.
+
+        ``niceness`` is not used: the copy runs in Spark's JVM.
+        """
+        staged = sink.stage_dataframe(self.read_ranges(ranges).coalesce(tasks), after_epoch, on_folder)
+        progress = StagedProgress()
+        progress.folder = staged.folder
+        return staged, {split: n for split, (n, _) in progress.read().items()}
 
 
 def subscribed(reader: Any, source: SourceConfig) -> Any:
@@ -158,7 +183,9 @@ def poll_records(ranges: Sequence[HistoryRange], options: Mapping[str, str]) -> 
     return str(max(1, min(configured, max(r.size for r in ranges))))
 
 
-def _read_pass(session: SparkSession, ranges: Sequence[HistoryRange], options: Mapping[str, str]) -> Any:
+def _read_pass(
+    session: SparkSession, ranges: Sequence[HistoryRange], options: Mapping[str, str]
+) -> DataFrame:
     assign: dict[str, list[int]] = {}
     starts: dict[str, dict[str, int]] = {}
     ends: dict[str, dict[str, int]] = {}
@@ -170,13 +197,14 @@ def _read_pass(session: SparkSession, ranges: Sequence[HistoryRange], options: M
     polled = poll_records(ranges, options)
     if polled is not None:
         options = {**options, "kafka.max.poll.records": polled}
-    return (
+    frame: DataFrame = (
         session.read.format(SPARK_KAFKA_FORMAT).options(**options)
         .option("assign", json.dumps(assign))
         .option("startingOffsets", json.dumps(starts))
         .option("endingOffsets", json.dumps(ends))
         .load()
     )
+    return frame
 
 
 def split_offsets(parsed: Mapping[str, Any]) -> dict[str, int]:

@@ -27,12 +27,21 @@ def split_id(topic: str, partition: int) -> SplitId:
 
 
 def parse_split_id(split: SplitId) -> tuple[str, int]:
-    """``"topic:3"`` -> ``("topic", 3)``; topics may contain ``:`` (the last one separates)."""
+    """``"topic:3"`` -> ``("topic", 3)``; topics may contain ``:`` (the last one separates).
+
+    The partition is ASCII digits (``"²".isdigit()`` is true too); anything else raises
+    :class:`StateFormatError`.
+    """
     topic, sep, partition = split.rpartition(":")
-    if not sep or not topic or not partition.isdigit():
+    if not sep or not topic or not (partition.isascii() and partition.isdigit()):
         msg = f'split id "{split}" is not "topic:partition"'
         raise StateFormatError(msg)
     return topic, int(partition)
+
+
+def split_topic(split: SplitId) -> str:
+    """The topic of a split id: ``"a:b:3"`` -> ``"a:b"`` (checked as :func:`parse_split_id` checks it)."""
+    return parse_split_id(split)[0]
 
 
 class Stage(StrEnum):

@@ -7,24 +7,22 @@ Two ways to take a range, one per use:
 * :meth:`HistoryReader.stage` — the ranges copied into staged Parquet files of the job's table, for a
   read ahead that a later epoch adopts (a job's transform applied by Spark as it copies).
 
-``connector = "spark"`` reads with Spark's Kafka source (:mod:`connectors.kafka.spark_kafka`);
-``connector = "python"`` with the project's data source (:mod:`connectors.kafka.source`), whose read
-ahead copies with pyarrow in a Spark task (:mod:`connectors.kafka.parquet_copy`) instead of through Spark's
-rows. Errors are the caller's: a read that fails raises, and the job decides (back off, or fail on data
-loss).
+The reads are the source's Kafka connector's (:mod:`connectors.kafka.connector`): Spark's Kafka source,
+or the project's data source, whose read ahead copies with pyarrow in a Spark task
+(:mod:`connectors.kafka.parquet_copy`) instead of through Spark's rows. Errors are the caller's: a read
+that fails raises, and the job decides (back off, or fail on data loss).
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from connectors.kafka.staged import StagedProgress as StagedProgress  # a read ahead's progress
 from source_backfill import metrics
 from source_backfill.core import HistoryRange, parse_split_id
 from source_backfill.errors import DataLossError, SourceBackfillError
@@ -35,6 +33,7 @@ if TYPE_CHECKING:
     from connectors.delta.sink import DeltaEpochSink
     from connectors.delta.staging import StagedFiles
     from connectors.kafka.admin import KafkaAdmin
+    from connectors.kafka.connector import KafkaConnector
     from source_backfill.config import SourceConfig
 
 logger = logging.getLogger(__name__)
@@ -57,11 +56,20 @@ class HistoryReader:
     """Reads history ranges of one source for one job's sink."""
 
     def __init__(self, spark: SparkSession, source: SourceConfig, admin: KafkaAdmin, *,
-                 bootstrap_servers: str, on_data_loss: Callable[[str, int], None] | None = None) -> None:
+                 connector: KafkaConnector | None = None, bootstrap_servers: str | None = None,
+                 on_data_loss: Callable[[str, int], None] | None = None) -> None:
+        """``connector``: the source's; without one, the source's connector at ``bootstrap_servers``."""
         self.spark = spark
         self.source = source
         self.admin = admin
-        self.bootstrap_servers = bootstrap_servers
+        if connector is None:
+            if bootstrap_servers is None:
+                msg = "a history reader needs the source's connector or its bootstrap servers"
+                raise TypeError(msg)
+            from connectors.kafka.connector import connector_for
+
+            connector = connector_for(source, bootstrap_servers, spark, admin)
+        self.connector = connector
         #: ``on_data_loss(split, offsets)``: lost history counted (the job's metrics, which pick the
         #: splits with series of their own); None: the job-level counter only.
         self._on_data_loss = on_data_loss
@@ -70,21 +78,7 @@ class HistoryReader:
 
     def rows(self, ranges: Sequence[HistoryRange], session: SparkSession | None = None) -> DataFrame:
         """The records of ``ranges`` as a DataFrame of ``session`` (default: the reader's)."""
-        session = session or self.spark
-        if self.source.connector == "spark":
-            from connectors.kafka.spark_kafka import read_ranges, reader_options
-
-            self._check_log_start(ranges)
-            return read_ranges(session, ranges, reader_options(self.source, self.bootstrap_servers))
-        from connectors.kafka.source import KAFKA_FORMAT, max_read_tasks, reader_options
-
-        spec = []
-        for r in ranges:
-            topic, partition = parse_split_id(r.split)
-            spec.append({"topic": topic, "partition": partition, "start": r.start, "end": r.end})
-        options = reader_options(self.source, self.bootstrap_servers,
-                                 max_read_tasks(self.spark, self.source.max_read_tasks))
-        return session.read.format(KAFKA_FORMAT).options(**options).option("ranges", json.dumps(spec)).load()
+        return self.connector.read_ranges(ranges, session or self.spark)
 
     def stage(self, sink: DeltaEpochSink, ranges: Sequence[HistoryRange], after_epoch: int,
               on_folder: Callable[[Path], None] | None = None,
@@ -95,21 +89,13 @@ class HistoryReader:
         Runs as ``READ_AHEAD_TASKS`` Spark tasks (the caller picks the job group and the FAIR pool).
         ``on_folder(folder)``: where the files go, told before the copy starts (its files close as it
         goes: :class:`StagedProgress` reads what they hold). ``transform``: the job's transform, applied
-        by Spark to the records as they are copied (either connector).
+        by Spark to the records as they are copied (either connector); without one, the connector
+        copies its own way (:meth:`KafkaConnector.stage <connectors.kafka.connector.KafkaConnector.stage>`).
         """
         if transform is not None:
             return self._stage_transformed(sink, ranges, after_epoch, on_folder, transform)
-        if self.source.connector == "spark":
-            return self._stage_spark(sink, ranges, after_epoch, on_folder)
-        return self._stage_python(sink, ranges, after_epoch, on_folder)
-
-    def _stage_spark(self, sink: DeltaEpochSink, ranges: Sequence[HistoryRange], after_epoch: int,
-                     on_folder: Callable[[Path], None] | None) -> tuple[StagedFiles, dict[str, int]]:
-        rows = self.rows(ranges).coalesce(READ_AHEAD_TASKS)
-        staged = sink.stage_dataframe(rows, after_epoch, on_folder)
-        progress = StagedProgress()
-        progress.folder = staged.folder
-        return staged, {split: n for split, (n, _) in progress.read().items()}
+        return self.connector.stage(sink, ranges, after_epoch, on_folder, tasks=READ_AHEAD_TASKS,
+                                    niceness=READ_AHEAD_NICENESS)
 
     def _stage_transformed(
         self, sink: DeltaEpochSink, ranges: Sequence[HistoryRange], after_epoch: int,
@@ -129,39 +115,6 @@ class HistoryReader:
         except SourceBackfillError:
             observed_counts = range_sizes(ranges)
         return staged, {s: int(n) for s, n in observed_counts.items() if n}
-
-    def _stage_python(self, sink: DeltaEpochSink, ranges: Sequence[HistoryRange], after_epoch: int,
-                      on_folder: Callable[[Path], None] | None) -> tuple[StagedFiles, dict[str, int]]:
-        """The Python connector's reader and pyarrow's Parquet writer in Spark tasks.
-
-        The rows need no transform, so they skip Spark's row conversion (a third of the CPU of a
-        DataFrame copy).
-        """
-        from connectors.kafka.parquet_copy import write_ranges_parquet
-        from connectors.kafka.ranges import KafkaRange
-
-        pieces = [KafkaRange(*parse_split_id(r.split), r.start, r.end) for r in ranges]
-        slices = [part for i in range(READ_AHEAD_TASKS) if (part := pieces[i::READ_AHEAD_TASKS])]
-        bootstrap, kafka = self.bootstrap_servers, dict(self.source.kafka)
-        fail_on_data_loss, niceness = self.source.fail_on_data_loss, READ_AHEAD_NICENESS
-        poll_timeout_s = self.source.poll_timeout_s
-        counts: dict[str, int] = {}
-
-        def write(folder: Path) -> None:
-            target = str(folder)
-            copied = (
-                self.spark.sparkContext.parallelize(slices, len(slices))
-                .map(lambda part: write_ranges_parquet(part, bootstrap, kafka, target,
-                                                      fail_on_data_loss=fail_on_data_loss, niceness=niceness,
-                                                      poll_timeout_s=poll_timeout_s))
-                .collect()
-            )
-            for rows in copied:
-                for split, n in rows.items():
-                    counts[split] = counts.get(split, 0) + n
-
-        staged = sink.stage_files(write, after_epoch, on_folder)
-        return staged, {s: n for s, n in counts.items() if n}
 
     def count_data_loss(self, job: str, ranges: Iterable[HistoryRange]) -> None:
         """With ``fail_on_data_loss = false`` the readers skip history below the log start: count it.
@@ -184,14 +137,6 @@ class HistoryReader:
                     metrics.JOB_DATA_LOSS.labels(job).inc(lost_end - first)
                 logger.warning('history lost, skipped job="%s" split="%s" offsets="%d..%d" log_start=%d',
                                job, r.split, first, lost_end - 1, lost_end)
-
-    def _check_log_start(self, ranges: Sequence[HistoryRange]) -> None:
-        """``fail_on_data_loss``: a range under its split's log start fails before the read, clearly."""
-        if not self.source.fail_on_data_loss or not ranges:
-            return
-        from connectors.kafka.spark_kafka import check_log_start
-
-        check_log_start(ranges, self.admin.earliest_offsets(sorted({r.split for r in ranges})))
 
 
 def range_sizes(ranges: Iterable[HistoryRange]) -> dict[str, int]:
@@ -254,62 +199,3 @@ def observed(observation: Any, timeout_s: float = OBSERVE_TIMEOUT_S) -> dict[str
         msg = f"history row counts not observed within {timeout_s:.0f}s after the write"
         raise SourceBackfillError(msg)
     return dict(box["value"])
-
-
-def _parquet_files(folder: Path) -> list[Path]:
-    """The Parquet files under ``folder`` now, sorted.
-
-    A copy in progress moves its files: a Spark task writes under ``_temporary/`` and its job's commit
-    moves them up and removes that folder, so a folder listed a moment ago may be gone when the walk
-    enters it. ``os.walk`` skips such a folder (``Path.rglob`` raised FileNotFoundError, which failed
-    the epoch that read the progress: two job rebuilds in a 10-minute load soak).
-    """
-    found: list[Path] = []
-    for root, _dirs, files in os.walk(folder):  # an error listing a folder (it vanished) is skipped
-        found.extend(Path(root) / name for name in files if name.endswith(".parquet"))
-    return sorted(found)
-
-
-class StagedProgress:
-    """What a read ahead has copied so far: rows and the last offset per split, from its closed files.
-
-    A staged copy writes Parquet files that close as it goes (Spark's connector: every
-    ``STAGED_FILE_ROWS`` rows; Python's: every range). A closed file has a footer; the one being
-    written has none yet and is skipped. Each file is read once (three columns), then remembered.
-    """
-
-    def __init__(self) -> None:
-        self.folder: Path | None = None
-        #: By file name: a Spark task writes under ``_temporary`` and moves its files up when it ends.
-        self._files: dict[str, dict[str, tuple[int, int]]] = {}
-
-    def read(self) -> dict[str, tuple[int, int]]:
-        """``split -> (rows, last offset)`` over the closed files found now (empty before the copy)."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        from source_backfill.core import split_id
-
-        folder = self.folder
-        if folder is not None:
-            for file in _parquet_files(folder):
-                if file.name in self._files:
-                    continue
-                try:
-                    if not {"topic", "partition", "offset"} <= set(pq.read_schema(file).names):
-                        self._files[file.name] = {}  # a transform's output without the Kafka columns
-                        continue
-                    table = pq.read_table(file, columns=["topic", "partition", "offset"])
-                except (OSError, pa.ArrowInvalid):
-                    continue  # still being written (no footer yet), or moved away meanwhile
-                grouped = table.group_by(["topic", "partition"]).aggregate(
-                    [([], "count_all"), ("offset", "max")])
-                self._files[file.name] = {split_id(r["topic"], r["partition"]): (int(r["count_all"]),
-                                                                            int(r["offset_max"]))
-                                     for r in grouped.to_pylist()}
-        total: dict[str, tuple[int, int]] = {}
-        for stats in self._files.values():
-            for split, (n, last) in stats.items():
-                rows, top = total.get(split, (0, -1))
-                total[split] = (rows + n, max(top, last))
-        return total

@@ -35,7 +35,7 @@ from source_backfill.config import (
     SourceConfig,
     TimestampStart,
 )
-from source_backfill.core.splits import split_id
+from source_backfill.core.splits import split_id, split_topic
 
 #: Moments of the copy at which the log start is compared with the copy's position.
 RETENTION_CHECKS = 10
@@ -189,7 +189,7 @@ def retention_overtakes(
     (the job fails, or skips it with ``fail_on_data_loss = false``).
     """
     total = sum(s.offsets for s in splits)
-    todo = [s for s in splits if s.offsets > 0 and retention_ms.get(s.split.rsplit(":", 1)[0]) is not None]
+    todo = [s for s in splits if s.offsets > 0 and retention_ms.get(split_topic(s.split)) is not None]
     if not todo or rate <= 0 or total == 0:
         return None
     duration = total / rate
@@ -197,7 +197,7 @@ def retention_overtakes(
         elapsed = duration * i / RETENTION_CHECKS
         by_split: dict[int, list[SplitPlan]] = {}
         for s in todo:
-            by_split.setdefault(int(retention_ms[s.split.rsplit(":", 1)[0]] or 0), []).append(s)
+            by_split.setdefault(int(retention_ms[split_topic(s.split)] or 0), []).append(s)
         for keep_ms, group in by_split.items():
             starts = log_start_at([s.split for s in group], now_ms + int(elapsed * 1000) - keep_ms)
             for s in group:
@@ -234,7 +234,7 @@ def plan_kafka_job(spec: JobSpec, source: SourceConfig, admin: Any, rates: Histo
     pace = min(r for r in (limit, measured) if r is not None) if (limit or measured) else None
     warnings: list[str] = []
     if pace is not None and total:
-        retention = admin.retention_ms({p.split.rsplit(":", 1)[0] for p in plans if p.offsets})
+        retention = admin.retention_ms({split_topic(p.split) for p in plans if p.offsets})
         warning = retention_overtakes(plans, pace, retention, admin.offsets_for_timestamp,
                                       int(time.time() * 1000))
         if warning:

@@ -20,12 +20,13 @@ itself) stops the query; the supervisor restarts it from its checkpoint, which r
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from source_backfill import metrics
 from source_backfill.config import SourceConfig
@@ -38,9 +39,10 @@ from source_backfill.runtime.jobs import JobHost
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.streaming.query import StreamingQuery
 
     from connectors.kafka.admin import KafkaAdmin
+    from connectors.kafka.connector import KafkaConnector
     from source_backfill.config import JobSpec
     from source_backfill.executors.spark_work import SparkWork
     from source_backfill.runtime.progress import JobProgress
@@ -65,8 +67,8 @@ class LiveSource(JobHost[SourceBackfillJob]):
         registry: JobRegistry,
         admin: KafkaAdmin,
         *,
+        connector: KafkaConnector,
         state_root: Path,
-        bootstrap_servers: str,
         work: SparkWork | None = None,
     ) -> None:
         super().__init__(config, registry)
@@ -74,14 +76,19 @@ class LiveSource(JobHost[SourceBackfillJob]):
         self.work = work
         self.spark = spark
         self.admin = admin
-        self.bootstrap_servers = bootstrap_servers
+        #: How the source reads Kafka (:func:`connectors.kafka.connector.connector_for`); it keeps the
+        #: driver's consumer of small live batches (closed at stop).
+        self.connector = connector
         self.checkpoint = state_root / "sources" / config.name / "checkpoint"
         self._deferred: list[Mutation] = []
         self._lock = threading.Lock()
         self._query: StreamingQuery | None = None
         self._supervisor: threading.Thread | None = None
-        #: The driver's consumer of small live batches (made at the first one, closed at stop).
-        self._consumer: Any = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """The source's resolved bootstrap servers (its connector's)."""
+        return self.connector.bootstrap_servers
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -109,9 +116,7 @@ class LiveSource(JobHost[SourceBackfillJob]):
             except Exception as exc:  # noqa: BLE001 - stopping a failed query may raise; we are leaving
                 logger.debug('query stop raised source="%s" error="%s"', self.name, exc)
         if acquired:  # no epoch reads with them any more
-            if self._consumer is not None:
-                self._consumer.close()
-                self._consumer = None
+            self.connector.close()
             # the stopped query's foreachBatch callback stays referenced by py4j (and so this source,
             # its jobs and their admin) until the JVM drops it: close the client now, not at exit
             self.admin.close()
@@ -119,7 +124,7 @@ class LiveSource(JobHost[SourceBackfillJob]):
     def _start_query(self) -> StreamingQuery:
         self.checkpoint.mkdir(parents=True, exist_ok=True)
         query = (
-            live_stream(self.spark, self.config, self.bootstrap_servers)
+            self.connector.live_stream()
             .writeStream.foreachBatch(self._on_batch)
             .option("checkpointLocation", str(self.checkpoint))
             .trigger(processingTime=f"{self.config.trigger_interval_s} seconds")
@@ -189,15 +194,15 @@ class LiveSource(JobHost[SourceBackfillJob]):
         read: tuple[pa.Table | None, dict[str, LiveStats]] | None = None
         try:
             if self._reads_batch(start):  # before the mutations: a failing batch leaves them queued
-                read = _rows_and_stats(batch, start, end, self._read_small)
+                read = _rows_and_stats(batch, start, end, self.connector.read_small)
             pending, self._deferred = self._deferred + self.registry.drain(self.name), []
             applied = self._apply_mutations(pending, batch_id)
             if self._reads_batch(start):  # a mutation may have brought a job with a position
-                rows, live = read or (read := _rows_and_stats(batch, start, end, self._read_small))
+                rows, live = read or (read := _rows_and_stats(batch, start, end, self.connector.read_small))
                 inp = EpochInput(epoch=batch_id, batch=batch, live=live, start=start, end=end,
                                  interval_s=self.config.trigger_interval_s, rows=rows)
                 # attach needs the exact live position: a new job waits for an epoch whose start is known
-                self._run_jobs(inp.epoch, [(job, lambda job=job: job.run_epoch(inp))
+                self._run_jobs(inp.epoch, [(job, functools.partial(job.run_epoch, inp))
                                            for job in list(self.jobs.values())
                                            if job.states is not None or inp.start is not None])
             if applied:
@@ -205,31 +210,6 @@ class LiveSource(JobHost[SourceBackfillJob]):
         finally:
             if read is not None and read[0] is None:
                 batch.unpersist()
-
-    def _read_small(self, start: dict[str, int], end: dict[str, int]) -> pa.Table:
-        """The records of a small live batch, ``[start, end)`` per split of its offset log, on the driver.
-
-        One consumer kept by the source reads them with the Python connector's range reader (its rows,
-        offsets, transaction markers and aborted records are the ones of Spark's source: the contract
-        suite, ``tests/integration/kafka/test_contract.py``). The batch's DataFrame is never run: no
-        Spark job per trigger.
-        """
-        import pyarrow as pa
-
-        from connectors.kafka.ranges import KafkaRange, kafka_arrow_schema, range_consumer, read_range
-        from source_backfill.core import parse_split_id
-
-        if self._consumer is None:
-            # the batch's records are in the log already: no long fetches (range_consumer says why)
-            self._consumer = range_consumer(self.bootstrap_servers, dict(self.config.kafka), fetch_wait_ms=1)
-        batches = []
-        for split, stop in sorted(end.items()):
-            topic, partition = parse_split_id(split)
-            rng = KafkaRange(topic, partition, start.get(split, stop), stop, check_loss=False)
-            batches.extend(read_range(rng, self.bootstrap_servers, dict(self.config.kafka),
-                                      fail_on_data_loss=self.config.fail_on_data_loss,
-                                      poll_timeout_s=self.config.poll_timeout_s, consumer=self._consumer))
-        return pa.Table.from_batches(batches, schema=kafka_arrow_schema())
 
     def _reads_batch(self, start: dict[str, int] | None) -> bool:
         """Whether a job reads this batch: its start is known, or a job has a position already."""
@@ -256,23 +236,6 @@ class LiveSource(JobHost[SourceBackfillJob]):
         from source_backfill.runtime.progress import to_job_progress
 
         return to_job_progress(job)
-
-
-def live_stream(spark: SparkSession, config: SourceConfig, bootstrap_servers: str) -> DataFrame:
-    """The live rows of a Kafka source: Spark's Kafka source (with its tick) or the Python data source.
-
-    Either way every trigger is a micro-batch (an epoch), new data or not, and the Kafka source is the
-    first source of the query's offset log (:func:`connectors.kafka.stream.batch_offsets`).
-    """
-    if config.connector == "spark":
-        from connectors.kafka.spark_kafka import live_stream as spark_live_stream
-
-        return spark_live_stream(spark, config, bootstrap_servers)
-    from connectors.kafka.source import KAFKA_FORMAT, max_read_tasks, reader_options
-    from connectors.kafka.spark_kafka import subscribed
-
-    options = reader_options(config, bootstrap_servers, max_read_tasks(spark, config.max_read_tasks))
-    return subscribed(spark.readStream.format(KAFKA_FORMAT).options(**options), config).load()
 
 
 #: A live batch whose offset ranges bound it to at most this many rows is collected to the driver once

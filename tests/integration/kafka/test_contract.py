@@ -11,6 +11,7 @@ import time
 import pytest
 
 from connectors.kafka.admin import KafkaAdmin
+from connectors.kafka.connector import connector_for
 from connectors.kafka.ranges import kafka_schema
 from connectors.kafka.stream import batch_offsets
 from source_backfill.config import SourceConfig
@@ -27,7 +28,8 @@ CONNECTORS = ["spark", "python"]
 def _reader(spark, bootstrap, connector, topic, **source):
     config = SourceConfig(name="s", topics=[topic], connector=connector, bootstrap_servers=bootstrap,
                           **source)
-    return HistoryReader(spark, config, KafkaAdmin(bootstrap), bootstrap_servers=bootstrap)
+    admin = KafkaAdmin(bootstrap)
+    return HistoryReader(spark, config, admin, connector=connector_for(config, bootstrap, spark, admin))
 
 
 def _rows(df):
@@ -130,8 +132,6 @@ def test_a_read_ahead_stages_exactly_the_rows_of_its_ranges(spark, kafka_bootstr
 def test_the_live_stream_has_epochs_on_an_idle_topic_and_exact_batch_ranges(
     spark, kafka_bootstrap, topic_factory, produce, tmp_path, connector
 ):
-    from source_backfill.runtime.source import live_stream
-
     topic = topic_factory(partitions=2)
     for part in range(2):
         produce(topic, [f"{part}-{i}".encode() for i in range(40)], partition=part)
@@ -140,7 +140,7 @@ def test_the_live_stream_has_epochs_on_an_idle_topic_and_exact_batch_ranges(
     sink = Batches()
     checkpoint = tmp_path / "ckpt"
     query = (
-        live_stream(spark, config, kafka_bootstrap)
+        connector_for(config, kafka_bootstrap, spark, KafkaAdmin(kafka_bootstrap)).live_stream()
         .writeStream.foreachBatch(sink)
         .option("checkpointLocation", str(checkpoint))
         .trigger(processingTime="0.5 seconds")

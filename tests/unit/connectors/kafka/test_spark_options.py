@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from connectors.kafka.spark_kafka import reader_options
+from connectors.kafka.spark_kafka import SparkKafkaConnector
 from source_backfill.config import SourceConfig
+
+
+def reader_options(source: SourceConfig, bootstrap: str) -> dict[str, str]:
+    """The Spark connector's options (no session or admin needed to make them)."""
+    return SparkKafkaConnector(source, bootstrap, None, None).reader_options()  # type: ignore[arg-type]
 
 
 def test_spark_consumers_take_large_polls_read_committed_unless_the_source_says_otherwise():
