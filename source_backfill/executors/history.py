@@ -56,19 +56,11 @@ class HistoryReader:
     """Reads history ranges of one source for one job's sink."""
 
     def __init__(self, spark: SparkSession, source: SourceConfig, admin: KafkaAdmin, *,
-                 connector: KafkaConnector | None = None, bootstrap_servers: str | None = None,
-                 on_data_loss: Callable[[str, int], None] | None = None) -> None:
-        """``connector``: the source's; without one, the source's connector at ``bootstrap_servers``."""
+                 connector: KafkaConnector, on_data_loss: Callable[[str, int], None] | None = None) -> None:
+        """``connector``: the source's (one per source: the kind is chosen once, by ``connector_for``)."""
         self.spark = spark
         self.source = source
         self.admin = admin
-        if connector is None:
-            if bootstrap_servers is None:
-                msg = "a history reader needs the source's connector or its bootstrap servers"
-                raise TypeError(msg)
-            from connectors.kafka.connector import connector_for
-
-            connector = connector_for(source, bootstrap_servers, spark, admin)
         self.connector = connector
         #: ``on_data_loss(split, offsets)``: lost history counted (the job's metrics, which pick the
         #: splits with series of their own); None: the job-level counter only.

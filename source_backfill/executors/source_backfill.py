@@ -119,6 +119,7 @@ if TYPE_CHECKING:
     from connectors.delta.sink import CommitResult, DeltaEpochSink, Recovered
     from connectors.delta.staging import StagedFiles
     from connectors.kafka.admin import KafkaAdmin
+    from connectors.kafka.connector import KafkaConnector
     from source_backfill.executors.spark_work import SparkWork
 
 logger = logging.getLogger(__name__)
@@ -172,7 +173,7 @@ class SourceBackfillJob:
         spark: SparkSession,
         admin: KafkaAdmin,
         *,
-        bootstrap_servers: str,
+        connector: KafkaConnector,
         work: SparkWork | None = None,
     ) -> None:
         from connectors.delta.sink import DeltaEpochSink
@@ -181,7 +182,6 @@ class SourceBackfillJob:
         self.source = source
         self.spark = spark
         self.admin = admin
-        self.bootstrap_servers = bootstrap_servers
         #: Runs the job's Spark work under its tag and deadline (None: directly, as in unit tests).
         self._work = work
         self.paused = False
@@ -208,7 +208,7 @@ class SourceBackfillJob:
         #: Live latency of the rows committed in the last minute (core.latency: p50/p99 for the API).
         self.latency = LatencyWindow()
         self._interval_s = source.trigger_interval_s
-        self.history = HistoryReader(spark, source, admin, bootstrap_servers=bootstrap_servers,
+        self.history = HistoryReader(spark, source, admin, connector=connector,
                                      on_data_loss=self._metrics.data_loss)
         self.sink = DeltaEpochSink(spec.sink_path, spec.name, self.output_schema(), writer=spec.writer,
                                    on_conflict=metrics.COMMIT_CONFLICTS.labels(spec.name).inc)

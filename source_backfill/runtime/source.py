@@ -217,7 +217,7 @@ class LiveSource(JobHost[SourceBackfillJob]):
 
     def _new_job(self, spec: JobSpec) -> SourceBackfillJob:
         return SourceBackfillJob(spec, self.config, self.spark, self.admin,
-                                 bootstrap_servers=self.bootstrap_servers, work=self.work)
+                                 connector=self.connector, work=self.work)
 
     def _jvm_gone(self) -> bool:
         return self.work is not None and not self.work.alive()
