@@ -23,10 +23,10 @@ KEY_STATE = "source_backfill.state"
 KEY_PLAN = "source_backfill.plan"
 #: How far back the log is searched for the job's last commit (maintenance commits such as OPTIMIZE
 #: carry no state); searched in growing steps, newest first.
-_HISTORY_STEPS = (16, 256, 4096)
+HISTORY_STEPS = (16, 256, 4096)
 
 
-def _with_user_metadata(commit: dict[str, Any]) -> dict[str, Any]:
+def with_user_metadata(commit: dict[str, Any]) -> dict[str, Any]:
     """A history entry with delta-spark's ``userMetadata`` JSON (our keys) merged in."""
     if KEY_JOB not in commit and isinstance(commit.get("userMetadata"), str):
         try:
@@ -41,17 +41,17 @@ def _with_user_metadata(commit: dict[str, Any]) -> dict[str, Any]:
 def table_owner(path: str) -> str | None:
     """The job named by the newest commit of the Delta table at ``path`` that carries one, else None.
 
-    Searched like the sink's recovery (newest first, in :data:`_HISTORY_STEPS`, at most the last
+    Searched like the sink's recovery (newest first, in :data:`HISTORY_STEPS`, at most the last
     4096 commits): the job a sink of ``path`` would find, and refuse if it is not its own.
     """
     from deltalake import DeltaTable
 
     table = DeltaTable(path)
     seen = 0
-    for limit in _HISTORY_STEPS:
+    for limit in HISTORY_STEPS:
         history = table.history(limit)
         for commit in history[seen:]:
-            job = _with_user_metadata(commit).get(KEY_JOB)
+            job = with_user_metadata(commit).get(KEY_JOB)
             if job is not None:
                 return str(job)
         if len(history) < limit:
@@ -83,5 +83,5 @@ def read_commit(path: str, version: int) -> dict[str, Any] | None:
                    "_delta_log from a backup, or drop the job and re-create it on a new sink path")
             raise StateFormatError(msg) from exc
         if isinstance(info, dict):
-            return {**_with_user_metadata(info), "version": version}
+            return {**with_user_metadata(info), "version": version}
     return None

@@ -5,8 +5,9 @@ holding an ``_ATTEMPT`` marker while their writer may still commit them); the sw
 log does not reference and never will. The attempt folder is deliberately *not* hidden (no leading
 ``_``): Delta's vacuum skips hidden folders, so files there would never be reclaimed after compaction.
 
-:class:`TableMaintenance` is a mixin of :class:`connectors.delta.sink.DeltaEpochSink` (whose commits
-write a checkpoint every ``checkpoint_interval`` versions through it).
+:class:`TableMaintenance` is handed the sink's table (:class:`connectors.delta.table.SinkTable`);
+:class:`connectors.delta.sink.DeltaEpochSink` holds one (its commits write a checkpoint every
+``checkpoint_interval`` versions through it).
 """
 
 from __future__ import annotations
@@ -16,12 +17,12 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from connectors.delta.log import _HISTORY_STEPS, KEY_ATTEMPT, KEY_EPOCH, KEY_JOB, _with_user_metadata
+from connectors.delta.log import HISTORY_STEPS, KEY_ATTEMPT, KEY_EPOCH, KEY_JOB, with_user_metadata
 
 if TYPE_CHECKING:
-    import threading
-
     from deltalake import DeltaTable
+
+    from connectors.delta.table import SinkTable
 
 logger = logging.getLogger(__name__)
 
@@ -31,40 +32,30 @@ MARKER = "_ATTEMPT"
 
 
 class TableMaintenance:
-    """The table maintenance of :class:`connectors.delta.sink.DeltaEpochSink`, as a mixin.
+    """The maintenance of one job's sink table: checkpoints, the orphan sweep, compaction, vacuum.
 
-    Needs, from the class it is mixed into: ``path`` (the table), ``job_id``, ``checkpoint_interval``,
-    ``_lock`` (held by every commit), ``_dt`` (the cached snapshot, dropped after compaction and vacuum),
-    ``table()`` (a fresh snapshot, None before the first commit) and ``_last_job_commit(table)``
-    (raises :class:`ForeignTableError` on a table another job owns).
+    Every step holds the table's lock (the one every commit holds) and drops its cached snapshot where
+    it rewrites the table.
     """
 
-    if TYPE_CHECKING:  # provided by the class this is mixed into
-        path: str
-        job_id: str
-        checkpoint_interval: int
-        _lock: threading.RLock
-        _dt: DeltaTable | None
+    def __init__(self, target: SinkTable) -> None:
+        self.target = target
 
-        def table(self) -> DeltaTable | None:
-            """A fresh snapshot of the table, or None before its first commit."""
-
-        def _last_job_commit(self, table: DeltaTable) -> dict[str, Any] | None: ...
-
-    def _maintain(self, version: int) -> None:
+    def maintain(self, version: int) -> None:
         """A checkpoint every ``checkpoint_interval`` versions, for a table that does not say its own.
 
         A table this sink created sets ``delta.checkpointInterval``: delta-rs' post-commit hook writes
         the checkpoints then (and removes the commit files past ``delta.logRetentionDuration``).
         """
-        if self.checkpoint_interval > 0 and version > 0 and version % self.checkpoint_interval == 0:
-            done = Path(self.path) / "_delta_log" / f"{version:020d}.checkpoint.parquet"
-            table = self._dt or self.table()
+        interval = self.target.checkpoint_interval
+        if interval > 0 and version > 0 and version % interval == 0:
+            done = Path(self.target.path) / "_delta_log" / f"{version:020d}.checkpoint.parquet"
+            table = self.target.cached()
             if table is None or "delta.checkpointInterval" in table.metadata().configuration:
                 return
             if not done.exists():  # delta-rs' own hook may have written it
                 table.create_checkpoint()
-                logger.info('delta checkpoint written path="%s" version=%d', self.path, version)
+                logger.info('delta checkpoint written path="%s" version=%d', self.target.path, version)
 
     def remove_orphans(self) -> int:
         """Remove attempt folders the log does not reference and never will; returns how many.
@@ -80,14 +71,14 @@ class TableMaintenance:
         A file the log references is never deleted, and a table another job owns is left untouched
         (:class:`ForeignTableError`): its attempts are not this job's to judge.
         """
-        staging = Path(self.path) / STAGING
+        staging = Path(self.target.path) / STAGING
         if not staging.is_dir():
             return 0
-        with self._lock:
-            table = self.table()
+        with self.target.lock:
+            table = self.target.open()
             if table is not None:
-                self._last_job_commit(table)  # raises ForeignTableError before anything is removed
-            done = None if table is None else table.transaction_version(self.job_id)
+                self.target.last_job_commit(table)  # raises ForeignTableError before anything is removed
+            done = None if table is None else table.transaction_version(self.target.job_id)
             removed = 0
             doubtful: dict[int, list[Path]] = {}
             for folder in staging.iterdir():
@@ -95,7 +86,7 @@ class TableMaintenance:
                 if not head.isdigit():
                     continue
                 if done is None or int(head) > done:
-                    _remove_attempt(folder)
+                    remove_attempt(folder)
                     removed += 1
                 elif (folder / MARKER).exists():
                     doubtful.setdefault(int(head), []).append(folder)
@@ -108,23 +99,24 @@ class TableMaintenance:
                         if winners[epoch] == folder.name.split(".", 1)[0]:  # the attempt or its staged
                             (folder / MARKER).unlink(missing_ok=True)
                         else:
-                            _remove_attempt(folder)
+                            remove_attempt(folder)
                             removed += 1
         if removed:
-            logger.info('orphan attempts removed path="%s" count=%d committed=%s', self.path, removed, done)
+            logger.info('orphan attempts removed path="%s" count=%d committed=%s', self.target.path, removed,
+                        done)
         return removed
 
     def _attempts_of(self, table: DeltaTable, epochs: set[int]) -> dict[int, str]:
         """The committed attempt id of each of ``epochs`` found in the newest commits of this job."""
         found: dict[int, str] = {}
         seen = 0
-        for limit in _HISTORY_STEPS:
+        for limit in HISTORY_STEPS:
             history = table.history(limit)
             for commit in history[seen:]:
-                commit = _with_user_metadata(commit)
+                commit = with_user_metadata(commit)
                 epoch = str(commit.get(KEY_EPOCH, ""))
                 attempt = commit.get(KEY_ATTEMPT)
-                if attempt is None or commit.get(KEY_JOB) != self.job_id or not epoch.isdigit():
+                if attempt is None or commit.get(KEY_JOB) != self.target.job_id or not epoch.isdigit():
                     continue  # (no attempt id logged: nothing is provably unreferenced)
                 if int(epoch) in epochs:
                     found.setdefault(int(epoch), str(attempt))
@@ -135,8 +127,8 @@ class TableMaintenance:
 
     def checkpoint(self) -> None:
         """Write a log checkpoint now (readers then start from it instead of replaying every commit)."""
-        with self._lock:
-            table = self.table()
+        with self.target.lock:
+            table = self.target.open()
             if table is not None:
                 table.create_checkpoint()
 
@@ -145,13 +137,13 @@ class TableMaintenance:
 
         The OPTIMIZE commit carries no state and no data change: recovery and the change feed skip it.
         """
-        with self._lock:
-            table = self.table()
+        with self.target.lock:
+            table = self.target.open()
             if table is None:
                 return {}
             metrics = dict(table.optimize.compact(target_size=target_size))
-            self._dt = None
-        logger.info('delta compacted path="%s" added=%s removed=%s', self.path,
+            self.target.forget_snapshot()
+        logger.info('delta compacted path="%s" added=%s removed=%s', self.target.path,
                     metrics.get("numFilesAdded"), metrics.get("numFilesRemoved"))
         return metrics
 
@@ -161,23 +153,23 @@ class TableMaintenance:
         ``full`` also deletes untracked files older than the retention (leftovers of losing or crashed
         attempts), not only files removed by compaction. Emptied attempt folders are removed too.
         """
-        with self._lock:
-            table = self.table()
+        with self.target.lock:
+            table = self.target.open()
             if table is None:
                 return []
             deleted = list(table.vacuum(retention_hours=retention_hours, dry_run=False,
                                         enforce_retention_duration=False, full=full))
-            staging = Path(self.path) / STAGING
+            staging = Path(self.target.path) / STAGING
             if staging.is_dir():
                 for folder in staging.iterdir():
                     if not any(p.suffix == ".parquet" for p in folder.rglob("*")):
-                        _remove_attempt(folder)
-            self._dt = None
-        logger.info('delta vacuumed path="%s" files=%d', self.path, len(deleted))
+                        remove_attempt(folder)
+            self.target.forget_snapshot()
+        logger.info('delta vacuumed path="%s" files=%d', self.target.path, len(deleted))
         return deleted
 
 
-def _remove_attempt(folder: Path) -> None:
+def remove_attempt(folder: Path) -> None:
     """Remove an attempt folder, its marker first (a writer still in it then refuses to commit)."""
     (folder / MARKER).unlink(missing_ok=True)
     shutil.rmtree(folder, ignore_errors=True)

@@ -5,43 +5,34 @@ Spark executors write Parquet files into an attempt folder *inside* the table
 that also carries ``Transaction(job_id, epoch)`` and the job's new state in the commit metadata. Output
 and state cannot fall out of step: there is no second table.
 
-The metadata keys the commits carry in the log are in :mod:`connectors.delta.log`. Writing and staging
-the Parquet files a commit adds (an epoch's own rows, rows staged ahead of it) is in
-:mod:`connectors.delta.staging`, and the table's maintenance (log checkpoints, the orphan sweep of attempt
-folders, compaction, vacuum) in :mod:`connectors.delta.maintenance`: both mixins of :class:`DeltaEpochSink`.
+:class:`DeltaEpochSink` runs the commit protocol (:meth:`DeltaEpochSink.commit_epoch`) and recovery, and
+hands the rest to collaborators that are each handed the table (:class:`connectors.delta.table.SinkTable`):
+an epoch committer per writer (:mod:`connectors.delta.committer`: delta-rs append, delta-rs merge,
+delta-spark), chosen once when the sink is built; the staging of the Parquet files a commit adds
+(:class:`connectors.delta.staging.EpochStaging`); and the table's maintenance (log checkpoints, the
+orphan sweep of attempt folders, compaction, vacuum: :class:`connectors.delta.maintenance.TableMaintenance`).
+The metadata keys the commits carry in the log are in :mod:`connectors.delta.log`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import threading
-import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from connectors.delta.log import (
-    _HISTORY_STEPS,
-    KEY_ATTEMPT,
-    KEY_EPOCH,
-    KEY_JOB,
-    KEY_PLAN,
-    KEY_STATE,
-    _with_user_metadata,
-    read_commit,
-)
-from connectors.delta.maintenance import MARKER, STAGING, TableMaintenance, _remove_attempt
-from connectors.delta.staging import EpochStaging, StagedFiles, _is_arrow_table, _pa
-from source_backfill.errors import (
-    ConcurrentCommitError,
-    DeltaSinkError,
-    ForeignTableError,
-    StateFormatError,
-    one_line,
-)
+from connectors.delta.append import DeltaRsAppend
+from connectors.delta.committer import CommitResult, EpochCommitter, EpochWrite, is_commit_conflict
+from connectors.delta.log import KEY_ATTEMPT, KEY_EPOCH, KEY_JOB, KEY_PLAN, KEY_STATE
+from connectors.delta.maintenance import MARKER, TableMaintenance, remove_attempt
+from connectors.delta.merge import CHANGE_TYPE, DeltaRsMerge
+from connectors.delta.spark_writer import DeltaSparkAppend
+from connectors.delta.staging import EpochStaging, StagedFiles
+from connectors.delta.table import LOG_RETENTION_HOURS, SinkTable
+from source_backfill.errors import ConcurrentCommitError, DeltaSinkError, StateFormatError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -50,34 +41,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-CHANGE_TYPE = "_change_type"
-#: The log retention a new table gets (``delta.logRetentionDuration``): a week of versions to time-travel
-#: and diagnose; older commit files are removed by delta-rs as it writes checkpoints. Delta's own default
-#: (30 days) keeps ~2.6 million commit files of a busy job at a 1 s trigger.
-LOG_RETENTION_HOURS = 168.0
-#: Delta's default when a table does not set ``delta.logRetentionDuration``.
-DEFAULT_LOG_RETENTION_S = 30 * 24 * 3600.0
-#: How often an epoch's log append is retried after conflicting with another writer's commit.
-COMMIT_RETRIES = 5
-
 Writer = Literal["delta-rs", "delta-spark"]
-
-
-@dataclass(frozen=True)
-class CommitResult:
-    """Outcome of :meth:`DeltaEpochSink.commit_epoch`.
-
-    ``committed`` is False when the epoch was already in the table (a replay, or a racing duplicate that
-    won); ``version`` is the table version of this commit (None when skipped); ``files`` and ``rows``
-    count what this commit added (merge: ``files`` 0, ``rows`` the changes applied; delta-spark:
-    ``files`` 0, ``rows`` -1, not measured).
-    """
-
-    epoch: int
-    committed: bool
-    version: int | None
-    files: int
-    rows: int
+Mode = Literal["append", "merge"]
 
 
 @dataclass(frozen=True)
@@ -95,7 +60,31 @@ class Recovered:
     timestamp_ms: int | None = None
 
 
-class DeltaEpochSink(TableMaintenance, EpochStaging):
+def choose_committers(
+    target: SinkTable,
+    staging: EpochStaging,
+    *,
+    mode: Mode,
+    writer: Writer,
+    key_columns: tuple[str, ...] = (),
+    on_conflict: Callable[[], None] | None = None,
+) -> tuple[EpochCommitter, ...]:
+    """The committers of a sink of ``mode`` and ``writer``, in the order they are offered an epoch.
+
+    The first is the one chosen for the sink (merge mode: the delta-rs merge; else delta-spark's write
+    with ``writer="delta-spark"``); the last is always the delta-rs append, which takes what the others
+    do not (new keys only in merge mode, rows already on the driver or none with delta-spark).
+    """
+    chain: list[EpochCommitter] = []
+    if mode == "merge":
+        chain.append(DeltaRsMerge(target, key_columns))
+    if writer == "delta-spark":
+        chain.append(DeltaSparkAppend(target))
+    chain.append(DeltaRsAppend(target, staging, on_conflict))
+    return tuple(chain)
+
+
+class DeltaEpochSink:
     """Commit each epoch of one job to the Delta table at ``path`` exactly once.
 
     One job owns a table (its id is the Delta transaction app id). The sink assumes one live writer per
@@ -110,7 +99,7 @@ class DeltaEpochSink(TableMaintenance, EpochStaging):
         job_id: str,
         schema: Any,
         *,
-        mode: Literal["append", "merge"] = "append",
+        mode: Mode = "append",
         key_columns: Sequence[str] = (),
         partition_by: Sequence[str] = (),
         writer: Writer = "delta-rs",
@@ -124,47 +113,77 @@ class DeltaEpochSink(TableMaintenance, EpochStaging):
         if checkpoint_interval < 0:
             msg = f"checkpoint_interval must be >= 0 (0: never), got {checkpoint_interval}"
             raise DeltaSinkError(msg)
-        self.path = str(Path(path).absolute())
-        self.job_id = job_id
         self.mode = mode
         self.key_columns = tuple(key_columns)
-        self.partition_by = tuple(partition_by)
-        self.checkpoint_interval = checkpoint_interval
-        #: ``delta.logRetentionDuration`` of a table this sink creates (an existing table keeps its own).
-        self.log_retention_hours = log_retention_hours
         self.writer = writer
-        #: Called once per commit retried after a conflict with another writer (a metric's hook).
-        self.on_conflict = on_conflict
-        self._spark_schema = None if _is_arrow(schema) else schema
-        self.arrow_schema = _to_arrow(schema)
-        if mode == "merge":
-            import pyarrow as pa
-
-            self.arrow_schema = pa.schema([f for f in self.arrow_schema if f.name != CHANGE_TYPE])
+        #: The table the collaborators below are handed (``delta.logRetentionDuration`` of a table this
+        #: sink creates: ``log_retention_hours``; an existing table keeps its own).
+        self.target = SinkTable(
+            path, job_id, schema,
+            drop_columns=(CHANGE_TYPE,) if mode == "merge" else (),
+            partition_by=tuple(partition_by),
+            checkpoint_interval=checkpoint_interval,
+            log_retention_hours=log_retention_hours,
+        )
         missing = [c for c in (*self.key_columns, *self.partition_by) if c not in self.arrow_schema.names]
         if missing:
             msg = f"Delta sink {self.path}: key/partition columns {missing} are not in the schema"
             raise DeltaSinkError(msg)
-        self._lock = threading.RLock()
-        self._dt: DeltaTable | None = None
-        self._owner_checked = False
-        self._delta_spark: bool | None = None
+        self.staging = EpochStaging(self.target, accepts_staged=mode == "append")
+        self.maintenance = TableMaintenance(self.target)
+        self.committers = choose_committers(self.target, self.staging, mode=mode, writer=writer,
+                                            key_columns=self.key_columns, on_conflict=on_conflict)
         self.remove_orphans()
 
-    # -- reading the log -------------------------------------------------------------------------------
+    # -- the table -------------------------------------------------------------------------------------
+    @property
+    def path(self) -> str:
+        """The table's absolute path."""
+        return self.target.path
+
+    @property
+    def job_id(self) -> str:
+        """The job that owns the table (its Delta transaction app id)."""
+        return self.target.job_id
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        """The table's columns (merge mode: without the changelog's change type)."""
+        return self.target.arrow_schema
+
+    @property
+    def partition_by(self) -> tuple[str, ...]:
+        """The table's partition columns."""
+        return self.target.partition_by
+
+    @property
+    def checkpoint_interval(self) -> int:
+        """A log checkpoint every this many versions (0: never)."""
+        return self.target.checkpoint_interval
+
+    @property
+    def log_retention_hours(self) -> float:
+        """``delta.logRetentionDuration`` of a table this sink creates (an existing table keeps its own)."""
+        return self.target.log_retention_hours
+
+    @property
+    def committer(self) -> EpochCommitter:
+        """The committer chosen for the sink's writer and mode (:func:`choose_committers`)."""
+        return self.committers[0]
+
     def table(self) -> DeltaTable | None:
         """A fresh snapshot of the table, or None before its first commit."""
-        from deltalake import DeltaTable
+        return self.target.open()
 
-        if not DeltaTable.is_deltatable(self.path):
-            return None
-        try:
-            return DeltaTable(self.path)
-        except Exception as exc:  # deltalake's errors name neither the table nor what to do
-            msg = (f"Delta table {self.path}: its transaction log cannot be read ({one_line(exc)}); "
-                   "restore _delta_log from a backup, or drop the job and re-create it on a new sink path")
-            raise StateFormatError(msg) from exc
+    def table_properties(self) -> dict[str, str]:
+        """The properties a new table gets (:meth:`connectors.delta.table.SinkTable.properties`)."""
+        return self.target.properties()
 
+    def log_retention_s(self) -> float:
+        """How long the table's log keeps a commit (``delta.logRetentionDuration``, Delta's default 30 d)."""
+        return self.target.log_retention_s()
+
+    # -- reading the log -------------------------------------------------------------------------------
     def committed_epoch(self) -> int | None:
         """The last epoch this job committed (the table's ``transaction_version(job_id)``)."""
         table = self.table()
@@ -181,7 +200,7 @@ class DeltaEpochSink(TableMaintenance, EpochStaging):
         if table is None:
             return None
         epoch = table.transaction_version(self.job_id)
-        commit = self._last_job_commit(table)
+        commit = self.target.last_job_commit(table)
         if commit is None:
             if epoch is not None:
                 msg = (f'Delta table {self.path}: job "{self.job_id}" committed epoch {epoch} but no '
@@ -206,52 +225,24 @@ class DeltaEpochSink(TableMaintenance, EpochStaging):
             timestamp_ms=_int_or_none(commit.get("timestamp")),
         )
 
-    def _last_job_commit(self, table: DeltaTable) -> dict[str, Any] | None:
-        """The newest commit carrying our metadata; another job's id there raises ForeignTableError.
-
-        Read newest first one commit file at a time (no listing of the log, no replay of it), at most
-        ``_HISTORY_STEPS[-1]`` versions back and never below the oldest commit file the log keeps: a
-        job's commits are its epochs that changed something plus a fresh snapshot before the log
-        retention can remove its state, so the newest of them is normally the newest version.
-        """
-        newest = int(table.version())
-        for version in range(newest, max(-1, newest - _HISTORY_STEPS[-1]), -1):
-            commit = self.read_commit(version)
-            if commit is None:
-                if not (Path(self.path) / "_delta_log" / f"{version:020d}.json").exists():
-                    break  # below what the log keeps (cleaned up after its retention)
-                continue
-            job = commit.get(KEY_JOB)
-            if job is None:
-                continue
-            if job != self.job_id:
-                msg = (f'Delta table {self.path} belongs to job "{job}", not "{self.job_id}": '
-                       "give this job its own sink path")
-                raise ForeignTableError(msg)
-            return commit
-        return None
-
     def read_commit(self, version: int) -> dict[str, Any] | None:
         """The ``commitInfo`` of log version ``version`` (:func:`connectors.delta.log.read_commit`)."""
-        return read_commit(self.path, version)
-
-    def log_retention_s(self) -> float:
-        """How long the table's log keeps a commit (``delta.logRetentionDuration``, Delta's default 30 d)."""
-        table = self.table()
-        value = None if table is None else table.metadata().configuration.get("delta.logRetentionDuration")
-        if value is None:
-            return self.log_retention_hours * 3600.0 if table is None else DEFAULT_LOG_RETENTION_S
-        return parse_interval_s(value, self.path)
-
-    def _find_epoch_commit(self, table: DeltaTable, epoch: int) -> dict[str, Any] | None:
-        """The commit of ``epoch`` of this job among the newest ones (None if not found)."""
-        for commit in table.history(_HISTORY_STEPS[1]):
-            commit = _with_user_metadata(commit)
-            if commit.get(KEY_JOB) == self.job_id and str(commit.get(KEY_EPOCH)) == str(epoch):
-                return commit
-        return None
+        return self.target.read_commit(version)
 
     # -- committing ------------------------------------------------------------------------------------
+    def writes_before_commit(self) -> bool:
+        """True when ``commit_epoch`` writes the rows, then commits (the delta-rs append path).
+
+        Only then can a deferred ``state`` depend on what the write observed.
+        """
+        return self.committer.writes_before_commit
+
+    def committer_for(
+        self, df: DataFrame | pa.Table | None, *, new_keys_only: bool = False
+    ) -> EpochCommitter:
+        """The first of the sink's committers that takes these rows (the last, delta-rs append, takes all)."""
+        return next(c for c in self.committers if c.takes(df, new_keys_only=new_keys_only))
+
     def commit_epoch(
         self,
         epoch: int,
@@ -295,8 +286,8 @@ class DeltaEpochSink(TableMaintenance, EpochStaging):
            log shows they are not referenced; if the log cannot be read they stay for the orphan sweep.
         6. Every ``checkpoint_interval`` versions a log checkpoint is written.
         """
-        with self._lock:
-            snapshot = self._snapshot()
+        with self.target.lock:
+            snapshot = self.target.snapshot()  # steps 1 and 2
             done = snapshot.transaction_version(self.job_id)
             if done is not None and done >= epoch:
                 logger.info('epoch already committed, skipped job="%s" epoch=%d committed=%d',
@@ -316,301 +307,94 @@ class DeltaEpochSink(TableMaintenance, EpochStaging):
                 meta[KEY_STATE] = json.dumps(dict(state), sort_keys=True)
             if plan is not None:
                 meta[KEY_PLAN] = json.dumps(dict(plan), sort_keys=True)
-            if self.mode == "merge" and not new_keys_only:
-                result = self._guarded(epoch, attempt, [], lambda: self._merge(snapshot, epoch, df, meta))
-            elif df is not None and not _is_arrow_table(df) and self._use_delta_spark(df):
-                spark_df = df
-                result = self._guarded(
-                    epoch, attempt, [], lambda: self._commit_delta_spark(epoch, spark_df, meta)
-                )
-            else:
-                folder = Path(self.path) / STAGING / attempt
-                folders = [folder]
-
-                def write_and_commit() -> CommitResult:
-                    adds, rows = self._write_files(df, folder)
-                    for i, ahead in enumerate(staged):
-                        moved = folder.parent / f"{attempt}.s{i}"
-                        ahead.folder.rename(moved)  # from now on the attempt's: committed or removed with it
-                        folders.append(moved)
-                        more, n = self._collect_adds(moved)
-                        adds.extend(more)
-                        rows += n
-                    if callable(state):
-                        meta[KEY_STATE] = json.dumps(dict(state()), sort_keys=True)
-                    version = self._commit(snapshot, epoch, adds, meta)
-                    for f in folders:
-                        (f / MARKER).unlink(missing_ok=True)  # sealed: the log references it now
-                    return CommitResult(epoch, True, version, len(adds), rows)
-
-                result = self._guarded(epoch, attempt, folders, write_and_commit)
+            # steps 3 and 4: the committer that takes these rows writes and commits them; step 5: the guard
+            committer = self.committer_for(df, new_keys_only=new_keys_only)
+            write = EpochWrite(epoch, attempt, df, meta, deferred_state=state if callable(state) else None,
+                               staged=staged)
+            result = self._guarded(write, lambda: committer.commit(snapshot, write))
             if result.committed and result.version is not None:
-                self._maintain(result.version)
+                self.maintenance.maintain(result.version)  # step 6
             logger.debug('epoch committed job="%s" epoch=%d version=%s files=%d rows=%d committed=%s',
                          self.job_id, epoch, result.version, result.files, result.rows, result.committed)
             return result
 
-    def _guarded(self, epoch: int, attempt: str, folders: list[Path], step: Any) -> CommitResult:
+    def _guarded(self, write: EpochWrite, step: Callable[[], CommitResult]) -> CommitResult:
         """Run write+commit ``step``; on failure let the log decide (protocol step 5).
 
-        ``folders``: the attempt's folders (``step`` may add to it), kept or removed with the attempt.
+        ``write.folders``: the attempt's folders (``step`` may add to them), kept or removed with the
+        attempt.
         """
+        epoch, attempt, folders = write.epoch, write.attempt, write.folders
         try:
             return step()
         except Exception as exc:
-            self._dt = None  # the cached snapshot may be stale or broken: reload next time
+            self.target.forget_snapshot()  # the cached snapshot may be stale or broken: reload next time
             try:
                 table = self.table()
                 done = None if table is None else table.transaction_version(self.job_id)
                 winner = None
                 if table is not None and done is not None and done >= epoch:
-                    winner = self._find_epoch_commit(table, epoch)
+                    winner = self.target.find_epoch_commit(table, epoch)
             except Exception:
                 logger.exception('commit in doubt, attempt files kept for the orphan sweep job="%s" '
                                  'epoch=%d attempt="%s"', self.job_id, epoch, attempt)
                 raise exc from None
-            if winner is not None and winner.get(KEY_ATTEMPT) == attempt:
+            if table is not None and winner is not None and winner.get(KEY_ATTEMPT) == attempt:
                 for folder in folders:
                     (folder / MARKER).unlink(missing_ok=True)
                 logger.warning('epoch committed, a post-commit step failed job="%s" epoch=%d error="%s"',
                                self.job_id, epoch, exc)
                 return CommitResult(epoch, True, int(winner.get("version", table.version())), -1, -1)
             for folder in folders:
-                _remove_attempt(folder)
+                remove_attempt(folder)
             if done is not None and done >= epoch:
                 logger.warning('duplicate commit lost the race, own files removed job="%s" epoch=%d',
                                self.job_id, epoch)
                 return CommitResult(epoch, False, None, 0, 0)
-            if _is_commit_conflict(exc):
+            if is_commit_conflict(exc):
                 msg = (f'Delta table {self.path}: commit of job "{self.job_id}" epoch {epoch} '
                        f"conflicted: {exc}")
                 raise ConcurrentCommitError(msg) from exc
             raise
 
-    def _snapshot(self) -> DeltaTable:
-        """The cached table, created on first use and brought up to date (checked once per sink)."""
-        from deltalake import DeltaTable
+    # -- staging (:class:`connectors.delta.staging.EpochStaging`) -----------------------------------------
+    def stage_files(self, write: Callable[[Path], Any], after_epoch: int,
+                    on_folder: Callable[[Path], None] | None = None) -> StagedFiles:
+        """Have ``write(folder)`` stage Parquet files now, for a later epoch to commit (``staged=...``).
 
-        if self._dt is None:
-            self._ensure_table()
-            self._dt = DeltaTable(self.path)
-        else:
-            self._dt.update_incremental()
-        if not self._owner_checked:
-            self._check_table(self._dt)
-            self._owner_checked = True
-        return self._dt
-
-    def _check_table(self, table: DeltaTable) -> None:
-        self._last_job_commit(table)  # raises ForeignTableError
-        names = [f.name for f in table.schema().fields]
-        missing = [n for n in self.arrow_schema.names if n not in names]
-        parts = list(table.metadata().partition_columns)
-        if missing or parts != list(self.partition_by):
-            msg = (f"Delta table {self.path} has columns {names} partitioned by {parts}; the sink of job "
-                   f'"{self.job_id}" writes {self.arrow_schema.names} '
-                   f"partitioned by {list(self.partition_by)}")
-            raise DeltaSinkError(msg)
-
-    def writes_before_commit(self) -> bool:
-        """True when ``commit_epoch`` writes the rows, then commits (the delta-rs append path).
-
-        Only then can a deferred ``state`` depend on what the write observed.
+        :meth:`connectors.delta.staging.EpochStaging.stage_files`.
         """
-        return self.mode != "merge" and self.writer == "delta-rs"
+        return self.staging.stage_files(write, after_epoch, on_folder)
 
-    def _use_delta_spark(self, df: DataFrame) -> bool:
-        if self.writer == "delta-rs":
-            return False
-        if self._delta_spark is None:
-            self._delta_spark = delta_spark_available(df.sparkSession)
-        if self.writer == "delta-spark" and not self._delta_spark:
-            msg = "writer delta-spark asked for, but delta-spark's jars are not on Spark's classpath"
-            raise DeltaSinkError(msg)
-        return self._delta_spark
+    def stage_dataframe(self, df: DataFrame, after_epoch: int,
+                        on_folder: Callable[[Path], None] | None = None) -> StagedFiles:
+        """:meth:`stage_files` with Spark writing ``df`` (:meth:`EpochStaging.stage_dataframe`).
 
-    def _commit_delta_spark(self, epoch: int, df: DataFrame, meta: dict[str, str]) -> CommitResult:
-        """The same protocol through delta-spark: its txnAppId/txnVersion skip replays for us."""
-        (
-            self._conform(df).write.format("delta").mode("append")
-            .option("txnAppId", self.job_id).option("txnVersion", str(epoch))
-            .option("userMetadata", json.dumps(meta, sort_keys=True)).save(self.path)
-        )
-        table = self.table()
-        commit = None if table is None else self._find_epoch_commit(table, epoch)
-        # the version of *this* commit (another writer may have committed after it): the chain of a
-        # job's state commits names versions
-        version = None if commit is None else int(commit["version"])
-        return CommitResult(epoch, True, version, 0, -1)
-
-    def _ensure_table(self) -> None:
-        from deltalake import DeltaTable
-
-        if DeltaTable.is_deltatable(self.path):
-            return
-        DeltaTable.create(
-            self.path,
-            schema=self.arrow_schema,
-            mode="ignore",
-            partition_by=list(self.partition_by) or None,
-            configuration=self.table_properties(),
-        )
-        logger.info('delta table created path="%s" job="%s"', self.path, self.job_id)
-
-    def table_properties(self) -> dict[str, str]:
-        """The properties a new table gets: change data feed, log checkpoints and log retention.
-
-        delta-rs writes a checkpoint every ``delta.checkpointInterval`` versions after a commit and then,
-        with ``delta.enableExpiredLogCleanup``, removes the commit files older than
-        ``delta.logRetentionDuration`` that a checkpoint covers: readers start at the newest checkpoint
-        and the log folder stays the size of the retention, however long the job runs.
+        Through this sink's :meth:`stage_files`, as every staged write.
         """
-        props = {
-            "delta.enableChangeDataFeed": "true",
-            "delta.logRetentionDuration": f"interval {round(self.log_retention_hours * 3600)} seconds",
-            "delta.enableExpiredLogCleanup": "true",
-        }
-        if self.checkpoint_interval > 0:
-            props["delta.checkpointInterval"] = str(self.checkpoint_interval)
-        return props
+        return self.stage_files(self.staging.dataframe_write(df), after_epoch, on_folder)
 
-    def _conform(self, df: DataFrame, *extra: str) -> DataFrame:
-        """``df`` with the sink's columns (+ ``extra``), in its order, cast to its types where they differ."""
-        from pyspark.sql import functions as F  # noqa: N812
+    @staticmethod
+    def discard(staged: StagedFiles) -> None:
+        """Remove staged files no commit took (a no-op once a commit moved them into its attempt)."""
+        EpochStaging.discard(staged)
 
-        if self._spark_schema is None:
-            return df.select(*[F.col(f"`{n}`") for n in (*self.arrow_schema.names, *extra)])
-        have = {f.name: f.dataType for f in df.schema.fields}
-        cols = []
-        for field in self._spark_schema.fields:
-            if field.name not in self.arrow_schema.names:
-                continue
-            col = F.col(f"`{field.name}`")
-            same = have.get(field.name) == field.dataType
-            cols.append(col if same else col.cast(field.dataType).alias(field.name))
-        return df.select(*cols, *[F.col(f"`{n}`") for n in extra])
+    # -- maintenance (:class:`connectors.delta.maintenance.TableMaintenance`) ------------------------------
+    def remove_orphans(self) -> int:
+        """Remove attempt folders the log does not reference and never will; returns how many."""
+        return self.maintenance.remove_orphans()
 
-    def _conform_arrow(self, rows: pa.Table, *extra: str) -> pa.Table:
-        """Arrow rows with the sink's columns (+ ``extra``), in its order and types; a missing one raises."""
-        missing = [n for n in (*self.arrow_schema.names, *extra) if n not in rows.column_names]
-        if missing:
-            msg = f"Delta sink {self.path}: rows lack the table's columns {missing}"
-            raise DeltaSinkError(msg)
-        fields = [*self.arrow_schema, *(rows.schema.field(n) for n in extra)]
-        return rows.select([f.name for f in fields]).cast(_pa().schema(fields))
+    def checkpoint(self) -> None:
+        """Write a log checkpoint now (readers then start from it instead of replaying every commit)."""
+        self.maintenance.checkpoint()
 
-    def _commit(self, table: DeltaTable, epoch: int, adds: list[Any], meta: dict[str, str]) -> int:
-        """Append ``adds`` with the epoch's transaction; a conflict with another writer is retried.
+    def compact(self, target_size: int | None = None) -> dict[str, Any]:
+        """Rewrite small files into larger ones; returns delta-rs' metrics."""
+        return self.maintenance.compact(target_size)
 
-        Another writer's commit (a property or metadata change, a compaction) can make ours conflict.
-        The files are written already, so only the log append is retried, on a refreshed snapshot, up to
-        :data:`COMMIT_RETRIES` times, and only while the epoch is still uncommitted and the table is
-        still this job's with its columns: a commit of the same epoch by another instance of the job
-        ends the loop (the caller's exactly-once check then finds it), and is never doubled.
-        """
-        from deltalake.transaction import CommitProperties, Transaction
-
-        before = int(table.version())
-        for attempt in range(COMMIT_RETRIES + 1):
-            try:
-                table.create_write_transaction(
-                    adds,
-                    mode="append",
-                    schema=self.arrow_schema,
-                    partition_by=list(self.partition_by) or None,
-                    commit_properties=CommitProperties(
-                        custom_metadata=meta, app_transactions=[Transaction(self.job_id, epoch)]
-                    ),
-                )
-                break
-            except Exception as exc:
-                if not _is_commit_conflict(exc) or attempt == COMMIT_RETRIES:
-                    raise
-                time.sleep(0.05 * 2**attempt)
-                table.update_incremental()
-                done = table.transaction_version(self.job_id)
-                if done is not None and done >= epoch:
-                    raise  # committed by another instance of this job: the caller sorts it out
-                self._check_table(table)  # still ours, with our columns: else a DeltaSinkError
-                if self.on_conflict is not None:
-                    self.on_conflict()
-                logger.warning('commit conflicted with another writer, retrying job="%s" epoch=%d '
-                               'attempt=%d error="%s"', self.job_id, epoch, attempt + 1, one_line(exc))
-        table.update_incremental()
-        return self._own_version(table, meta, before)
-
-    def _own_version(self, table: DeltaTable, meta: Mapping[str, str], before: int) -> int:
-        """The log version of the commit carrying ``meta``'s attempt, newer than ``before``.
-
-        The newest version unless another writer committed right after us: a job's state commits name
-        each other by version (``prev``, ``base``), so it must be this commit's own.
-        """
-        newest = int(table.version())
-        for version in range(newest, before, -1):
-            commit = self.read_commit(version)
-            if commit is not None and commit.get(KEY_ATTEMPT) == meta.get(KEY_ATTEMPT):
-                return version
-        return newest
-
-    def _merge(
-        self, table: DeltaTable, epoch: int, df: DataFrame | None, meta: dict[str, str]
-    ) -> CommitResult:
-        """Keyed merge of a changelog (insert/update_postimage upsert, delete deletes).
-
-        The epoch's changelog is collected to the driver as Arrow and merged by delta-rs in one commit
-        carrying the same txn and metadata; only the last change per key within the epoch counts and
-        ``update_preimage`` rows are ignored.
-        """
-        from deltalake.transaction import CommitProperties, Transaction
-
-        before = int(table.version())
-        props = CommitProperties(custom_metadata=meta, app_transactions=[Transaction(self.job_id, epoch)])
-        changes = None
-        if _is_arrow_table(df):
-            import pyarrow.compute as pc
-
-            kept = _pa().array(["insert", "update_postimage", "delete"])
-            changes = self._conform_arrow(df, CHANGE_TYPE)
-            changes = changes.filter(pc.is_in(changes.column(CHANGE_TYPE), value_set=kept))
-        elif df is not None:
-            from pyspark.sql import functions as F  # noqa: N812
-
-            keep = F.col(CHANGE_TYPE).isin("insert", "update_postimage", "delete")
-            changes = self._conform(df, CHANGE_TYPE).where(keep).toArrow()
-        if changes is None or changes.num_rows == 0:
-            table.create_write_transaction([], mode="append", schema=self.arrow_schema,
-                                           commit_properties=props)
-            rows = 0
-        else:
-            changes = last_per_key(changes, self.key_columns)
-            cols = self.arrow_schema.names
-            on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in self.key_columns)
-            values = {c: f"s.`{c}`" for c in cols}
-            (  # the changes are in memory already: not streamed, so delta-rs prunes target files by them
-                table.merge(changes, predicate=on, source_alias="s", target_alias="t",
-                            commit_properties=props, streamed_exec=False)
-                .when_matched_delete(predicate=f"s.`{CHANGE_TYPE}` = 'delete'")
-                .when_matched_update(values, predicate=f"s.`{CHANGE_TYPE}` != 'delete'")
-                .when_not_matched_insert(values, predicate=f"s.`{CHANGE_TYPE}` != 'delete'")
-                .execute()
-            )
-            rows = changes.num_rows
-        table.update_incremental()
-        return CommitResult(epoch, True, self._own_version(table, meta, before), 0, rows)
-
-
-def _is_arrow(schema: Any) -> bool:
-    import pyarrow as pa
-
-    return isinstance(schema, pa.Schema)
-
-
-def _to_arrow(schema: Any) -> pa.Schema:
-    if _is_arrow(schema):
-        return schema
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    return to_arrow_schema(schema, timezone="UTC")
+    def vacuum(self, retention_hours: int = 168, *, full: bool = True) -> list[str]:
+        """Delete files no version within ``retention_hours`` references; returns them."""
+        return self.maintenance.vacuum(retention_hours, full=full)
 
 
 def _json(text: Any, path: str, key: str) -> dict[str, Any]:
@@ -630,50 +414,3 @@ def _int_or_none(value: Any) -> int | None:
         return None if value is None else int(value)
     except (TypeError, ValueError):
         return None
-
-
-_UNITS_S = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800}
-
-
-def parse_interval_s(value: str, path: str = "") -> float:
-    """Seconds of a Delta interval property (``"interval 7 days"``, ``"interval 2 seconds"``)."""
-    words = value.strip().lower().split()
-    if words and words[0] == "interval":
-        words = words[1:]
-    try:
-        amount, unit = float(words[0]), words[1].rstrip("s")
-        return amount * _UNITS_S[unit]
-    except (IndexError, KeyError, ValueError):
-        msg = f'Delta table {path}: cannot read the interval "{value}" (expected e.g. "interval 7 days")'
-        raise DeltaSinkError(msg) from None
-
-
-def _is_commit_conflict(exc: BaseException) -> bool:
-    from deltalake.exceptions import CommitFailedError
-
-    return isinstance(exc, CommitFailedError) or "Concurrent" in str(exc)
-
-
-def last_per_key(changes: pa.Table, keys: Sequence[str]) -> pa.Table:
-    """Keep the last change of each key (row order is the changelog order), in that order."""
-    import numpy as np
-    import pyarrow as pa
-
-    n = changes.num_rows
-    at = pa.array(np.arange(n, dtype=np.int64))
-    last = (changes.select(list(keys)).append_column("__at", at)
-            .group_by(list(keys), use_threads=False).aggregate([("__at", "max")]).column("__at_max"))
-    keep = np.zeros(n, dtype=bool)
-    keep[last.to_numpy()] = True  # a mask keeps the rows' order without sorting the positions
-    return changes.filter(pa.array(keep))
-
-
-def delta_spark_available(spark: Any) -> bool:
-    """True when delta-spark's JVM classes load in ``spark`` (its jars are on the classpath)."""
-    try:
-        # spark.jars land in Spark's own class loader (the thread's context loader), not the JVM's
-        loader = spark._jvm.java.lang.Thread.currentThread().getContextClassLoader()  # noqa: SLF001
-        loader.loadClass("io.delta.tables.DeltaTable")
-    except Exception:  # noqa: BLE001 - py4j raises a generic error for a missing class; Connect has no _jvm
-        return False
-    return True

@@ -7,8 +7,9 @@ folder (Spark's executors, or pyarrow for rows already on the driver); rows stag
 that commits them (a read ahead: :meth:`EpochStaging.stage_files`) go into a folder named as an attempt
 of the job's next epoch, so the orphan sweep removes it if no commit ever takes it.
 
-:class:`EpochStaging` is a mixin of :class:`connectors.delta.sink.DeltaEpochSink` (whose
-``commit_epoch`` commits what it writes and stages).
+:class:`EpochStaging` is handed the sink's table (:class:`connectors.delta.table.SinkTable`);
+:class:`connectors.delta.sink.DeltaEpochSink` holds one, and its delta-rs append committer
+(:mod:`connectors.delta.append`) commits what it writes and stages.
 """
 
 from __future__ import annotations
@@ -18,15 +19,18 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-from connectors.delta.maintenance import MARKER, STAGING, _remove_attempt
+from connectors.delta.maintenance import MARKER, STAGING, remove_attempt
+from connectors.delta.table import is_arrow_table
 from source_backfill.errors import DeltaSinkError
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
+
+    from connectors.delta.table import SinkTable
 
 #: A staged Spark write starts a new file every this many rows: a closed file's footer tells what a
 #: read ahead has copied so far (its progress while it runs), at ~13 MB per file of 130-byte records.
@@ -46,25 +50,15 @@ class StagedFiles:
 
 
 class EpochStaging:
-    """The staging of files of :class:`connectors.delta.sink.DeltaEpochSink`, as a mixin.
+    """The staging of the Parquet files of one job's sink table.
 
-    Needs, from the class it is mixed into: ``path`` (the table), ``mode``, ``arrow_schema`` and
-    ``partition_by`` (the table's columns and partitioning), ``_ensure_table()`` (creates the table on
-    first use), ``_conform(df)`` and ``_conform_arrow(rows)`` (rows with the sink's columns, in its order
-    and types).
+    ``accepts_staged``: whether files can be staged ahead at all (a sink in append mode; a merge
+    commits no files written ahead).
     """
 
-    if TYPE_CHECKING:  # provided by the class this is mixed into
-        path: str
-        mode: Literal["append", "merge"]
-        arrow_schema: pa.Schema
-        partition_by: tuple[str, ...]
-
-        def _ensure_table(self) -> None: ...
-
-        def _conform(self, df: DataFrame, *extra: str) -> DataFrame: ...
-
-        def _conform_arrow(self, rows: pa.Table, *extra: str) -> pa.Table: ...
+    def __init__(self, target: SinkTable, *, accepts_staged: bool) -> None:
+        self.target = target
+        self.accepts_staged = accepts_staged
 
     def stage_files(self, write: Callable[[Path], Any], after_epoch: int,
                     on_folder: Callable[[Path], None] | None = None) -> StagedFiles:
@@ -79,11 +73,11 @@ class EpochStaging:
         removes a staged folder that will not be committed. ``on_folder(folder)`` is called before the
         write starts (whoever watches the write's progress looks there).
         """
-        if self.mode != "append":
+        if not self.accepts_staged:
             msg = "staged files need the delta-rs append path (files written, then committed)"
             raise DeltaSinkError(msg)
-        folder = Path(self.path) / STAGING / f"{after_epoch + 1}-{uuid.uuid4().hex[:16]}"
-        self._ensure_table()
+        folder = Path(self.target.path) / STAGING / f"{after_epoch + 1}-{uuid.uuid4().hex[:16]}"
+        self.target.ensure()
         try:
             folder.mkdir(parents=True)
             (folder / MARKER).touch()
@@ -91,10 +85,10 @@ class EpochStaging:
                 on_folder(folder)
             write(folder)
             self._check_file_schemas(folder)
-            _, rows = self._collect_adds(folder)
+            _, rows = self.collect_adds(folder)
         except BaseException:
             if folder.exists():
-                _remove_attempt(folder)
+                remove_attempt(folder)
             raise
         return StagedFiles(folder, rows)
 
@@ -104,21 +98,25 @@ class EpochStaging:
 
         A file holds at most :data:`STAGED_FILE_ROWS` rows, so files close as the write goes.
         """
+        return self.stage_files(self.dataframe_write(df), after_epoch, on_folder)
+
+    def dataframe_write(self, df: DataFrame) -> Callable[[Path], None]:
+        """The ``write(folder)`` of :meth:`stage_dataframe`: Spark writing ``df``'s rows into ``folder``."""
         def write(folder: Path) -> None:
-            (self._conform(df).write.mode("append").option("maxRecordsPerFile", STAGED_FILE_ROWS)
+            (self.target.conform(df).write.mode("append").option("maxRecordsPerFile", STAGED_FILE_ROWS)
              .parquet(str(folder)))
 
-        return self.stage_files(write, after_epoch, on_folder)
+        return write
 
     def _check_file_schemas(self, folder: Path) -> None:
         """Every Parquet file in ``folder`` has the table's columns with the table's types."""
         import pyarrow.parquet as pq
 
-        want = [(f.name, f.type) for f in self.arrow_schema if f.name not in self.partition_by]
+        want = [(f.name, f.type) for f in self.target.arrow_schema if f.name not in self.target.partition_by]
         for file in folder.rglob("*.parquet"):
             got = [(f.name, f.type) for f in pq.read_schema(file)]
             if got != want:
-                msg = (f"Delta sink {self.path}: staged file {file.name} has columns {got}, the table "
+                msg = (f"Delta sink {self.target.path}: staged file {file.name} has columns {got}, the table "
                        f"{want}")
                 raise DeltaSinkError(msg)
 
@@ -126,9 +124,9 @@ class EpochStaging:
     def discard(staged: StagedFiles) -> None:
         """Remove staged files no commit took (a no-op once a commit moved them into its attempt)."""
         if staged.folder.exists():
-            _remove_attempt(staged.folder)
+            remove_attempt(staged.folder)
 
-    def _write_files(self, df: DataFrame | pa.Table | None, folder: Path) -> tuple[list[Any], int]:
+    def write_files(self, df: DataFrame | pa.Table | None, folder: Path) -> tuple[list[Any], int]:
         """Have Spark's executors write ``df`` into ``folder``; return the add actions and row count.
 
         An Arrow table (rows already on the driver) is written by pyarrow, one file per partition value.
@@ -137,23 +135,24 @@ class EpochStaging:
             return [], 0
         folder.mkdir(parents=True)
         (folder / MARKER).touch()
-        if _is_arrow_table(df):
+        partition_by = self.target.partition_by
+        if is_arrow_table(df):
             import pyarrow.dataset as ds
 
-            rows = self._conform_arrow(df)
+            rows = self.target.conform_arrow(df)
             if rows.num_rows:
-                ds.write_dataset(rows, folder, format="parquet", partitioning=list(self.partition_by) or None,
-                                 partitioning_flavor="hive" if self.partition_by else None,
+                ds.write_dataset(rows, folder, format="parquet", partitioning=list(partition_by) or None,
+                                 partitioning_flavor="hive" if partition_by else None,
                                  basename_template=f"part-{uuid.uuid4().hex[:12]}-{{i}}.parquet",
                                  existing_data_behavior="overwrite_or_ignore")
-            return self._collect_adds(folder)
-        writer = self._conform(df).write.mode("append")
-        if self.partition_by:
-            writer = writer.partitionBy(*self.partition_by)
+            return self.collect_adds(folder)
+        writer = self.target.conform(df).write.mode("append")
+        if partition_by:
+            writer = writer.partitionBy(*partition_by)
         writer.parquet(str(folder))
-        return self._collect_adds(folder)
+        return self.collect_adds(folder)
 
-    def _collect_adds(self, folder: Path) -> tuple[list[Any], int]:
+    def collect_adds(self, folder: Path) -> tuple[list[Any], int]:
         """The add actions and row count of the Parquet files written into ``folder`` (empty ones removed)."""
         import pyarrow.parquet as pq
         from deltalake.transaction import AddAction
@@ -167,21 +166,12 @@ class EpochStaging:
             stat = file.stat()
             parts = {unquote(k): (None if v == "__HIVE_DEFAULT_PARTITION__" else unquote(v)) for k, v in
                      (seg.split("=", 1) for seg in file.relative_to(folder).parts[:-1])}
-            adds.append(AddAction(file.relative_to(self.path).as_posix(), stat.st_size, parts,
+            adds.append(AddAction(file.relative_to(self.target.path).as_posix(), stat.st_size, parts,
                                   int(stat.st_mtime * 1000), True, json.dumps({"numRecords": meta.num_rows})))
             rows += meta.num_rows
         if not (folder / MARKER).exists():
-            msg = (f"Delta sink {self.path}: attempt {folder.name} was removed by another sink's orphan "
-                   "sweep while it was written (two live writers of one job?)")
+            msg = (f"Delta sink {self.target.path}: attempt {folder.name} was removed by another sink's "
+                   "orphan sweep while it was written (two live writers of one job?)")
             raise DeltaSinkError(msg)
         return adds, rows
 
-
-def _pa() -> Any:
-    import pyarrow as pa
-
-    return pa
-
-
-def _is_arrow_table(df: Any) -> bool:
-    return df is not None and isinstance(df, _pa().Table)

@@ -116,7 +116,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Observation, SparkSession
     from pyspark.sql.types import StructType
 
-    from connectors.delta.sink import CommitResult, DeltaEpochSink, Recovered
+    from connectors.delta.committer import CommitResult
+    from connectors.delta.sink import DeltaEpochSink, Recovered
     from connectors.delta.staging import StagedFiles
     from connectors.kafka.admin import KafkaAdmin
     from connectors.kafka.connector import KafkaConnector

@@ -25,6 +25,7 @@ from collections import Counter
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from connectors.delta.merge import CHANGE_TYPE
 from source_backfill import metrics
 from source_backfill.core.budget import RateAllowance, table_budget
 from source_backfill.core.progress import Throughput
@@ -51,7 +52,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-CHANGE_TYPE = "_change_type"
 COMMIT_VERSION = "_commit_version"
 #: Key of the table-backfill state in the job's commit metadata; ``rows`` holds the per-stage counts.
 STATE_KEY = "table_backfill"
@@ -434,7 +434,7 @@ def _folded(changes: pa.Table, keys: Sequence[str]) -> pa.Table:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from connectors.delta.sink import last_per_key
+    from connectors.delta.merge import last_per_key
 
     changes = changes.filter(pc.not_equal(changes.column(CHANGE_TYPE), "update_preimage"))
     if pc.any(pc.not_equal(changes.column(CHANGE_TYPE), "insert")).as_py():

@@ -9,7 +9,8 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import DataFrameWriter
 
-from connectors.delta import DeltaEpochSink, delta_spark_available
+from connectors.delta import delta_spark_available
+from connectors.delta.append import DeltaRsAppend
 from connectors.delta.log import KEY_EPOCH, KEY_JOB, KEY_STATE
 from connectors.delta.maintenance import MARKER, STAGING
 from source_backfill.errors import DeltaSinkError, ForeignTableError, StateFormatError
@@ -44,7 +45,7 @@ def test_crash_between_file_write_and_commit_leaves_nothing_visible_and_is_clean
     def crash(*_a, **_k):
         raise RuntimeError("killed before commit")
 
-    monkeypatch.setattr(DeltaEpochSink, "_commit", crash)
+    monkeypatch.setattr(DeltaRsAppend, "_append", crash)
     with pytest.raises(RuntimeError, match="killed before commit"):
         s.commit_epoch(2, rows([2, 3]), {"e": 2})
     monkeypatch.undo()
@@ -90,14 +91,14 @@ def test_orphans_of_committed_epochs_are_removed_by_the_log_and_committed_files_
 def test_a_failure_after_the_commit_landed_keeps_the_committed_files(
     sink_factory, rows, tmp_path, monkeypatch
 ):
-    real = DeltaEpochSink._commit
+    real = DeltaRsAppend._append
 
     def commit_then_fail(self, *args):
         real(self, *args)
         raise OSError("post-commit step failed")
 
     s = sink_factory()
-    monkeypatch.setattr(DeltaEpochSink, "_commit", commit_then_fail)
+    monkeypatch.setattr(DeltaRsAppend, "_append", commit_then_fail)
     result = s.commit_epoch(1, rows([1, 2]), {"e": 1})
     monkeypatch.undo()
     assert result.committed and result.version == 1
@@ -298,7 +299,7 @@ def test_both_writers_keep_the_exactly_once_protocol(spark, sink_factory, rows, 
 
 def test_delta_spark_writer_refused_without_its_jars(spark, sink_factory, rows):
     s = sink_factory(writer="delta-spark")
-    s._delta_spark = False  # what a session without the jars finds (delta_spark_available)
+    s.committer.available = False  # what a session without the jars finds (delta_spark_available)
     with pytest.raises(DeltaSinkError, match="jars are not on Spark's classpath"):
         s.commit_epoch(1, rows([1]), {})
 
@@ -329,7 +330,7 @@ def test_staged_files_commit_with_a_later_epoch_and_are_swept_when_no_commit_tak
     assert not any((f / MARKER).exists() for f in (path / STAGING).iterdir())  # sealed
     # staged files of a commit that failed go with its attempt
     failed = _stage(s, rows([20]), after_epoch=2)
-    monkeypatch.setattr(DeltaEpochSink, "_commit", lambda *_a, **_k: (_ for _ in ()).throw(OSError("x")))
+    monkeypatch.setattr(DeltaRsAppend, "_append", lambda *_a, **_k: (_ for _ in ()).throw(OSError("x")))
     with pytest.raises(OSError, match="x"):
         s.commit_epoch(3, None, {"e": 3}, staged=[failed])
     monkeypatch.undo()
@@ -418,7 +419,7 @@ def test_a_commit_conflicting_with_another_writer_is_retried_and_lands_once(
 def test_a_commit_that_keeps_conflicting_fails_clearly_and_leaves_nothing(
     sink_factory, rows, tmp_path, monkeypatch
 ):
-    from connectors.delta.sink import COMMIT_RETRIES
+    from connectors.delta.append import COMMIT_RETRIES
     from source_backfill.errors import ConcurrentCommitError
 
     path = tmp_path / "t"
