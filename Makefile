@@ -58,7 +58,7 @@ integration: $(STAMP) jars
 ## source_backfill and connectors, lazy ones too, points down; docs/architecture.md, "Layers").
 lint: $(STAMP)
 	$(VENV)/bin/ruff check source_backfill connectors tests bench examples deploy
-	$(VENV)/bin/mypy source_backfill/core
+	$(VENV)/bin/mypy source_backfill connectors
 	$(VENV)/bin/lint-imports --no-logo
 
 ## The crash suite as a soak: CYCLES kill/restart cycles of the daemon process, then exactly once.
