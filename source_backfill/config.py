@@ -247,9 +247,10 @@ class JobSpec(_Frozen):
     #: default; the source's rows applied by key) or ``changelog`` (every change appended with
     #: ``_change_type``, ``_epoch`` and ``_seq``, which order them). None: the source kind's default.
     mode: Literal["append", "merge", "changelog"] | None = None
-    #: How a job on a ``delta`` source copies the table (DESIGN 7): ``snapshot`` (pin the version, copy it
-    #: per vnode, replay the changes after it), ``arrangement`` (copy the moving table per vnode, forward
-    #: changes of the rows already copied) or ``chain`` (the pinned snapshot in one pass, then the changes).
+    #: How a job on a ``delta`` source copies the table (docs: "Table backfill"): ``snapshot`` (pin the
+    #: version, copy it per vnode, replay the changes after it), ``arrangement`` (copy the moving table
+    #: per vnode, forward changes of the rows already copied) or ``chain`` (the pinned snapshot in one
+    #: pass, then the changes).
     strategy: Literal["snapshot", "arrangement", "chain"] | None = None
     #: Who commits the job's table: delta-rs (the default: 5-25x faster per epoch here, `make bench`) or
     #: delta-spark (``txnAppId``/``txnVersion``; no history read ahead, history read in the epochs).

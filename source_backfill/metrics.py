@@ -1,4 +1,4 @@
-"""Every Prometheus metric of source-backfill, defined once (DESIGN 8).
+"""Every Prometheus metric of source-backfill, defined once (the README lists them).
 
 RisingWave's names are given in comments so dashboards can be mapped across.
 """

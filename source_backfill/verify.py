@@ -470,7 +470,7 @@ def _stream_log(bootstrap: str, kafka_options: Mapping[str, Any] | None, tallies
     A record whose offset the table holds once is right (its count is cleared); none: missing; more:
     duplicated. What is left counted after the log is read are offsets the table holds and the log has
     not (an aborted transaction's record, say): unexpected. A split is read to ``hi`` or to a consumer
-    position at or past it (the last offsets may be transaction markers: no record, DESIGN 3).
+    position at or past it (the last offsets may be transaction markers: no record).
     """
     import time
 

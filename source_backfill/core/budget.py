@@ -1,4 +1,4 @@
-"""The per-epoch history budget: prefer the live stream (DESIGN 5.4); the rate limit's allowance."""
+"""The per-epoch history budget: prefer the live stream; the rate limit's allowance."""
 
 from __future__ import annotations
 

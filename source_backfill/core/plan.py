@@ -1,4 +1,4 @@
-"""The per-epoch planner of a source backfill job (DESIGN 5.3-5.5). Pure: no I/O.
+"""The per-epoch planner of a source backfill job (docs/architecture.md, "How it works"). Pure: no I/O.
 
 One epoch of one job, in three steps:
 

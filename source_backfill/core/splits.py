@@ -1,4 +1,4 @@
-"""Per-split source backfill state and the row rules of DESIGN 5.2 (RisingWave's SourceBackfillExecutor).
+"""Per-split source backfill state and the row rules (RisingWave's SourceBackfillExecutor).
 
 A split (one Kafka topic-partition) is in one of three stages:
 

@@ -3,7 +3,7 @@
 The upstream is a Delta table with change data feed, read as one live stream of its changes per source;
 an epoch's live batch holds the changes of the table versions ``(a, b]`` (every change carries its
 ``_commit_version``). A job copies the table's rows and then follows its changes, exactly once, in one of
-three ways (DESIGN 7; RisingWave's snapshot backfill, arrangement backfill and rearranged chain):
+three ways (docs/architecture.md; RisingWave's snapshot backfill, arrangement backfill and rearranged chain):
 
 * **arrangement** — no pinned version. Each vnode (``crc32(pk) % 256``) is ``NotStarted``,
   ``InProgress(pos)`` or ``Completed(pos)``. Each epoch reads, per unfinished vnode, the next chunk of

@@ -1,6 +1,6 @@
 """A table-backfill job: copy a changing Delta table into the job's table, then follow its changes.
 
-One job, one strategy (``snapshot``, ``arrangement`` or ``chain``; DESIGN 7 and the rules in
+One job, one strategy (``snapshot``, ``arrangement`` or ``chain``; docs/architecture.md and the rules in
 :mod:`source_backfill.core.table_backfill`). Every epoch the source hands the job the versions the live
 stream delivered (``delivered``) and the change feed rows after the slowest job's cursor; the job decides
 what to emit with the pure rules, reads what they ask for (snapshot chunks, a bounded replay) with

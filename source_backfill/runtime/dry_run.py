@@ -69,8 +69,9 @@ class HistoryRates:
     * ``rate``: rows over the time from the create to the finish, of a job without a rate limit (a limited
       job measures its limit), the fastest seen for the same reason; while none has finished, the running
       ones' rate so far (over ``min_s`` at least);
-    * ``epoch_period_s``: seconds between the source's epochs over the last ``window_s``: a rate limit is
-      a budget per trigger interval (DESIGN 5.4), so epochs slower than the interval read less than it.
+    * ``epoch_period_s``: seconds between the source's epochs over the last ``window_s``:
+      ``max_rows_per_epoch`` is a budget per epoch, so epochs slower than the interval read less than it
+      (the rate limit is kept on the wall clock: ``core.budget.RateAllowance``).
     """
 
     #: Jobs created before this (wall clock, s) are not measured.

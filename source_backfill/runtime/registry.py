@@ -1,7 +1,7 @@
 """The job registry: every job the daemon knows, its control flags, and the durable mutation log.
 
 Control commands (create, pause, resume, throttle, drop) arrive on the API thread and take effect at the
-next epoch boundary of the job's source (DESIGN 6, step 1). The protocol, in order:
+next epoch boundary of the job's source (docs/architecture.md, step 2). The protocol, in order:
 
 1. the API thread calls a mutating method; the registry validates it, appends one ``mutation`` line to
    ``state_root/mutations.jsonl`` and fsyncs it — only then does the job table change, the mutation get

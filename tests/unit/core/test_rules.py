@@ -1,4 +1,4 @@
-"""Every cell of the DESIGN 5.2 row-rule tables, by name."""
+"""Every cell of the row-rule tables (core/splits.py), by name."""
 
 from source_backfill.core import SplitState, Stage, on_history_row, on_live_row
 
