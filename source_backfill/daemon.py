@@ -76,7 +76,7 @@ class Daemon:
 
     def _start(self) -> None:
         from connectors.kafka.admin import KafkaAdmin
-        from connectors.kafka.connector import connector_class, connector_for
+        from connectors.kafka.factory import connector_class, connector_for
         from source_backfill.api.app import create_app, create_metrics_app
         from source_backfill.api.server import ApiServer
         from source_backfill.executors.spark_work import LEDGER_DIR, SparkWork, WorkLedger

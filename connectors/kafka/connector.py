@@ -3,9 +3,10 @@
 A Kafka source reads with Spark's own Kafka source (``connector = "spark"``,
 :class:`connectors.kafka.spark_kafka.SparkKafkaConnector`) or with the project's Python data source
 (``connector = "python"``, :class:`connectors.kafka.python_connector.PythonKafkaConnector`). Both give
-the same rows (the schema of Spark's source) and the same ranges. :func:`connector_for` is the one place
-the source's ``connector`` is looked at; the live source, its jobs and their history readers get the
-connector object.
+the same rows (the schema of Spark's source) and the same ranges.
+:func:`connectors.kafka.factory.connector_for` is the one place the source's ``connector`` is looked at;
+the live source, its jobs and their history readers get the connector object. This module is the
+interface only: the implementations import it, never the other way round.
 
 What a connector reads: the live stream (the streaming DataFrame of the source's query), ranges of
 history (a DataFrame), staged copies of ranges (Parquet files of a job's table, for a read ahead), and
@@ -45,7 +46,7 @@ class Stager(Protocol):
 
 
 class KafkaConnector(ABC):
-    """How one Kafka source reads Kafka (see the module docstring); made by :func:`connector_for`."""
+    """How one Kafka source reads Kafka (see the module docstring); made by ``factory.connector_for``."""
 
     #: Whether the connector runs Python in Spark's workers (the Python data source, its pyarrow copy):
     #: a session for it registers the data source and warms a worker.
@@ -142,23 +143,3 @@ class KafkaConnector(ABC):
 def poll_timeout_ms(source: SourceConfig) -> int:
     """The source's ``poll_timeout_s`` in milliseconds (``kafkaConsumer.pollTimeoutMs`` of the readers)."""
     return round(source.poll_timeout_s * 1000)
-
-
-def connector_class(source: SourceConfig) -> type[KafkaConnector]:
-    """The connector class of ``source`` (its ``connector``): the one place the choice is made."""
-    if source.connector == "spark":
-        from connectors.kafka.spark_kafka import SparkKafkaConnector
-
-        return SparkKafkaConnector
-    from connectors.kafka.python_connector import PythonKafkaConnector
-
-    return PythonKafkaConnector
-
-
-def connector_for(source: SourceConfig, bootstrap_servers: str, spark: SparkSession,
-                  admin: KafkaAdmin) -> KafkaConnector:
-    """The connector ``source`` reads Kafka with, at ``bootstrap_servers`` (resolved), in ``spark``.
-
-    ``admin``: the source's admin client (log starts for a data-loss check before a read).
-    """
-    return connector_class(source)(source, bootstrap_servers, spark, admin)

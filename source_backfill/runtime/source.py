@@ -76,7 +76,7 @@ class LiveSource(JobHost[SourceBackfillJob]):
         self.work = work
         self.spark = spark
         self.admin = admin
-        #: How the source reads Kafka (:func:`connectors.kafka.connector.connector_for`); it keeps the
+        #: How the source reads Kafka (:func:`connectors.kafka.factory.connector_for`); it keeps the
         #: driver's consumer of small live batches (closed at stop).
         self.connector = connector
         self.checkpoint = state_root / "sources" / config.name / "checkpoint"

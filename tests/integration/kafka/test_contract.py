@@ -11,7 +11,7 @@ import time
 import pytest
 
 from connectors.kafka.admin import KafkaAdmin
-from connectors.kafka.connector import connector_for
+from connectors.kafka.factory import connector_for
 from connectors.kafka.ranges import kafka_schema
 from connectors.kafka.stream import batch_offsets
 from source_backfill.config import SourceConfig

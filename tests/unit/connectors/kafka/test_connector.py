@@ -6,7 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from connectors.kafka.connector import KafkaConnector, connector_class, connector_for
+from connectors.kafka.connector import KafkaConnector
+from connectors.kafka.factory import connector_class, connector_for
 from connectors.kafka.python_connector import PythonKafkaConnector, max_read_tasks
 from connectors.kafka.spark_kafka import SparkKafkaConnector
 from source_backfill.config import SourceConfig
