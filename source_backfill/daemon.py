@@ -364,7 +364,7 @@ def _redacted(value: Any, state_root: Path) -> Any:
     if isinstance(value, str):
         return redact(value, state_root)
     if isinstance(value, dict):
-        return {k: _redacted(v, state_root) for k, v in value.items()}
+        return _redacted_dict(value, state_root)
     if isinstance(value, list):
         return [_redacted(v, state_root) for v in value]
     return value
