@@ -113,20 +113,6 @@ def _idle(bootstrap: str, work: Path) -> dict[str, Any]:
     }
 
 
-def _job(sink: Any) -> Any:
-    """A :class:`SourceBackfillJob` for its commit path only: no Spark session, no Kafka admin."""
-    from source_backfill.core.state_log import SnapshotPolicy
-    from source_backfill.executors.source_backfill import SourceBackfillJob
-
-    job = object.__new__(SourceBackfillJob)
-    job.spec = type("Spec", (), {"name": sink.job_id})()
-    job.sink = sink
-    job.states, job.committed_epoch, job.processed_epoch = None, None, None
-    job._covered_to, job._chain, job._snapshot_pending = {}, None, False  # noqa: SLF001
-    job._policy = SnapshotPolicy(max_age_s=sink.log_retention_s() / 2)  # noqa: SLF001
-    return job
-
-
 def _ten_thousand(work: Path) -> dict[str, Any]:
     """Commit bytes with one of 10,000 splits moving per epoch, and the recovery after them."""
     import pyarrow as pa
@@ -135,12 +121,14 @@ def _ten_thousand(work: Path) -> dict[str, Any]:
     from connectors.kafka.ranges import kafka_arrow_schema
     from source_backfill.core import SplitState
     from source_backfill.core.columnar import SplitTable
-    from source_backfill.executors.source_backfill import _plan_summary
+    from source_backfill.core.state_log import SnapshotPolicy
+    from source_backfill.executors.job_log import JobLog
 
     schema = kafka_arrow_schema()
     path = work / "ten-thousand"
     sink = DeltaEpochSink(str(path), "tenk", schema)
-    job = _job(sink)
+    log = JobLog(SnapshotPolicy(max_age_s=sink.log_retention_s() / 2))
+    committed = None
     splits = [f"t{i}:0" for i in range(SPLITS)]
     states = SplitTable.from_states({s: SplitState.finished(99, 99, 100) for s in splits})
     end = dict.fromkeys(splits, 100)
@@ -154,18 +142,22 @@ def _ten_thousand(work: Path) -> dict[str, Any]:
         record = {"topic": "t", "partition": 0, "offset": epoch, "key": b"k", "value": b"v",
                   "timestampType": 0}
         row = pa.Table.from_pylist([record], schema=schema)
-        result = sink.commit_epoch(epoch, row, job._state_doc(states, end),  # noqa: SLF001
-                                   plan=_plan_summary(plan, 0, (), job._covered_to))  # noqa: SLF001
-        job._chain_after(result.version)  # noqa: SLF001
-        job.states, job._covered_to, job.committed_epoch = states, dict(end), epoch  # noqa: SLF001
+        result = sink.commit_epoch(epoch, row, log.state_doc(committed, states, end),
+                                   plan=log.plan_summary(plan, 0))
+        log.landed(result.version, end)
+        committed = states
         sizes.append((path / "_delta_log" / f"{result.version:020d}.json").stat().st_size)
     t0 = time.monotonic()
     opened = DeltaEpochSink(str(path), "tenk", schema)
-    again = _job(opened)
-    again._recover(opened.recover())  # noqa: SLF001
+    again = JobLog(SnapshotPolicy(max_age_s=opened.log_retention_s() / 2))
+    head = opened.recover()
+    if head is None:
+        msg = "the table holds no commit of the job"
+        raise RuntimeError(msg)
+    recovered = again.recover(opened, head)
     recovery_s = time.monotonic() - t0
-    same = dict(again.states.to_states()) == dict(job.states.to_states())
-    if not same or again._covered_to != end:  # noqa: SLF001
+    same = dict(recovered.to_states()) == dict(states.to_states())
+    if not same or again.covered_to != end:
         msg = "the recovered state differs from the state the job held"
         raise RuntimeError(msg)
     return {

@@ -35,8 +35,6 @@ epoch reads it itself and the job finishes.
 from __future__ import annotations
 
 import logging
-import math
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -57,7 +55,6 @@ from source_backfill.core import (
     HistoryRange,
     JobProgressSummary,
     LiveStats,
-    RateAllowance,
     SplitChange,
     SplitState,
     Stage,
@@ -66,35 +63,21 @@ from source_backfill.core import (
     attach,
     budget_after_adopted,
     finish_epoch,
-    fit_epoch_cost,
-    history_budget,
     is_backfill_done,
     is_finish_reported,
     job_progress,
     plan_epoch,
-    read_ahead_budget,
     reconcile_splits,
     rejoin,
     split_id,
 )
-from source_backfill.core.codec import (
-    END,
-    SPLITS,
-    LoggedState,
-    decode_state,
-    delta_to_json,
-    rebuild,
-    snapshot_to_json,
-    splits_from_rows,
-)
 from source_backfill.core.columnar import SplitTable
 from source_backfill.core.latency import LatencyWindow
-from source_backfill.core.state_log import Chain, Changes, SnapshotPolicy, snapshot_due
+from source_backfill.core.state_log import SnapshotPolicy
 from source_backfill.errors import (
     JobError,
     SourceBackfillError,
     SparkWorkTimeoutError,
-    StateFormatError,
     one_line,
 )
 from source_backfill.executors.accounting import JobMetrics, Rates, live_latencies
@@ -105,7 +88,9 @@ from source_backfill.executors.history import (
     observed,
     range_sizes,
 )
+from source_backfill.executors.job_log import JobLog
 from source_backfill.executors.live_filter import live_rows, live_rows_arrow
+from source_backfill.executors.pacing import HistoryPace
 from source_backfill.executors.read_ahead import Adopted, ReadAhead, ReadsAhead, within_cap
 from source_backfill.executors.transform import apply_transform, check_transform
 
@@ -117,7 +102,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
     from connectors.delta.committer import CommitResult
-    from connectors.delta.sink import DeltaEpochSink, Recovered
+    from connectors.delta.sink import Recovered
     from connectors.delta.staging import StagedFiles
     from connectors.kafka.admin import KafkaAdmin
     from connectors.kafka.connector import KafkaConnector
@@ -127,9 +112,6 @@ logger = logging.getLogger(__name__)
 
 #: An epoch writing at most this many rows writes them as one file (one Spark task).
 _SMALL_OUTPUT_ROWS = 50_000
-#: History-read error backoff (seconds): doubles per consecutive error up to the cap.
-_BACKOFF_BASE_S = 1.0
-_BACKOFF_CAP_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -188,23 +170,14 @@ class SourceBackfillJob:
         self.paused = False
         self.rate_limit: float | None = spec.rate_limit
         self.failed: str | None = None
-        #: The last history read error while backing off (None after a good read).
-        self.last_error: str | None = None
         #: The committed split states, as columns (the planner's form; a mapping for everything else).
         self.states: SplitTable | None = None
         self.committed_epoch: int | None = None
         #: The last epoch the job processed: committed, or with nothing to commit (no change).
         self.processed_epoch: int | None = None
-        #: Live positions after the job's last committed epoch (what it has covered), for rejoining.
-        self._covered_to: dict[str, int] = {}
-        #: Where the job's state commits stand in its log (None: the next commit writes a snapshot).
-        self._chain: Chain | None = None
-        #: Whether the commit being made carries a snapshot (set with its state).
-        self._snapshot_pending = False
         self._rates = Rates()
-        #: The rate limit's allowance on the wall clock (reads ahead and the epoch's own spend it).
-        self._allowance = RateAllowance()
-        self._allowance_lock = threading.Lock()
+        #: The rate limit's allowance, the epoch's history budget, the backoff after read errors.
+        self._pace = HistoryPace(self._rates)
         self._metrics = JobMetrics(spec.name)
         #: Live latency of the rows committed in the last minute (core.latency: p50/p99 for the API).
         self.latency = LatencyWindow()
@@ -218,7 +191,8 @@ class SourceBackfillJob:
         #: run alone and start no read ahead, so none of its work is in flight beside another job's.
         self.alone = False
         self._reads = ReadsAhead(spec.name, spark, self.sink, work=self._spark_work)
-        self._policy = SnapshotPolicy(max_age_s=self.sink.log_retention_s() / 2)
+        #: What the job's commits carry of its state: the log chain, the live positions covered.
+        self.log = JobLog(SnapshotPolicy(max_age_s=self.sink.log_retention_s() / 2))
         recovered = self.sink.recover()
         if recovered is not None:
             self._recover(recovered)
@@ -227,20 +201,20 @@ class SourceBackfillJob:
             logger.info(
                 'job recovered job="%s" epoch=%d splits=%d finished=%s version=%d base=%s',
                 spec.name, recovered.epoch, len(self.states), is_backfill_done(self.states),
-                recovered.version, None if self._chain is None else self._chain.base,
+                recovered.version, None if self.log.chain is None else self.log.chain.base,
             )
         self._rates.copied.observe(time.monotonic(), self._rates.rows_history)  # the rate's first point
 
     def _recover(self, recovered: Recovered) -> None:
         """States, covered positions and the log chain from the job's newest commit (and those it names)."""
-        sections, self._chain = read_state_chain(self.sink, recovered)
-        self.states = SplitTable.from_states(splits_from_rows(sections[SPLITS]))
+        self.states = self.log.recover(self.sink, recovered)
         self.committed_epoch = recovered.epoch
         self.processed_epoch = None
-        if END in sections:
-            self._covered_to = dict(sections[END])
-        else:  # version 1: the positions are in the commit's plan
-            self._covered_to = dict((recovered.plan or {}).get("end", {}))
+
+    @property
+    def last_error(self) -> str | None:
+        """The last history read error while backing off (None after a good read)."""
+        return self._pace.last_error
 
     @property
     def name(self) -> str:
@@ -315,7 +289,7 @@ class SourceBackfillJob:
             # the job missed epochs (dropped and re-created on its table, restarted after epochs that
             # changed nothing and were not committed, say): history covers them. Epochs skipped for no
             # change moved no position, so after those the rejoin plans nothing to read.
-            states = SplitTable.from_states(rejoin(states, self._covered_to, inp.start))
+            states = SplitTable.from_states(rejoin(states, self.log.covered_to, inp.start))
             logger.info('job rejoins job="%s" last_epoch=%d epoch=%d', self.name, last, inp.epoch)
         reconciled, changes = reconcile_splits(states, sorted(inp.end))
         states = SplitTable.from_states(reconciled)
@@ -333,7 +307,7 @@ class SourceBackfillJob:
         plan = plan_epoch(states, inp.live, budget, inp.end)
         if self.reads_ahead and plan.history and not self._reads_inline(plan, budget, ahead):
             plan = plan.without_history()  # the reads ahead take the history
-        self._spend(sum(r.size for r in plan.history))
+        self._pace.spend(sum(r.size for r in plan.history))
 
         if self._unchanged(inp, plan, ahead):
             return self._skipped(inp, plan, t0)
@@ -342,11 +316,13 @@ class SourceBackfillJob:
                 and self.sink.writes_before_commit():
             # the live batch is on the driver already (a small batch): its rows are written with
             # pyarrow, no Spark job per job and epoch (the caught-up trigger's hot path)
-            return self._commit_arrow(inp, plan, budget, ahead, t0)
-        with self._spark_work(f"epoch {inp.epoch}"):
-            written = self._write_epoch(inp, plan, budget, ahead)
-        return self._committed(inp, written.plan, written.result, written.states, ahead, written.counts,
-                               written.read_s, t0)
+            batch = inp.rows
+            written = self._commit(inp, plan, budget, ahead, lambda: live_rows_arrow(batch, plan.emit_above),
+                                   {}, read_s=0.0)
+        else:
+            with self._spark_work(f"epoch {inp.epoch}"):
+                written = self._write_epoch(inp, plan, budget, ahead)
+        return self._committed(inp, written, ahead, t0)
 
     def _spark_work(self, what: str, kind: str = "epoch") -> AbstractContextManager[None]:
         """The job's Spark work: under its own job tag and deadline, marked while it runs (when managed)."""
@@ -354,17 +330,15 @@ class SourceBackfillJob:
             return nullcontext()
         return self._work.running(self.name, what, self.source.job_timeout_s, kind)
 
-    def _write_epoch(
-        self, inp: EpochInput, plan: EpochPlan, budget: int, ahead: Adopted
-    ) -> _Written:
-        """Spark writes the epoch's rows (live, history read in it, the transform) and the sink commits.
+    def _write_epoch(self, inp: EpochInput, plan: EpochPlan, budget: int, ahead: Adopted) -> _Written:
+        """The epoch's rows as Spark writes them (live, history read in it, the transform), committed.
 
-        Returns the commit result, the plan as committed, the history counts, the new states and the read
-        seconds.
+        History is counted in one pass while it is written (the state is then taken after the write),
+        where the sink writes before it commits and there is no transform: a transform could let Spark
+        prune the history scan, and its observed counts would never come. Otherwise it is cached and
+        counted before the commit.
         """
         live = live_rows(self.spark, inp.batch, plan.emit_above)
-        # One pass (count while writing) needs a sink that writes before it commits, and no transform:
-        # a transform could let Spark prune the history scan, and its observed counts would never come.
         observe = bool(plan.history) and self.spec.transform is None and self.sink.writes_before_commit()
         history, counts, read_s, observation = self._read_history(
             plan.history, observe=observe, session=live.sparkSession
@@ -378,51 +352,75 @@ class SourceBackfillJob:
         if bound <= _SMALL_OUTPUT_ROWS:
             out = out.coalesce(1)  # one task and one file instead of one per split for a small epoch
         try:
-            if observation is not None:
-                written = self._commit_observed(inp, plan, budget, out, live, observation, ahead)
-            else:
-                new_states = finish_epoch(plan, counts)
-                result = self.sink.commit_epoch(inp.epoch, self.transform(out),
-                                                self._state_doc(new_states, plan.end),
-                                                plan=self._plan_summary(plan, budget, ahead.ranges),
-                                                staged=ahead.staged)
-                written = _Written(result, plan, counts, new_states, read_s)
+            if observation is None:
+                return self._commit(inp, plan, budget, ahead, lambda: self.transform(out), counts,
+                                    read_s=read_s)
+            seen = observation
+            return self._commit(inp, plan, budget, ahead, lambda: self.transform(out),
+                                lambda: {s: int(n) for s, n in observed(seen).items() if n},
+                                live_only=lambda: self.transform(live))
+        finally:
+            if history is not None and observation is None:
+                history.unpersist()
+
+    def _commit(
+        self, inp: EpochInput, plan: EpochPlan, budget: int, ahead: Adopted,
+        rows: Callable[[], DataFrame | pa.Table], counts: Mapping[str, int] | Callable[[], dict[str, int]],
+        *, read_s: float | None = None, live_only: Callable[[], DataFrame] | None = None,
+    ) -> _Written:
+        """The one commit path: rows, adopted reads' files, ``S(e)`` and the plan summary in one commit.
+
+        None if the epoch is in the table already (a replay).
+
+        ``counts``: the history rows read in the epoch per split, or a callable giving them once the rows
+        are written (history counted while written; the state is taken after the write, where the sink
+        writes before it commits). ``read_s``: seconds the epoch's history read took (None: the commit's,
+        for history counted while written). ``live_only``: the epoch's live rows alone, committed instead
+        when the write fails before its history was counted; the failure is then taken for a history
+        read error (counted, backed off; a data loss fails the job). Adopted reads are thrown away if no
+        commit lands.
+        """
+        t0 = time.monotonic()
+        taken: dict[str, Any] = {}
+
+        def state() -> dict[str, Any]:
+            taken["counts"] = dict(counts() if callable(counts) else counts)
+            taken["states"] = finish_epoch(plan, taken["counts"])
+            return self.log.state_doc(self.states, taken["states"], plan.end)
+
+        try:
+            try:
+                result = self.sink.commit_epoch(
+                    inp.epoch, rows(), state if self.sink.writes_before_commit() else state(),
+                    plan=self.log.plan_summary(plan, budget, ahead.ranges), staged=ahead.staged)
+            except Exception as exc:
+                if live_only is None or isinstance(exc, SourceBackfillError) or "states" in taken:
+                    raise  # the rows were written (or the sink refused): not the history read's fault
+                self._history_error(exc)
+                return self._commit(inp, plan.without_history(), budget, ahead, live_only, {}, read_s=0.0)
         except Exception:
             if ahead.reads:
                 self._reads.drop()  # the adopted ones' files too, unless the failed attempt took them
             raise
-        finally:
-            if history is not None and observation is None:
-                history.unpersist()
-        return written
+        seconds = time.monotonic() - t0 if read_s is None else read_s
+        if "states" not in taken:  # the epoch was in already (a replay): nothing was counted
+            known = {} if callable(counts) else dict(counts)
+            return _Written(result, plan, known, finish_epoch(plan, known), seconds)
+        if plan.history:
+            self._history_ok()
+        return _Written(result, plan, taken["counts"], taken["states"], seconds)
 
-    def _commit_arrow(self, inp: EpochInput, plan: EpochPlan, budget: int, ahead: Adopted, t0: float) -> bool:
-        """Commit an epoch without history read in it whose live rows are on the driver (Arrow)."""
-        assert inp.rows is not None  # noqa: S101
-        new_states = finish_epoch(plan, {})
-        try:
-            result = self.sink.commit_epoch(inp.epoch, live_rows_arrow(inp.rows, plan.emit_above),
-                                            self._state_doc(new_states, plan.end),
-                                            plan=self._plan_summary(plan, budget, ahead.ranges),
-                                            staged=ahead.staged)
-        except Exception:
-            if ahead.reads:
-                self._reads.drop()
-            raise
-        return self._committed(inp, plan, result, new_states, ahead, {}, 0.0, t0)
-
-    def _committed(self, inp: EpochInput, plan: EpochPlan, result: CommitResult, new_states: SplitTable,
-                   ahead: Adopted, counts: dict[str, int], read_s: float, t0: float) -> bool:
+    def _committed(self, inp: EpochInput, written: _Written, ahead: Adopted, t0: float) -> bool:
         """After the commit (or its skip): states, adopted reads, accounting, the next read ahead."""
+        result, plan, counts = written.result, written.plan, written.counts
         if result.committed:
             self._live_latency(inp, plan, time.time())
             with self._reads.lock:  # the adopted reads leave the list as the states take them in
-                self.states = new_states
+                self.states = written.states
                 self._reads.retire(ahead.reads)
             if ahead.reads:
                 metrics.HISTORY_READS_AHEAD.labels(self.name, "adopted").inc(len(ahead.reads))
-            self._covered_to = dict(inp.end)
-            self._chain_after(result.version)
+            self.log.landed(result.version, inp.end)
         else:  # another attempt committed this epoch first: its state is the truth
             if ahead.reads:
                 self._reads.drop()
@@ -432,7 +430,7 @@ class SourceBackfillJob:
         self.committed_epoch = inp.epoch
         self.processed_epoch = inp.epoch
         elapsed = time.monotonic() - t0
-        inline = (sum(counts.values()), read_s)
+        inline = (sum(counts.values()), written.read_s)
         if result.committed:
             counts = _add_counts(dict(counts), ahead.counts)
         self._account(inp, plan, counts, inline, elapsed, committed=result.committed)
@@ -454,21 +452,11 @@ class SourceBackfillJob:
         self._metrics.latency(latencies)
         self.latency.add(time.monotonic(), latencies, kind)
 
-    # -- what a commit records -----------------------------------------------------------------------
     def _unchanged(self, inp: EpochInput, plan: EpochPlan, ahead: Adopted) -> bool:
-        """Nothing to commit: no row, no history, no split state or live position moved, no snapshot due.
-
-        Only once the job's state is in its log in the current format (``_chain``): the first commit,
-        and the first after a previous-format table, are written whatever the epoch holds.
-        """
-        if self._chain is None or self.states is None or plan.history or ahead.reads or ahead.staged:
+        """Nothing to commit: no row, no history, no split state or live position moved, no snapshot due."""
+        if plan.history or ahead.reads or ahead.staged or _output_rows_bound(inp, plan, {}) > 0:
             return False
-        if _output_rows_bound(inp, plan, {}) > 0:
-            return False
-        if self._changes(finish_epoch(plan, {}), plan.end):
-            return False
-        # a snapshot due by age is committed even by an idle job: the log cleanup never takes its state
-        return time.time() - self._chain.base_time_s < self._policy.max_age_s
+        return self.log.idle(self.states, finish_epoch(plan, {}), plan.end)
 
     def _skipped(self, inp: EpochInput, plan: EpochPlan, t0: float) -> bool:
         """An epoch with nothing to commit is processed all the same (progress, metrics, read ahead)."""
@@ -478,66 +466,10 @@ class SourceBackfillJob:
             self._read_ahead()
         return False
 
-    def _changes(self, new_states: SplitTable, end: Mapping[str, int]) -> Changes:
-        """What moved since the job's last commit: split rows and live positions."""
-        rows, removed = new_states.changed_rows(self.states if self._chain is not None else None)
-        ends = {s: p for s, p in end.items() if self._covered_to.get(s) != p}
-        gone = sorted(s for s in self._covered_to if s not in end)
-        changed = {k: v for k, v in ((SPLITS, rows), (END, ends)) if v}
-        return Changes(changed, {k: v for k, v in ((SPLITS, removed), (END, gone)) if v})
-
-    def _state_doc(self, new_states: SplitTable, end: Mapping[str, int]) -> dict[str, Any]:
-        """The state the commit carries: a snapshot, or the delta since the job's previous commit."""
-        changes = self._changes(new_states, end)
-        total = 2 * len(new_states)
-        snapshot = self._chain is None or snapshot_due(
-            self._policy, has_base=True, deltas_since=self._chain.deltas_since, changes=changes,
-            total=total, base_age_s=time.time() - self._chain.base_time_s)
-        self._snapshot_pending = snapshot
-        if snapshot:
-            return snapshot_to_json({SPLITS: new_states.to_json_rows(), END: dict(sorted(end.items()))})
-        assert self._chain is not None  # noqa: S101
-        return delta_to_json(changes, base=self._chain.base, prev=self._chain.prev)
-
-    def _chain_after(self, version: int | None) -> None:
-        """The chain once this job's commit landed at ``version`` (unknown: the next one is a snapshot)."""
-        if version is None:
-            self._chain = None
-        elif self._snapshot_pending or self._chain is None:
-            self._chain = Chain(version, version, 0, time.time())
-        else:
-            self._chain = self._chain.after(version, snapshot=False, now_s=time.time())
-
-    def _plan_summary(self, plan: EpochPlan, budget: int,
-                      history: Iterable[HistoryRange] = ()) -> dict[str, Any]:
-        """What the commit records of the epoch's plan: its budget, ranges read, positions that moved."""
-        return _plan_summary(plan, budget, history, self._covered_to)
-
     def _budget(self, interval_s: float) -> int:
         """History offsets one epoch may read now (0 in a read-error backoff)."""
-        if time.monotonic() < self._rates.backoff_until:
-            return 0
-        return history_budget(
-            allowance=self._allowed(interval_s),
-            interval_s=interval_s,
-            max_rows_per_epoch=self.spec.max_rows_per_epoch,
-            measured_rows_per_s=self._rates.history_rows_per_s,
-            last_epoch_s=self._rates.last_epoch_s,
-            paused=self.paused,
-            epoch_cost=fit_epoch_cost(list(self._rates.samples)),
-            last_history_rows=self._rates.samples[-1][0] if self._rates.samples else None,
-        )
-
-    def _allowed(self, interval_s: float) -> int | None:
-        """What the rate limit lets the job read now (None: no limit)."""
-        with self._allowance_lock:
-            return self._allowance.available(self.rate_limit, interval_s, time.monotonic())
-
-    def _spend(self, offsets: int) -> None:
-        """``offsets`` of history are planned for reading: they leave the rate limit's allowance."""
-        if offsets:
-            with self._allowance_lock:
-                self._allowance.spend(offsets)
+        return self._pace.epoch_budget(rate_limit=self.rate_limit, interval_s=interval_s,
+                                       max_rows_per_epoch=self.spec.max_rows_per_epoch, paused=self.paused)
 
     # -- read-ahead ------------------------------------------------------------------------------------
     def _adopt_reads(
@@ -581,7 +513,7 @@ class SourceBackfillJob:
         """Start the next history read ahead if the job may read history now and none is running."""
         with self._reads.lock:
             if (self.failed is not None or self.states is None or self.alone or not self._reads.may_start()
-                    or time.monotonic() < self._rates.backoff_until):
+                    or self._pace.backing_off):
                 return
             planned = ahead_of(self.states, self._reads.ranges())
             epoch_budget = self._budget(self._interval_s)
@@ -589,27 +521,16 @@ class SourceBackfillJob:
                 # the next epoch reads the rest itself and finishes: a read ahead of a few offsets costs
                 # a Spark job (~0.6 s) and is in flight when that epoch comes, so it would only delay it
                 return
-            remaining = job_progress(planned).remaining_offsets
-            allowance = self._allowed(self._interval_s)
-            if allowance is not None and self.rate_limit \
-                    and allowance < min(remaining, math.ceil(self.rate_limit * self._interval_s)):
-                return  # under a rate limit a read waits for an interval's worth (or the rest)
-            budget = read_ahead_budget(
-                allowance=allowance,
-                interval_s=self._interval_s,
-                max_rows_per_epoch=self.spec.max_rows_per_epoch,
-                measured_rows_per_s=self._rates.ahead_rows_per_s,
-                last_epoch_s=self._rates.last_epoch_s,
-                paused=self.paused,
-                remaining=remaining,
-                tail_budget=epoch_budget,
-            )
+            budget = self._pace.ahead_budget(
+                remaining=job_progress(planned).remaining_offsets, tail_budget=epoch_budget,
+                rate_limit=self.rate_limit, interval_s=self._interval_s,
+                max_rows_per_epoch=self.spec.max_rows_per_epoch, paused=self.paused)
             if budget <= 0:
                 return
             ranges = plan_epoch(planned, {}, budget, {}).history
             if not ranges:
                 return
-            self._spend(sum(r.size for r in ranges))
+            self._pace.spend(sum(r.size for r in ranges))
             self.history.count_data_loss(self.name, ranges)
             after = self.committed_epoch if self.committed_epoch is not None else -1
             self._reads.start(ranges, self._stage_read(after), self._read_done)
@@ -637,48 +558,6 @@ class SourceBackfillJob:
     def close(self, timeout_s: float = 30.0) -> None:
         """Stop reading ahead: running reads are cancelled and staged files removed (none committed)."""
         self._reads.close(timeout_s)
-
-    def _commit_observed(
-        self, inp: EpochInput, plan: EpochPlan, budget: int, out: DataFrame, live: DataFrame,
-        observation: Observation, ahead: Adopted,
-    ) -> _Written:
-        """Commit an epoch whose history counts its rows while written; the state is taken after the write.
-
-        A write that fails before it finished is taken for a history read error: the epoch then commits
-        its live part (and the files of the reads ahead it adopted) alone and history backs off. Returns
-        the commit result, the plan as committed, the history counts, the new states and the seconds the
-        write took.
-        """
-        t0 = time.monotonic()
-        done: dict[str, Any] = {}
-
-        def state_after_write() -> dict[str, Any]:
-            # the counts are known once the rows are written; the state commits with them
-            # past the timeout the epoch fails and replays instead of stalling the source
-            done["counts"] = {s: int(n) for s, n in observed(observation).items() if n}
-            done["states"] = finish_epoch(plan, done["counts"])
-            return self._state_doc(done["states"], plan.end)
-
-        try:
-            result = self.sink.commit_epoch(inp.epoch, self.transform(out), state_after_write,
-                                            plan=self._plan_summary(plan, budget, ahead.ranges),
-                                            staged=ahead.staged)
-        except Exception as exc:
-            if isinstance(exc, SourceBackfillError) or "states" in done:
-                raise  # the rows were written (or the sink refused): not the history read's fault
-            self._history_error(exc)  # data loss: the job fails here
-            live_only = plan.without_history()
-            states = finish_epoch(live_only, {})
-            result = self.sink.commit_epoch(inp.epoch, self.transform(live),
-                                            self._state_doc(states, live_only.end),
-                                            plan=self._plan_summary(live_only, budget, ahead.ranges),
-                                            staged=ahead.staged)
-            return _Written(result, live_only, {}, states, time.monotonic() - t0)
-        if "states" not in done:  # the epoch was in already (a replay): nothing was observed
-            return _Written(result, plan, {}, finish_epoch(plan, {}), time.monotonic() - t0)
-        if plan.history:
-            self._history_ok()
-        return _Written(result, plan, done["counts"], done["states"], time.monotonic() - t0)
 
     def _read_history(
         self, ranges: Sequence[HistoryRange], *, observe: bool = False, session: SparkSession | None = None
@@ -714,9 +593,10 @@ class SourceBackfillJob:
 
     def _history_ok(self) -> None:
         """A history read worked: the error streak and its backoff message end."""
-        self._rates.errors_in_a_row, self.last_error = 0, None
+        self._pace.read_ok()
 
     def _history_error(self, exc: Exception) -> None:
+        """A history read failed: a timeout or a data loss (unless skipped) fails the job; else backoff."""
         if isinstance(exc, SparkWorkTimeoutError):  # a read ahead past its deadline: the job fails
             self.failed = str(exc)
             raise JobError(self.failed) from exc
@@ -728,10 +608,7 @@ class SourceBackfillJob:
             metrics.SOURCE_ERRORS.labels(self.name, "data_loss").inc()
             logger.error('job failed job="%s" error="%s"', self.name, self.failed)
             raise JobError(self.failed) from exc
-        self._rates.errors_in_a_row += 1
-        self.last_error = f"{type(exc).__name__}: {one_line(exc)}"
-        delay = min(_BACKOFF_CAP_S, _BACKOFF_BASE_S * 2 ** (self._rates.errors_in_a_row - 1))
-        self._rates.backoff_until = time.monotonic() + delay
+        delay = self._pace.read_failed(exc)
         metrics.SOURCE_ERRORS.labels(self.name, type(exc).__name__).inc()
         logger.warning(
             'history read failed, live continues job="%s" retry_in_s=%.1f error="%s"', self.name, delay, exc
@@ -829,63 +706,3 @@ def _count_changes(changes: Iterable[SplitChange] | None) -> dict[str, int]:
         kind = getattr(change, "kind", None) or str(change)
         counts[kind] = counts.get(kind, 0) + 1
     return counts
-
-
-def _plan_summary(plan: EpochPlan, budget: int, history: Iterable[HistoryRange] = (),
-                  covered_to: Mapping[str, int] | None = None) -> dict[str, Any]:
-    """What the commit records of the epoch's plan; ``history``: ranges read ahead and adopted.
-
-    ``end``: the live positions that moved since ``covered_to`` (all without it); the state holds them
-    all (its ``end`` section).
-    """
-    before = covered_to or {}
-    return {
-        "budget": budget,
-        "history": [[r.split, r.start, r.end] for r in (*history, *plan.history)],
-        "end": {s: p for s, p in plan.end.items() if before.get(s) != p},
-    }
-
-
-def read_state_chain(
-    sink: DeltaEpochSink, recovered: Recovered
-) -> tuple[dict[str, dict[str, Any]], Chain | None]:
-    """A job's full state sections and its log chain, from its newest commit ``recovered``.
-
-    A delta's snapshot and the deltas between are read one commit file each (``prev`` links back to
-    ``base``, :func:`source_backfill.core.codec.rebuild`); a link missing, torn or misplaced raises
-    :class:`StateFormatError` naming the table. A previous-format table (every commit a full state, no
-    ``end`` section) gives no chain: the job's next commit starts one with a snapshot.
-    """
-    from connectors.delta.log import KEY_JOB, KEY_STATE
-
-    where = f'Delta table {sink.path} (job "{sink.job_id}")'
-    seen: dict[int, tuple[LoggedState, Any]] = {}
-
-    def decode(state: Any, version: int) -> LoggedState:
-        try:
-            return decode_state(state)
-        except StateFormatError as exc:
-            msg = (f"{where}: the state of the commit at version {version} is damaged ({exc}); restore "
-                   "_delta_log from a backup, or drop the job and re-create it on a new sink path")
-            raise StateFormatError(msg) from exc
-
-    def read(version: int) -> LoggedState | None:
-        commit = sink.read_commit(version)
-        if commit is None or commit.get(KEY_JOB) != sink.job_id or KEY_STATE not in commit:
-            return None
-        logged = decode(commit[KEY_STATE], version)
-        seen[version] = (logged, commit.get("timestamp"))
-        return logged
-
-    head = decode(recovered.state, recovered.version)
-    sections = rebuild(head, read, where=where)
-    if END not in sections:
-        return sections, None
-    if head.kind == "snapshot":
-        stamp = recovered.timestamp_ms
-        return sections, Chain(recovered.version, recovered.version, 0,
-                               time.time() if stamp is None else stamp / 1000)
-    assert head.base is not None  # noqa: S101 - a delta names its base
-    stamp = seen[head.base][1]
-    return sections, Chain(head.base, recovered.version, len(seen),
-                           time.time() if stamp is None else int(stamp) / 1000)

@@ -136,12 +136,12 @@ def test_an_idle_job_past_the_log_retention_restarts_with_its_exact_state(
     DeltaTable(str(table)).cleanup_metadata()
     assert min(_log_versions(table)) >= first  # the commits the retention expired are gone
     held = job_of(d, "j")
-    states, covered = dict(held.states.to_states()), dict(held._covered_to)  # noqa: SLF001
+    states, covered = dict(held.states.to_states()), dict(held.log.covered_to)
     d.stop()
     d = daemon_factory([topic], [job_spec("j", tmp_path)], state_root=state)
     job = job_of(d, "j")
     assert job is not None, "the job did not recover"
-    assert dict(job.states.to_states()) == states and job._covered_to == covered  # noqa: SLF001
+    assert dict(job.states.to_states()) == states and job.log.covered_to == covered
     p.send(30, 3)
     report = exactly_once(table, kafka_bootstrap, [topic])
     assert sum(s.log_records for s in report.splits.values()) == 90

@@ -349,9 +349,10 @@ def test_history_read_failures_keep_live_committing_then_backfill_resumes_exactl
 
     from connectors.delta.sink import DeltaEpochSink
     from source_backfill import metrics
+    from source_backfill.executors import pacing
     from source_backfill.executors import source_backfill as executor
 
-    monkeypatch.setattr(executor, "_BACKOFF_BASE_S", 0.2)
+    monkeypatch.setattr(pacing, "BACKOFF_BASE_S", 0.2)
     # fail reads until three failures were counted: a failing read ahead that is cancelled before it ran
     # (a self-paused or backing-off epoch drops the reads in flight) never reports its error
     if read_ahead:  # the copy's files are written, then the copy fails: they must not reach the table

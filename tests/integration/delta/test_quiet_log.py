@@ -124,7 +124,7 @@ def _chain_table(tmp_path):
 
 def test_the_state_chain_rebuilds_exactly_and_a_broken_link_fails_naming_the_table(tmp_path):
     from source_backfill.errors import StateFormatError
-    from source_backfill.executors.source_backfill import read_state_chain
+    from source_backfill.executors.job_log import read_state_chain
 
     sink, (snap, d1, d2), expected = _chain_table(tmp_path)
     sections, chain = read_state_chain(sink, sink.recover())
