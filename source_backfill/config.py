@@ -142,6 +142,35 @@ StartSpec = Annotated[
 
 
 # -- sources and jobs ----------------------------------------------------------------------------------
+class HistoryWidthConfig(_Frozen):
+    """How many Spark tasks a Kafka source's history copies may run (``sources[].history_width``).
+
+    By default a governor decides (``core.governor``): it widens the copies while the live latency (p99)
+    of the source's Finished jobs stays within a target, and narrows them when it rises. The width is
+    shared by the source's jobs that are backfilling; one job's copy of a few large partitions is cut
+    into offset pieces so that it can use its share.
+    """
+
+    #: The width is never below this (tasks of all the source's copies together).
+    min_tasks: int = Field(default=1, gt=0, le=4096)
+    #: Never above this; None: the task slots Spark has (the cores of ``local[N]``, the executors' cores
+    #: on a cluster).
+    max_tasks: int | None = Field(default=None, gt=0, le=4096)
+    #: Governor off: every copy runs this many tasks (at least ``min_tasks``, at most ``max_tasks``).
+    fixed_tasks: int | None = Field(default=None, gt=0, le=4096)
+    #: The live latency (p99, seconds) the governor keeps. None: ``latency_target_ratio`` x the p99 the
+    #: Finished jobs had while no copy ran.
+    latency_target_s: float | None = Field(default=None, gt=0)
+    latency_target_ratio: float = Field(default=1.2, ge=1.0, le=100.0)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> HistoryWidthConfig:
+        if self.max_tasks is not None and self.max_tasks < self.min_tasks:
+            msg = f"history_width: max_tasks ({self.max_tasks}) is below min_tasks ({self.min_tasks})"
+            raise ValueError(msg)
+        return self
+
+
 class SourceConfig(_Frozen):
     """One shared live source, fanned out to its jobs.
 
@@ -190,6 +219,8 @@ class SourceConfig(_Frozen):
     #: The jobs' epochs of one source epoch that run side by side (each on a thread of its own, with its
     #: own Spark jobs and commit); 1 runs them one after another.
     max_parallel_jobs: int = Field(default=4, gt=0, le=64)
+    #: How wide the jobs' history copies run: governed by the live latency (``HistoryWidthConfig``).
+    history_width: HistoryWidthConfig = Field(default_factory=HistoryWidthConfig)
 
     @field_validator("bootstrap_servers")
     @classmethod

@@ -54,6 +54,24 @@ HISTORY_READS_AHEAD = Counter(
     "fit, or paused/stopped), failed.",
     ["job", "outcome"],
 )
+HISTORY_WIDTH = Gauge(
+    PREFIX + "history_width_tasks",
+    "Spark tasks the source's history copies may run together now (the width governor's answer, or "
+    "history_width.fixed_tasks).",
+    ["source"],
+)
+HISTORY_WIDTH_LATENCY = Gauge(
+    PREFIX + "history_width_latency_seconds",
+    "The live latency (p99 of the source's Finished jobs, over the governor's last step) the history "
+    "width is steered by.",
+    ["source"],
+)
+HISTORY_WIDTH_TARGET = Gauge(
+    PREFIX + "history_width_target_seconds",
+    "The live latency the width governor keeps (history_width.latency_target_s, or the ratio times the "
+    "p99 while no copy ran).",
+    ["source"],
+)
 DATA_LOSS_OFFSETS = Counter(
     PREFIX + "data_loss_offsets",
     "Offsets skipped because they were below the log start (failOnDataLoss=false).",

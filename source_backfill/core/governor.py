@@ -23,8 +23,12 @@ live path takes ``live`` of them, and a live latency of ``base / (1 - u)`` at ut
 
 from __future__ import annotations
 
+import heapq
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
+
+from source_backfill.core.plan import HistoryRange
 
 #: The search stops when the too-wide width is within this fraction of the good one.
 SETTLE_FRACTION = 0.05
@@ -116,3 +120,46 @@ class Governor:
 
     def _bounded(self, width: int) -> int:
         return min(max(width, self.min_width), self.max_width)
+
+
+#: A history copy is not cut into pieces smaller than this many offsets (each piece is a Kafka read: a
+#: consumer, a fetch session; a few thousand records per task cost more to start than to copy).
+MIN_PIECE_OFFSETS = 20_000
+
+
+def pieces_for_tasks(ranges: Sequence[HistoryRange], tasks: int,
+                     min_piece: int = MIN_PIECE_OFFSETS) -> list[HistoryRange]:
+    """``ranges`` cut so that ``tasks`` Spark tasks can copy them side by side.
+
+    Spark's Kafka source reads one task per range; a job with fewer splits than tasks (one partition of
+    10M records, say) would copy on one task whatever the width. So the largest ranges are halved, in
+    turn, until there are ``tasks`` pieces or none is ``2 * min_piece`` offsets long. The pieces cover the
+    ranges exactly (no gap, no overlap, per split in offset order): the copy reads the same records.
+    """
+    pieces = [r for r in ranges if r.size > 0]
+    if tasks <= len(pieces):
+        return list(ranges)
+    heap = [(-r.size, i, r) for i, r in enumerate(pieces)]
+    heapq.heapify(heap)
+    order = len(pieces)
+    while heap and len(heap) < tasks:
+        size, _, largest = heap[0]
+        if -size < 2 * max(1, min_piece):
+            break
+        heapq.heappop(heap)
+        middle = largest.start + largest.size // 2
+        for half in (HistoryRange(largest.split, largest.start, middle),
+                     HistoryRange(largest.split, middle, largest.end)):
+            heapq.heappush(heap, (-half.size, order, half))
+            order += 1
+    return sorted((r for _, _, r in heap), key=lambda r: (r.split, r.start))
+
+
+def target_latency(idle_p99_s: float | None, *, ratio: float, fixed_s: float | None) -> float | None:
+    """The live latency the governor keeps: ``fixed_s`` when set, else ``ratio`` x the idle p99.
+
+    None: neither is known yet (the governor does not step).
+    """
+    if fixed_s is not None:
+        return fixed_s
+    return None if idle_p99_s is None else idle_p99_s * ratio

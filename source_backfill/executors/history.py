@@ -25,10 +25,11 @@ from typing import TYPE_CHECKING, Any
 from connectors.kafka.staged import StagedProgress as StagedProgress  # a read ahead's progress
 from source_backfill import metrics
 from source_backfill.core import HistoryRange, parse_split_id
+from source_backfill.core.governor import pieces_for_tasks
 from source_backfill.errors import DataLossError, SourceBackfillError
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame, Observation, SparkSession
 
     from connectors.delta.sink import DeltaEpochSink
     from connectors.delta.staging import StagedFiles
@@ -38,10 +39,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: Spark tasks of one read ahead. One task copies 1M records in ~1.6 s alone and leaves the other task
-#: slots to the live stream. With two on ``local[2]``, the live stream's tasks queued behind history for
-#: seconds: live p99 went to 2.2-3.3x (bench/bench_backfill.py, three runs), where one task keeps 1.05-1.26x.
-READ_AHEAD_TASKS = 1
 #: CPU niceness of a Python connector's read-ahead copy (``parquet_copy.write_ranges_parquet``):
 #: on a busy machine the live stream's work gets the CPU first; on an idle one the copy runs at full speed.
 #: bench_backfill, three runs each: niceness 10 kept live p99 at 1.05-1.15x, niceness 0 at 1.05-1.56x.
@@ -74,24 +71,27 @@ class HistoryReader:
 
     def stage(self, sink: DeltaEpochSink, ranges: Sequence[HistoryRange], after_epoch: int,
               on_folder: Callable[[Path], None] | None = None,
-              transform: Callable[[DataFrame], DataFrame] | None = None,
+              transform: Callable[[DataFrame], DataFrame] | None = None, *, tasks: int = 1,
               ) -> tuple[StagedFiles, dict[str, int]]:
         """Copy ``ranges`` into staged files of ``sink``'s table; the files and the records per split.
 
-        Runs as ``READ_AHEAD_TASKS`` Spark tasks (the caller picks the job group and the FAIR pool).
+        Runs as ``tasks`` Spark tasks (the source's history width: ``runtime/width.py``; the caller picks
+        the job group and the FAIR pool): ranges larger than a task's share are cut into offset pieces
+        (:func:`core.governor.pieces_for_tasks`), so a job of few partitions copies as wide too.
         ``on_folder(folder)``: where the files go, told before the copy starts (its files close as it
         goes: :class:`StagedProgress` reads what they hold). ``transform``: the job's transform, applied
         by Spark to the records as they are copied (either connector); without one, the connector
         copies its own way (:meth:`KafkaConnector.stage <connectors.kafka.connector.KafkaConnector.stage>`).
         """
+        pieces = pieces_for_tasks(ranges, tasks)
         if transform is not None:
-            return self._stage_transformed(sink, ranges, after_epoch, on_folder, transform)
-        return self.connector.stage(sink, ranges, after_epoch, on_folder, tasks=READ_AHEAD_TASKS,
+            return self._stage_transformed(sink, pieces, after_epoch, on_folder, transform, tasks)
+        return self.connector.stage(sink, pieces, after_epoch, on_folder, tasks=tasks,
                                     niceness=READ_AHEAD_NICENESS)
 
     def _stage_transformed(
         self, sink: DeltaEpochSink, ranges: Sequence[HistoryRange], after_epoch: int,
-        on_folder: Callable[[Path], None] | None, transform: Callable[[DataFrame], DataFrame],
+        on_folder: Callable[[Path], None] | None, transform: Callable[[DataFrame], DataFrame], tasks: int,
     ) -> tuple[StagedFiles, dict[str, int]]:
         """The transformed records; the Kafka records per split are counted before the transform.
 
@@ -99,8 +99,7 @@ class HistoryReader:
         read; an observation on the records does. When it does not come (a transform that lets Spark
         prune the scan, say) the counts are the ranges' sizes: they feed only the rows shown.
         """
-        counted, observation = count_per_split(self.rows(ranges).coalesce(READ_AHEAD_TASKS), ranges,
-                                               "read-ahead")
+        counted, observation = count_per_split(self.rows(ranges).coalesce(tasks), ranges, "read-ahead")
         staged = sink.stage_dataframe(transform(counted), after_epoch, on_folder)
         try:
             observed_counts = observed(observation, timeout_s=READ_AHEAD_OBSERVE_TIMEOUT_S)
@@ -151,7 +150,8 @@ def is_data_loss(exc: BaseException) -> bool:
     return False
 
 
-def count_per_split(rows: DataFrame, ranges: Sequence[HistoryRange], name: str) -> tuple[DataFrame, Any]:
+def count_per_split(rows: DataFrame, ranges: Sequence[HistoryRange],
+                    name: str) -> tuple[DataFrame, Observation]:
     """``rows`` counting its records per split of ``ranges`` as an action runs it (one pass).
 
     Returns the observed DataFrame and the observation (read it with :func:`observed` after the
@@ -169,7 +169,7 @@ def count_per_split(rows: DataFrame, ranges: Sequence[HistoryRange], name: str) 
     return rows.observe(observation, *per_split), observation
 
 
-def observed(observation: Any, timeout_s: float = OBSERVE_TIMEOUT_S) -> dict[str, Any]:
+def observed(observation: Observation, timeout_s: float = OBSERVE_TIMEOUT_S) -> dict[str, Any]:
     """``observation.get`` (which has no deadline) bounded by ``timeout_s``.
 
     Past it :class:`~source_backfill.errors.SourceBackfillError` (not a JobError: the job is fine).

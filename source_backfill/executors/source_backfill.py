@@ -72,7 +72,7 @@ from source_backfill.core import (
     split_id,
 )
 from source_backfill.core.columnar import SplitTable
-from source_backfill.core.latency import LatencyWindow
+from source_backfill.core.latency import Latencies, LatencyWindow
 from source_backfill.core.state_log import SnapshotPolicy
 from source_backfill.errors import (
     JobError,
@@ -190,6 +190,13 @@ class SourceBackfillJob:
         #: Set by the source while the job had Spark work in flight at the JVM's last death: its epochs
         #: run alone and start no read ahead, so none of its work is in flight beside another job's.
         self.alone = False
+        #: Spark tasks the job's next history copy may run: its share of the source's history width, set
+        #: by the source before each epoch (``runtime/width.py``).
+        self.history_tasks = 1
+        #: The live latencies the job committed in its last epoch (empty: none), for the width governor.
+        self.epoch_latencies = Latencies.empty()
+        #: History was copied in the job's last epoch (read in it, or a read ahead running or adopted).
+        self.copying = False
         self._reads = ReadsAhead(spec.name, spark, self.sink, work=self._spark_work)
         #: What the job's commits carry of its state: the log chain, the live positions covered.
         self.log = JobLog(SnapshotPolicy(max_age_s=self.sink.log_retention_s() / 2))
@@ -280,6 +287,7 @@ class SourceBackfillJob:
             logger.info('epoch already committed, skipped job="%s" epoch=%d', self.name, inp.epoch)
             return False
         t0 = time.monotonic()
+        self.epoch_latencies = Latencies.empty()
         if self.states is None:
             self.attach(inp)
         assert self.states is not None  # noqa: S101 - set by attach
@@ -308,6 +316,7 @@ class SourceBackfillJob:
         if self.reads_ahead and plan.history and not self._reads_inline(plan, budget, ahead):
             plan = plan.without_history()  # the reads ahead take the history
         self._pace.spend(sum(r.size for r in plan.history))
+        self.copying = bool(plan.history or ahead.reads or self._reads.in_flight_besides(ahead.reads))
 
         if self._unchanged(inp, plan, ahead):
             return self._skipped(inp, plan, t0)
@@ -451,6 +460,7 @@ class SourceBackfillJob:
             return
         self._metrics.latency(latencies)
         self.latency.add(time.monotonic(), latencies, kind)
+        self.epoch_latencies = latencies
 
     def _unchanged(self, inp: EpochInput, plan: EpochPlan, ahead: Adopted) -> bool:
         """Nothing to commit: no row, no history, no split state or live position moved, no snapshot due."""
@@ -537,12 +547,14 @@ class SourceBackfillJob:
 
     def _stage_read(self, after_epoch: int) -> Callable[[ReadAhead], tuple[StagedFiles, dict[str, int]]]:
         """A read ahead's copy: its ranges into staged files, watched as they close."""
+        tasks = self.history_tasks
+
         def stage(read: ReadAhead) -> tuple[StagedFiles, dict[str, int]]:
             def watch(folder: Path) -> None:
                 read.progress.folder = folder
 
             return self.history.stage(self.sink, read.ranges, after_epoch, on_folder=watch,
-                                      transform=self.transform if self.spec.transform else None)
+                                      transform=self.transform if self.spec.transform else None, tasks=tasks)
 
         return stage
 

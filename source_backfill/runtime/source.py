@@ -35,6 +35,8 @@ from source_backfill.errors import SourceBackfillError, one_line
 from source_backfill.executors.source_backfill import EpochInput, SourceBackfillJob
 from source_backfill.executors.spark_work import EPOCH
 from source_backfill.runtime.jobs import JobHost
+from source_backfill.runtime.spark import task_slots
+from source_backfill.runtime.width import HistoryWidth
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -84,6 +86,9 @@ class LiveSource(JobHost[SourceBackfillJob]):
         self._lock = threading.Lock()
         self._query: StreamingQuery | None = None
         self._supervisor: threading.Thread | None = None
+        #: How wide the jobs' history copies run, steered by the Finished jobs' live latency.
+        self.width = HistoryWidth(config.name, config.history_width, functools.partial(task_slots, spark),
+                                  config.trigger_interval_s)
 
     @property
     def bootstrap_servers(self) -> str:
@@ -202,14 +207,30 @@ class LiveSource(JobHost[SourceBackfillJob]):
                 inp = EpochInput(epoch=batch_id, batch=batch, live=live, start=start, end=end,
                                  interval_s=self.config.trigger_interval_s, rows=rows)
                 # attach needs the exact live position: a new job waits for an epoch whose start is known
+                self._share_width()
                 self._run_jobs(inp.epoch, [(job, functools.partial(job.run_epoch, inp))
                                            for job in list(self.jobs.values())
                                            if job.states is not None or inp.start is not None])
+                self._steer_width()
             if applied:
                 self.registry.mark_applied([m.id for m in applied], batch_id)
         finally:
             if read is not None and read[0] is None:
                 batch.unpersist()
+
+    def _steer_width(self) -> None:
+        """The width governor's step after the jobs' epochs (``runtime/width.py``); then the shares."""
+        jobs = [job for job in self.jobs.values() if job.failed is None and job.states is not None]
+        self.width.after_epoch(time.monotonic(), copying=any(job.copying for job in jobs),
+                               finished=[job.epoch_latencies for job in jobs if job.backfill_done])
+        self._share_width()
+
+    def _share_width(self) -> None:
+        """Each job still backfilling (or about to attach) gets its share of the source's history width."""
+        backfilling = [job for job in self.jobs.values() if job.failed is None and not job.backfill_done]
+        share = self.width.per_job(len(backfilling))
+        for job in backfilling:
+            job.history_tasks = share
 
     def _reads_batch(self, start: dict[str, int] | None) -> bool:
         """Whether a job reads this batch: its start is known, or a job has a position already."""

@@ -55,6 +55,11 @@ DEFAULT_CONF: dict[str, str] = {
     # transform (a job past its deadline, a read ahead dropped) kept both cores busy for minutes after it
     # was cancelled; with V2 its tasks stop at once (measured: 0.95 cores/task thread vs 0.05 after 2 s)
     "spark.sql.sources.useV1SourceList": "avro,csv,json,orc,parquet,text",
+    # Spark's Kafka source asks for each partition's tasks on one executor (its cached consumer), and the
+    # scheduler waits 3 s for it: the offset pieces of one partition's history copy then ran one after
+    # another on that executor while the others idled (a two-worker cluster: every history task on one
+    # executor). Kafka reads have no data locality; a consumer made elsewhere costs milliseconds.
+    "spark.locality.wait": "0s",
 }
 
 
@@ -123,3 +128,25 @@ def _python() -> str:
     import sys
 
     return sys.executable
+
+
+def task_slots(spark: SparkSession) -> int:
+    """Spark tasks that can run at once: the N of ``local[N]`` (``local[*]``: the machine's cores).
+
+    On a cluster: the cores of the executors registered now (Spark's status store), else the default
+    parallelism. Asked again as executors come and go (``runtime/width.py``).
+    """
+    import re
+
+    master = spark.sparkContext.master or ""
+    local = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?", master)
+    if local is not None:
+        n = local.group(1)
+        return (os.cpu_count() or 1) if n == "*" else int(n or 1)
+    try:
+        executors = spark.sparkContext._jsc.sc().statusStore().executorList(True)  # noqa: SLF001
+        cores = sum(int(executors.apply(i).totalCores()) for i in range(executors.size())
+                    if executors.apply(i).id() != "driver")
+    except Exception:  # noqa: BLE001 - the status store is Spark's internal API: fall back
+        cores = 0
+    return cores if cores > 0 else max(1, int(spark.sparkContext.defaultParallelism))

@@ -4,6 +4,7 @@ a job backfills through the cluster's executors exactly once."""
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 
@@ -44,6 +45,72 @@ def test_a_job_backfills_exactly_once_through_a_standalone_cluster(tmp_path, kaf
             report = check_exactly_once(str(daemon.tables / "c"), kafka_bootstrap, [topic])
             assert report.ok, report.summary()
             assert f'master="{cluster.master}"' in daemon.log.read_text()
+        finally:
+            daemon.stop()
+
+
+def _history_task_executors(ui: str) -> set[str]:
+    """The executors the daemon's history reads ahead ran tasks on, from its driver's REST API."""
+    import json
+    import urllib.request
+
+    def get(path: str) -> Any:
+        with urllib.request.urlopen(f"{ui}/api/v1/{path}", timeout=10) as r:  # noqa: S310 - loopback
+            return json.load(r)
+
+    app = get("applications")[0]["id"]
+    executors: set[str] = set()
+    for job in get(f"applications/{app}/jobs"):
+        if not str(job.get("jobGroup") or "").startswith("history-"):
+            continue
+        for stage in job["stageIds"]:
+            for attempt in get(f"applications/{app}/stages/{stage}"):
+                tasks = get(f"applications/{app}/stages/{stage}/{attempt['attemptId']}/taskList?length=1000")
+                executors |= {t["executorId"] for t in tasks}
+    return executors
+
+
+@pytest.mark.slow
+def test_a_backfills_history_tasks_run_on_both_executors_of_a_two_worker_cluster(
+    tmp_path, kafka_bootstrap, kafka_admin
+):
+    """Two workers of one core each: the daemon's lone job copies its one partition in offset pieces, as
+    many tasks as the cluster's cores, and Spark's own status shows them on both executors; exactly once."""
+    from confluent_kafka import Producer
+
+    from source_backfill.testing.process import free_port
+    from source_backfill.verify import check_exactly_once
+
+    topic = f"cluster-{uuid.uuid4().hex[:8]}"
+    kafka_admin.create_topic(topic, 1)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(200_000):
+        producer.produce(topic, value=f"v{i}".encode(), partition=0)
+        if i % 50_000 == 49_999:
+            assert producer.flush(60) == 0
+    assert producer.flush(60) == 0
+
+    with spark_standalone(tmp_path / "cluster", cores=1, memory="1g", workers=2) as cluster:
+        ui_port = free_port()
+        conf = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
+                "spark.executor.memory": "768m", "spark.cores.max": "2",
+                "spark.ui.enabled": "true", "spark.ui.port": str(ui_port)}
+        (tmp_path / "daemon").mkdir()
+        daemon = RunningDaemon(tmp_path / "daemon", kafka_bootstrap,
+                               [{"name": "src", "topics": [topic]}], [],
+                               {"spark": {"master": cluster.master, "conf": conf}})
+        daemon.start()
+        try:
+            daemon.wait_ready(240)
+            apps = cluster.status()["activeapps"]
+            assert apps[0]["cores"] == 2, apps  # one executor on each worker
+            daemon.create_job(name="wide", source="src")
+            job = daemon.wait_finished("wide", timeout_s=300)
+            assert job["rows_history"] >= 200_000
+            executors = _history_task_executors(f"http://127.0.0.1:{ui_port}")
+            assert len(executors - {"driver"}) == 2, executors
+            report = check_exactly_once(str(daemon.tables / "wide"), kafka_bootstrap, [topic])
+            assert report.ok, report.summary()
         finally:
             daemon.stop()
 

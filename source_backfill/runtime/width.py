@@ -1,0 +1,148 @@
+"""How wide a Kafka source's history copies run: the width governor, stepped by the live latency.
+
+One :class:`HistoryWidth` per source. After every source epoch it is told whether a history copy ran
+(a read ahead in flight, or history read in an epoch) and the live latencies the source's Finished jobs
+committed in that epoch (``core.latency``: produce time to commit in the job's table, the one
+definition). From them:
+
+* **epochs with no copy** give the idle latency (the Finished jobs' p99 over the last minute of such
+  epochs); the target is ``latency_target_ratio`` x that, or ``latency_target_s`` when set. Before any
+  idle epoch was seen (a daemon restarted mid-backfill) the idle p99 is taken as 1.5 trigger intervals
+  (a row waits for the next trigger, then one epoch's work);
+* **epochs with a copy** are gathered; once ``STEP_EPOCHS`` of them ran at the current width, their p99 is
+  the governor's step (``core.governor.Governor``: it doubles from ``min_tasks`` while the target holds,
+  falls back to the last good width or halves when it does not, then searches and probes). The gathered
+  latencies are then dropped, so each step sees only its own width;
+* **no Finished job** on the source: there is no live latency to keep, the copies run at ``max_tasks``.
+
+``fixed_tasks`` switches the governor off. The width is the source's: the jobs backfilling share it
+(:meth:`HistoryWidth.per_job`). Metrics: ``history_width_tasks``, ``history_width_latency_seconds``,
+``history_width_target_seconds`` (per source).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+
+import numpy as np
+
+from source_backfill import metrics
+from source_backfill.config import HistoryWidthConfig
+from source_backfill.core.governor import Governor, target_latency
+from source_backfill.core.latency import Latencies, LatencyWindow, merge, weighted_quantiles
+
+logger = logging.getLogger(__name__)
+
+#: Copy epochs at one width before the governor steps (the latency of a width shows once its copies ran).
+STEP_EPOCHS = 3
+#: The idle p99 before any epoch without a copy was seen, in trigger intervals.
+IDLE_INTERVALS = 1.5
+#: Seconds between two readings of the task slots (executors come and go on a cluster).
+SLOTS_EVERY_S = 30.0
+
+
+class HistoryWidth:
+    """One source's history width: the governor, its idle latency and the copy epochs of its next step."""
+
+    def __init__(self, source: str, config: HistoryWidthConfig, slots: int | Callable[[], int],
+                 interval_s: float) -> None:
+        """``slots``: the task slots Spark has, or how to read them (read again every ``SLOTS_EVERY_S``)."""
+        self.source = source
+        self.config = config
+        self._slots = slots
+        self._slots_at: float | None = None
+        self.governor = Governor.start(config.min_tasks, self._high(slots() if callable(slots) else slots))
+        self.interval_s = interval_s
+        self._idle = LatencyWindow()
+        self._gathered: list[Latencies] = []
+        self._epochs = 0
+        #: The p99 of the governor's last step and the target it was held to (None: none yet).
+        self.latency_s: float | None = None
+        self.target_s: float | None = None
+        self.width = self._fixed() or self.governor.max_width
+        metrics.HISTORY_WIDTH.labels(source).set(self.width)
+
+    def _high(self, slots: int) -> int:
+        configured = self.config.max_tasks
+        return configured if configured is not None else max(self.config.min_tasks, slots)
+
+    def _rebound(self, now: float) -> None:
+        """The slots read again (when they are read and not bounded by ``max_tasks``): new bounds."""
+        if not callable(self._slots) or self.config.max_tasks is not None:
+            return
+        if self._slots_at is not None and now - self._slots_at < SLOTS_EVERY_S:
+            return
+        self._slots_at = now
+        high = self._high(self._slots())
+        if high != self.governor.max_width:
+            logger.info('history width bounds source="%s" max_tasks=%d->%d', self.source,
+                        self.governor.max_width, high)
+            self.governor = self.governor.with_bounds(self.config.min_tasks, high)
+
+    def _fixed(self) -> int | None:
+        fixed = self.config.fixed_tasks
+        if fixed is None:
+            return None
+        return min(max(fixed, self.governor.min_width), self.governor.max_width)
+
+    def idle_p99(self, now: float) -> float:
+        """The Finished jobs' live p99 while no copy ran (last minute), else ``IDLE_INTERVALS`` triggers."""
+        found = self._idle.quantiles(now, (0.99,))
+        return found[0] if found is not None else IDLE_INTERVALS * self.interval_s
+
+    def after_epoch(self, now: float, *, copying: bool, finished: Iterable[Latencies]) -> int:
+        """The width the next copies may use, after an epoch (``now``: monotonic seconds).
+
+        ``copying``: a history copy ran in the epoch; ``finished``: the live latencies each Finished job
+        of the source committed in it (empty: none is Finished).
+        """
+        parts = list(finished)
+        self._rebound(now)
+        if not copying:
+            for part in parts:
+                self._idle.add(now, part)
+        fixed = self._fixed()
+        if fixed is not None:
+            return self._set(fixed)
+        if not parts:  # nobody's live latency to keep: as wide as allowed
+            self._gathered, self._epochs = [], 0
+            return self._set(self.governor.max_width if self.latency_s is None else self.width)
+        if not copying:
+            return self._set(self.governor.width)
+        self._gathered.extend(p for p in parts if p.rows)
+        self._epochs += 1
+        if self._epochs < STEP_EPOCHS:
+            return self._set(self.governor.width)
+        latency = _p99(self._gathered)
+        target = target_latency(self.idle_p99(now), ratio=self.config.latency_target_ratio,
+                                fixed_s=self.config.latency_target_s)
+        self._gathered, self._epochs = [], 0
+        if latency is None or target is None:
+            return self._set(self.governor.width)
+        before = self.governor.width
+        self.governor = self.governor.step(latency, target)
+        self.latency_s, self.target_s = latency, target
+        metrics.HISTORY_WIDTH_LATENCY.labels(self.source).set(latency)
+        metrics.HISTORY_WIDTH_TARGET.labels(self.source).set(target)
+        if self.governor.width != before:
+            logger.info('history width source="%s" tasks=%d->%d live_p99_s=%.3f target_s=%.3f',
+                        self.source, before, self.governor.width, latency, target)
+        return self._set(self.governor.width)
+
+    def _set(self, width: int) -> int:
+        self.width = width
+        metrics.HISTORY_WIDTH.labels(self.source).set(width)
+        return width
+
+    def per_job(self, copying_jobs: int) -> int:
+        """The tasks each of ``copying_jobs`` backfilling jobs may use (at least one each)."""
+        return max(1, self.width // max(1, copying_jobs))
+
+
+def _p99(parts: list[Latencies]) -> float | None:
+    """The p99 of the live rows in ``parts`` (None: no row)."""
+    merged = merge(parts)
+    if not merged.rows:
+        return None
+    return float(weighted_quantiles(merged.points, merged.weights, np.array([0.99]))[0])

@@ -1,0 +1,123 @@
+"""The history width on the real stack: copies as wide as the free slots, narrower when live latency rises.
+
+The tasks a read ahead ran are read from Spark's own status (its job group's stages), not assumed; each
+case ends with the offset-by-offset exactly-once check.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from source_backfill import metrics
+from tests.integration.daemon.conftest import exactly_once, finished, job_of, job_spec, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+class TaskWatch:
+    """Polls a job's reads ahead and records the most tasks any stage of theirs had (Spark's status)."""
+
+    def __init__(self, spark: Any, job: Any) -> None:
+        self.tracker = spark.sparkContext.statusTracker()
+        self.job = job
+        self.most = 0
+        #: The source's history width, as seen while the reads ran.
+        self.widths: set[int] = set()
+        self.groups: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            with self.job._reads.lock:  # noqa: SLF001
+                running = {read.group for read in self.job._reads._reads}  # noqa: SLF001
+            if running:
+                self.widths.add(self.job.history_tasks)
+            self.groups |= running
+            for group in list(self.groups):
+                for job_id in self.tracker.getJobIdsForGroup(group):
+                    info = self.tracker.getJobInfo(job_id)
+                    for stage_id in info.stageIds if info is not None else ():
+                        stage = self.tracker.getStageInfo(stage_id)
+                        if stage is not None:
+                            self.most = max(self.most, stage.numTasks)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+def test_a_lone_jobs_copy_of_one_partition_runs_on_every_free_slot(
+    spark, daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path
+):
+    """No Finished job on the source: no live latency to keep, so the read ahead takes every slot
+    (local[2]: 2 tasks), its one partition cut into offset pieces."""
+    topic = new_topic(1)
+    p = producer_for(topic)
+    for batch in range(2):  # the producer's queue holds 100,000
+        p.send(100_000, 1, start=batch * 100_000)
+    d = daemon_factory([topic], [job_spec("wide", tmp_path)])
+    wait_for(lambda: "wide" in d.sources["src"].jobs, what="job built")
+    job = job_of(d, "wide")
+    watch = TaskWatch(spark, job)
+    try:
+        wait_for(lambda: finished(d, "wide"), timeout=240, what="backfill finished")
+    finally:
+        watch.stop()
+    assert watch.groups, "no history read ahead ran"
+    assert watch.widths == {2}
+    assert watch.most == 2, f"read ahead stages had at most {watch.most} tasks"
+    exactly_once(tmp_path / "wide", kafka_bootstrap, [topic])
+
+
+def test_the_width_narrows_when_the_live_latency_of_a_finished_job_rises(
+    spark, daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path, monkeypatch
+):
+    """A Finished job keeps its latency target while the width doubles to 2; then its live path is slowed
+    on purpose (each epoch waits before its commit) and the governor comes back to 1 task."""
+    from source_backfill.config import JobSpec
+    from source_backfill.executors.source_backfill import SourceBackfillJob
+
+    slow = threading.Event()
+    original = SourceBackfillJob.run_epoch
+
+    def run_epoch(self: Any, inp: Any) -> bool:
+        if self.name == "live" and slow.is_set():
+            time.sleep(1.5)  # the live rows wait: their produce-to-commit latency rises by 1.5 s
+        return original(self, inp)
+
+    monkeypatch.setattr(SourceBackfillJob, "run_epoch", run_epoch)
+    topic = new_topic(2)
+    p = producer_for(topic)
+    for batch in range(6):  # history for the second job, copied at a rate limit: it lasts the test
+        p.send(100_000, 2, start=batch * 100_000)
+    width = {"latency_target_s": 1.5}
+    # the live job starts at the live position (the end of that history: nothing else is written until
+    # it is Finished), so the history is the late job's alone
+    d = daemon_factory([topic], [job_spec("live", tmp_path, start={"kind": "latest"})], history_width=width)
+    wait_for(lambda: finished(d, "live"), timeout=120, what="the live job Finished")
+    attached = {f"{topic}:0": 300_000, f"{topic}:1": 300_000}
+    p.stream(2, per_second=40)
+    d.registry.create(JobSpec(**job_spec("late", tmp_path, rate_limit=20_000)))
+    source = d.sources["src"]
+    gauge = metrics.HISTORY_WIDTH.labels("src")
+    wait_for(lambda: source.width.latency_s is not None and source.width.width == 2
+             and gauge._value.get() == 2, timeout=120,  # noqa: SLF001
+             what="the width doubled while the live latency kept its target")
+    assert source.width.latency_s is not None and source.width.latency_s <= 1.5
+    assert not finished(d, "late")
+    slow.set()
+    wait_for(lambda: source.width.width == 1, timeout=120, what="the width narrowed")
+    assert source.width.latency_s is not None and source.width.latency_s > 1.5
+    assert gauge._value.get() == 1  # noqa: SLF001
+    slow.clear()
+    job_of(d, "late").rate_limit = None
+    wait_for(lambda: finished(d, "late"), timeout=240, what="late job finished")
+    p.stop()
+    exactly_once(tmp_path / "late", kafka_bootstrap, [topic])
+    exactly_once(tmp_path / "live", kafka_bootstrap, [topic], start=attached)

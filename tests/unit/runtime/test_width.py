@@ -1,0 +1,116 @@
+"""A source's history width (runtime/width.py) stepped by live latencies, and a copy cut for its tasks.
+
+No Spark: the latencies are made with ``core.latency.measure`` as the jobs make them, the clock is passed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from source_backfill.config import HistoryWidthConfig
+from source_backfill.core import HistoryRange
+from source_backfill.core.governor import pieces_for_tasks
+from source_backfill.core.latency import Latencies, measure
+from source_backfill.runtime.width import IDLE_INTERVALS, SLOTS_EVERY_S, STEP_EPOCHS, HistoryWidth
+
+
+def rows_at(latency_s: float, n: int = 200) -> Latencies:
+    """``n`` live rows committed ``latency_s`` after they were produced (spread a little)."""
+    commit_ms = 1_000_000.0
+    return measure(commit_ms - 1000 * latency_s * np.linspace(0.9, 1.0, n), commit_ms)
+
+
+def steps(width: HistoryWidth, latency_s: float, epochs: int, t0: float = 100.0) -> list[int]:
+    return [width.after_epoch(t0 + i, copying=True, finished=[rows_at(latency_s)]) for i in range(epochs)]
+
+
+def test_without_a_finished_job_the_copies_run_as_wide_as_allowed() -> None:
+    width = HistoryWidth("s", HistoryWidthConfig(), slots=8, interval_s=1.0)
+    assert width.after_epoch(1.0, copying=True, finished=[]) == 8
+    assert width.per_job(3) == 2 and width.per_job(16) == 1
+
+
+def test_the_width_doubles_while_the_live_latency_keeps_the_target_then_narrows_when_it_rises() -> None:
+    width = HistoryWidth("s", HistoryWidthConfig(), slots=16, interval_s=1.0)
+    for i in range(5):  # idle epochs: the Finished jobs' p99 is 1.0 s, the target 1.2 s
+        width.after_epoch(float(i), copying=False, finished=[rows_at(1.0)])
+    assert abs(width.idle_p99(5.0) - 1.0) < 0.01
+    seen = steps(width, 1.05, 4 * STEP_EPOCHS, t0=10.0)
+    # the first Finished job's step starts from min_tasks; each step (STEP_EPOCHS epochs) doubles it
+    assert seen[:STEP_EPOCHS - 1] == [1] * (STEP_EPOCHS - 1)
+    assert seen[-1] == 16 and width.target_s is not None and abs(width.target_s - 1.2) < 0.02
+    # the live path slows down (a copy holds its slots): the width comes down within one step
+    slow = steps(width, 3.0, STEP_EPOCHS, t0=50.0)
+    assert slow[-1] <= 8
+    assert width.latency_s is not None and width.latency_s > width.target_s
+
+
+def test_epochs_without_a_copy_never_step_the_governor() -> None:
+    width = HistoryWidth("s", HistoryWidthConfig(), slots=16, interval_s=1.0)
+    steps(width, 1.0, STEP_EPOCHS)
+    before = width.governor
+    for i in range(10):
+        width.after_epoch(200.0 + i, copying=False, finished=[rows_at(9.0)])
+    assert width.governor == before
+
+
+def test_before_any_idle_epoch_the_target_follows_the_trigger_interval() -> None:
+    width = HistoryWidth("s", HistoryWidthConfig(latency_target_ratio=2.0), slots=4, interval_s=2.0)
+    steps(width, 1.0, STEP_EPOCHS)
+    assert width.target_s == 2.0 * IDLE_INTERVALS * 2.0
+
+
+def test_a_fixed_width_and_explicit_bounds_are_kept() -> None:
+    fixed = HistoryWidth("s", HistoryWidthConfig(fixed_tasks=3), slots=2, interval_s=1.0)
+    assert steps(fixed, 50.0, 2 * STEP_EPOCHS)[-1] == 2  # within max_tasks: the slots
+    bounded = HistoryWidth("s", HistoryWidthConfig(min_tasks=2, max_tasks=4), slots=64, interval_s=1.0)
+    assert bounded.after_epoch(1.0, copying=True, finished=[]) == 4
+    assert min(steps(bounded, 50.0, 6 * STEP_EPOCHS)) >= 2
+
+
+def test_finished_jobs_with_no_live_row_hold_the_width() -> None:
+    width = HistoryWidth("s", HistoryWidthConfig(), slots=8, interval_s=1.0)
+    steps(width, 1.0, STEP_EPOCHS)
+    held = width.width
+    for i in range(3 * STEP_EPOCHS):
+        assert width.after_epoch(300.0 + i, copying=True, finished=[Latencies.empty()]) == held
+
+
+ranges = st.lists(
+    st.tuples(st.integers(0, 3), st.integers(0, 10**6), st.integers(0, 3 * 10**5)), max_size=6,
+    unique_by=lambda t: t[0],
+).map(lambda ts: [HistoryRange(f"t:{p}", start, start + size) for p, start, size in ts])
+
+
+@given(ranges, st.integers(1, 64), st.integers(1, 50_000))
+def test_the_pieces_cover_the_ranges_exactly_and_are_as_many_as_the_tasks_allow(
+    original: list[HistoryRange], tasks: int, min_piece: int,
+) -> None:
+    pieces = pieces_for_tasks(original, tasks, min_piece)
+    assert sum(r.size for r in pieces) == sum(r.size for r in original)
+    for r in original:  # per split, the pieces are contiguous, in order, and span the range
+        mine = [p for p in pieces if p.split == r.split]
+        if r.size == 0:
+            continue
+        assert mine[0].start == r.start and mine[-1].end == r.end
+        assert all(a.end == b.start for a, b in zip(mine, mine[1:], strict=False))
+    nonempty = [r for r in original if r.size]
+    if tasks > len(nonempty):
+        assert len(pieces) <= tasks
+        # stopped short only when every piece is too small to halve
+        assert len(pieces) == tasks or all(p.size < 2 * min_piece for p in pieces)
+    else:
+        assert pieces == original
+
+
+def test_the_slots_are_read_again_as_executors_come_and_go() -> None:
+    slots = [2]
+    width = HistoryWidth("s", HistoryWidthConfig(), slots=lambda: slots[0], interval_s=1.0)
+    assert width.after_epoch(0.0, copying=True, finished=[]) == 2
+    slots[0] = 6  # executors joined
+    assert width.after_epoch(1.0, copying=True, finished=[]) == 2  # read again only every SLOTS_EVERY_S
+    assert width.after_epoch(1.0 + SLOTS_EVERY_S, copying=True, finished=[]) == 6
+    configured = HistoryWidth("s", HistoryWidthConfig(max_tasks=3), slots=lambda: slots[0], interval_s=1.0)
+    assert configured.after_epoch(0.0, copying=True, finished=[]) == 3
