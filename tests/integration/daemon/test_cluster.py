@@ -4,6 +4,7 @@ a job backfills through the cluster's executors exactly once."""
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,6 +13,17 @@ from source_backfill.testing import RunningDaemon
 from tests.fixtures.spark_cluster import spark_standalone
 
 pytestmark = pytest.mark.integration
+
+
+def _daemon_on(cluster: Any, tmp_path: Path, bootstrap: str, topic: str, **conf: str) -> RunningDaemon:
+    """A daemon process started on ``cluster``'s master, one source on ``topic``; ``conf`` over the base."""
+    base = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
+            "spark.executor.memory": "1g", "spark.cores.max": "2"}
+    (tmp_path / "daemon").mkdir()
+    daemon = RunningDaemon(tmp_path / "daemon", bootstrap, [{"name": "src", "topics": [topic]}], [],
+                           {"spark": {"master": cluster.master, "conf": {**base, **conf}}})
+    daemon.start()
+    return daemon
 
 
 def test_a_job_backfills_exactly_once_through_a_standalone_cluster(tmp_path, kafka_bootstrap, kafka_admin):
@@ -27,13 +39,7 @@ def test_a_job_backfills_exactly_once_through_a_standalone_cluster(tmp_path, kaf
     assert producer.flush(30) == 0
 
     with spark_standalone(tmp_path / "cluster") as cluster:
-        conf = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
-                "spark.executor.memory": "1g", "spark.cores.max": "2"}
-        (tmp_path / "daemon").mkdir()
-        daemon = RunningDaemon(tmp_path / "daemon", kafka_bootstrap,
-                               [{"name": "src", "topics": [topic]}], [],
-                               {"spark": {"master": cluster.master, "conf": conf}})
-        daemon.start()
+        daemon = _daemon_on(cluster, tmp_path, kafka_bootstrap, topic)
         try:
             daemon.wait_ready(240)
             apps = cluster.status()["activeapps"]
@@ -92,14 +98,8 @@ def test_a_backfills_history_tasks_run_on_both_executors_of_a_two_worker_cluster
 
     with spark_standalone(tmp_path / "cluster", cores=1, memory="1g", workers=2) as cluster:
         ui_port = free_port()
-        conf = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
-                "spark.executor.memory": "768m", "spark.cores.max": "2",
-                "spark.ui.enabled": "true", "spark.ui.port": str(ui_port)}
-        (tmp_path / "daemon").mkdir()
-        daemon = RunningDaemon(tmp_path / "daemon", kafka_bootstrap,
-                               [{"name": "src", "topics": [topic]}], [],
-                               {"spark": {"master": cluster.master, "conf": conf}})
-        daemon.start()
+        daemon = _daemon_on(cluster, tmp_path, kafka_bootstrap, topic, **{
+            "spark.executor.memory": "768m", "spark.ui.enabled": "true", "spark.ui.port": str(ui_port)})
         try:
             daemon.wait_ready(240)
             apps = cluster.status()["activeapps"]
@@ -138,13 +138,8 @@ def test_a_transform_exhausting_an_executors_memory_fails_its_job_alone(
     hog = ("SELECT topic, partition, offset, length(repeat(CAST(value AS STRING), 200000000)) AS n "
            "FROM {source}")
     with spark_standalone(tmp_path / "cluster", memory="2g") as cluster:
-        conf = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
-                "spark.executor.memory": "512m", "spark.cores.max": "2", "spark.task.maxFailures": "2"}
-        (tmp_path / "daemon").mkdir()
-        daemon = RunningDaemon(tmp_path / "daemon", kafka_bootstrap,
-                               [{"name": "src", "topics": [topic]}], [],
-                               {"spark": {"master": cluster.master, "conf": conf}})
-        daemon.start()
+        daemon = _daemon_on(cluster, tmp_path, kafka_bootstrap, topic, **{
+            "spark.executor.memory": "512m", "spark.task.maxFailures": "2"})
         try:
             daemon.wait_ready(240)
             daemon.create_job(name="hog", source="src", transform=hog)
