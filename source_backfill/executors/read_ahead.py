@@ -50,6 +50,8 @@ class ReadAhead:
     thread: threading.Thread | None = None
     #: What the copy holds so far (its closed files), while it runs and once done.
     progress: StagedProgress = field(default_factory=StagedProgress)
+    #: Spark tasks the copy was started with (its job's share of the source's history width then).
+    tasks: int = 1
 
     @property
     def rows(self) -> int:
@@ -126,6 +128,11 @@ class ReadsAhead:
             return (not self.closed and len(self._reads) < MAX_READS_AHEAD
                     and all(a.done.is_set() for a in self._reads))
 
+    def tasks_in_flight(self) -> set[int]:
+        """The tasks each running read was started with."""
+        with self.lock:
+            return {a.tasks for a in self._reads if not a.done.is_set()}
+
     def in_flight_besides(self, taken: Iterable[ReadAhead]) -> bool:
         """Whether any read is listed besides ``taken``."""
         taken = list(taken)
@@ -154,11 +161,14 @@ class ReadsAhead:
 
     def start(self, ranges: Sequence[HistoryRange],
               stage: Callable[[ReadAhead], tuple[StagedFiles, dict[str, int]]],
-              then: Callable[[ReadAhead], None]) -> ReadAhead:
-        """Run ``stage(read)`` in a new thread as a cancellable Spark job group; ``then(read)`` after."""
+              then: Callable[[ReadAhead], None], *, tasks: int = 1) -> ReadAhead:
+        """Run ``stage(read)`` in a new thread as a cancellable Spark job group; ``then(read)`` after.
+
+        ``tasks``: the Spark tasks ``stage`` copies with (kept: :meth:`tasks_in_flight`).
+        """
         from pyspark import InheritableThread
 
-        read = ReadAhead(tuple(ranges), f"history-{self.job}-{uuid.uuid4().hex[:12]}")
+        read = ReadAhead(tuple(ranges), f"history-{self.job}-{uuid.uuid4().hex[:12]}", tasks=tasks)
         read.thread = InheritableThread(target=self._run, args=(read, stage, then), name=read.group,
                                         daemon=True)
         with self.lock:

@@ -543,12 +543,12 @@ class SourceBackfillJob:
             self._pace.spend(sum(r.size for r in ranges))
             self.history.count_data_loss(self.name, ranges)
             after = self.committed_epoch if self.committed_epoch is not None else -1
-            self._reads.start(ranges, self._stage_read(after), self._read_done)
+            tasks = self.history_tasks
+            self._reads.start(ranges, self._stage_read(after, tasks), self._read_done, tasks=tasks)
 
-    def _stage_read(self, after_epoch: int) -> Callable[[ReadAhead], tuple[StagedFiles, dict[str, int]]]:
-        """A read ahead's copy: its ranges into staged files, watched as they close."""
-        tasks = self.history_tasks
-
+    def _stage_read(self, after_epoch: int,
+                    tasks: int) -> Callable[[ReadAhead], tuple[StagedFiles, dict[str, int]]]:
+        """A read ahead's copy: its ranges into staged files on ``tasks`` Spark tasks, watched as it goes."""
         def stage(read: ReadAhead) -> tuple[StagedFiles, dict[str, int]]:
             def watch(folder: Path) -> None:
                 read.progress.folder = folder
@@ -672,6 +672,11 @@ class SourceBackfillJob:
         return job_progress(self.states or {}, self._rates.copied.rate(now),
                             {split: last for split, (_, last) in ahead.items()},
                             rate_limit=self.rate_limit, paused=self.paused, rows_read_ahead=rows_ahead)
+
+    @property
+    def copy_tasks(self) -> set[int]:
+        """The tasks the job's running history copies were started with (its width share then)."""
+        return self._reads.tasks_in_flight() if self.reads_ahead else set()
 
     @property
     def finish_reported(self) -> bool:

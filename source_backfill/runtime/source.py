@@ -221,7 +221,9 @@ class LiveSource(JobHost[SourceBackfillJob]):
     def _steer_width(self) -> None:
         """The width governor's step after the jobs' epochs (``runtime/width.py``); then the shares."""
         jobs = [job for job in self.jobs.values() if job.failed is None and job.states is not None]
+        share = self.width.per_job(sum(not job.backfill_done for job in jobs))
         self.width.after_epoch(time.monotonic(), copying=any(job.copying for job in jobs),
+                               at_width=all(job.copy_tasks <= {share} for job in jobs),
                                finished=[job.epoch_latencies for job in jobs if job.backfill_done])
         self._share_width()
 

@@ -9,7 +9,8 @@ definition). From them:
   epochs); the target is ``latency_target_ratio`` x that, or ``latency_target_s`` when set. Before any
   idle epoch was seen (a daemon restarted mid-backfill) the idle p99 is taken as 1.5 trigger intervals
   (a row waits for the next trigger, then one epoch's work);
-* **epochs with a copy** are gathered; once ``STEP_EPOCHS`` of them ran at the current width, their p99 is
+* **epochs with a copy** started at the current width are gathered (a running copy keeps the tasks it
+  started with); once ``STEP_EPOCHS`` of them ran, their p99 is
   the governor's step (``core.governor.Governor``: it doubles from ``min_tasks`` while the target holds,
   falls back to the last good width or halves when it does not, then searches and probes). The gathered
   latencies are then dropped, so each step sees only its own width;
@@ -91,11 +92,15 @@ class HistoryWidth:
         found = self._idle.quantiles(now, (0.99,))
         return found[0] if found is not None else IDLE_INTERVALS * self.interval_s
 
-    def after_epoch(self, now: float, *, copying: bool, finished: Iterable[Latencies]) -> int:
+    def after_epoch(self, now: float, *, copying: bool, finished: Iterable[Latencies],
+                    at_width: bool = True) -> int:
         """The width the next copies may use, after an epoch (``now``: monotonic seconds).
 
-        ``copying``: a history copy ran in the epoch; ``finished``: the live latencies each Finished job
-        of the source committed in it (empty: none is Finished).
+        ``copying``: a history copy ran in the epoch; ``at_width``: the copies running were started with
+        the current width (a copy keeps the tasks it started with: until the ones started before a change
+        are done, the epochs say nothing of the new width and do not count towards a step);
+        ``finished``: the live latencies each Finished job of the source committed in it (empty: none is
+        Finished).
         """
         parts = list(finished)
         self._rebound(now)
@@ -108,7 +113,7 @@ class HistoryWidth:
         if not parts:  # nobody's live latency to keep: as wide as allowed
             self._gathered, self._epochs = [], 0
             return self._set(self.governor.max_width if self.latency_s is None else self.width)
-        if not copying:
+        if not copying or not at_width:
             return self._set(self.governor.width)
         self._gathered.extend(p for p in parts if p.rows)
         self._epochs += 1

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from source_backfill import metrics
+from source_backfill.testing.metrics import scrape, total
 from tests.integration.daemon.conftest import exactly_once, finished, job_of, job_spec, wait_for
 
 pytestmark = pytest.mark.integration
@@ -115,6 +116,11 @@ def test_the_width_narrows_when_the_live_latency_of_a_finished_job_rises(
     wait_for(lambda: source.width.width == 1, timeout=120, what="the width narrowed")
     assert source.width.latency_s is not None and source.width.latency_s > 1.5
     assert gauge._value.get() == 1  # noqa: SLF001
+    # the figure it steered by and the target it kept, as /metrics gives them
+    scraped = scrape(d.api_url)
+    assert total(scraped, "history_width_tasks", source="src") == 1
+    assert total(scraped, "history_width_latency_seconds", source="src") > 1.5  # over the target: narrowed
+    assert total(scraped, "history_width_target_seconds", source="src") == pytest.approx(1.5)
     slow.clear()
     job_of(d, "late").rate_limit = None
     wait_for(lambda: finished(d, "late"), timeout=240, what="late job finished")

@@ -485,7 +485,8 @@ def test_a_read_ahead_reports_the_rows_it_copied_while_it_runs(
     topic = new_topic(1)
     total = 400_000
     producer_for(topic).send(total, 1)
-    d = daemon_factory([topic], [job_spec("j", tmp_path)])
+    # one task: the copy of the one partition must outlast a few epochs (progress is published per epoch)
+    d = daemon_factory([topic], [job_spec("j", tmp_path)], history_width={"fixed_tasks": 1})
     seen: list[tuple[int, int, int | None]] = []
 
     def sample() -> bool:

@@ -114,3 +114,15 @@ def test_the_slots_are_read_again_as_executors_come_and_go() -> None:
     assert width.after_epoch(1.0 + SLOTS_EVERY_S, copying=True, finished=[]) == 6
     configured = HistoryWidth("s", HistoryWidthConfig(max_tasks=3), slots=lambda: slots[0], interval_s=1.0)
     assert configured.after_epoch(0.0, copying=True, finished=[]) == 3
+
+
+def test_epochs_whose_copies_started_at_an_older_width_do_not_count_towards_a_step() -> None:
+    width = HistoryWidth("s", HistoryWidthConfig(), slots=16, interval_s=1.0)
+    steps(width, 1.0, STEP_EPOCHS)
+    assert width.width == 2
+    before = width.governor
+    for i in range(5 * STEP_EPOCHS):  # the copy still running was started with 1 task
+        width.after_epoch(400.0 + i, copying=True, at_width=False, finished=[rows_at(1.0)])
+    assert width.governor == before and width.width == 2
+    steps(width, 1.0, STEP_EPOCHS, t0=500.0)  # a copy at 2 tasks kept the target: the width doubles
+    assert width.width == 4
