@@ -194,6 +194,10 @@ class SourceConfig(_Frozen):
     replay_versions_per_epoch: int = Field(default=16, gt=0)
     #: Rows a table-backfill job reads per vnode per epoch (of 256 vnodes), before its rate limit.
     chunk_rows: int = Field(default=1024, gt=0)
+    #: A ``delta`` source's table version of more rows than this is spilled to local disk by vnode, each
+    #: vnode sorted by key, and its chunks read from there (the driver holds one vnode's rows at a time);
+    #: up to it, the version is sorted in the driver's memory (faster).
+    table_index_rows: int = Field(default=1_000_000, ge=0)
     #: ``host:port,...``, ``embedded``, or ``${VAR}``: the value of environment variable ``VAR`` (a
     #: container image's config names ``${KAFKA_BOOTSTRAP_SERVERS}`` and the deployment sets it).
     bootstrap_servers: str = EMBEDDED

@@ -7,7 +7,7 @@ delta-rs), and the change data feed comes from delta-rs' ``load_cdf``.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from source_backfill.errors import DeltaSinkError
@@ -67,6 +67,19 @@ class DeltaTableSource:
         """Whether the table records its change data feed (``delta.enableChangeDataFeed``)."""
         config = self._table().metadata().configuration
         return str(config.get("delta.enableChangeDataFeed", "false")).lower() == "true"
+
+    def row_count(self, version: int) -> int | None:
+        """Rows of ``version`` by the log's file statistics (None: a file without them)."""
+        actions = self._table(version).get_add_actions(flatten=True)
+        names = actions.schema.names
+        if "num_records" not in names:
+            return None
+        counts = actions.column("num_records").to_pylist()
+        return None if any(c is None for c in counts) else int(sum(counts))
+
+    def batches(self, version: int, batch_rows: int = 65_536) -> Iterator[pa.RecordBatch]:
+        """The rows of ``version`` batch by batch, file by file (delta-rs' dataset: never all at once)."""
+        return iter(self._table(version).to_pyarrow_dataset().to_batches(batch_size=batch_rows))
 
     def rows_arrow(self, version: int) -> pa.Table:
         """The table's rows at ``version``, read by delta-rs on the driver."""
@@ -136,50 +149,36 @@ class VersionIndex:
     def __init__(self, rows: pa.Table, primary_key: Sequence[str], vnode_count: int) -> None:
         import numpy as np
         import pyarrow as pa
-        import pyarrow.compute as pc
 
-        from source_backfill.core.vnode import key_vnodes
+        from connectors.delta.spill import check_key_columns, row_vnodes, sorted_by_key
 
-        missing = [k for k in primary_key if k not in rows.column_names]
-        if missing or not primary_key:
-            msg = f"primary key columns {list(primary_key)} are not all in the table ({rows.column_names})"
-            raise DeltaSinkError(msg)
-        for k in primary_key:  # positions travel as JSON and compare as Python values: ints and strings
-            kind = rows.schema.field(k).type
-            if not (pa.types.is_integer(kind) or pa.types.is_string(kind)):
-                msg = f"primary key column {k} is {kind}: the table-backfill modules need integer or string"
-                msg += " keys"
-                raise DeltaSinkError(msg)
-        if any(rows.column(k).null_count for k in primary_key):
-            msg = f"the table has rows with a null primary key ({', '.join(primary_key)})"
-            raise DeltaSinkError(msg)
-        if len(primary_key) == 1 and pa.types.is_integer(rows.schema.field(primary_key[0]).type):
-            columns = [rows.column(primary_key[0]).to_numpy()]
-        else:
-            columns = [rows.column(k).to_pylist() for k in primary_key]
-        vnodes = pa.array(key_vnodes(columns, vnode_count), pa.int32())
-        order = pc.sort_indices(
-            rows.append_column("__vnode", vnodes),
-            sort_keys=[("__vnode", "ascending"), *((k, "ascending") for k in primary_key)],
-        )
-        self.rows = rows.take(order)
-        n = self.rows.num_rows
-        if n > 1:  # sorted by (vnode, key): a repeated key sits next to itself
-            same = None
-            for k in primary_key:
-                col = self.rows.column(k)
-                eq = pc.equal(col.slice(1), col.slice(0, n - 1))
-                same = eq if same is None else pc.and_(same, eq)
-            if pc.any(same).as_py():
-                msg = f"the table has rows with the same primary key ({', '.join(primary_key)})"
-                raise DeltaSinkError(msg)
-        self._vnodes = np.asarray(vnodes.take(order))
+        check_key_columns(rows.schema, primary_key)
+        vnodes = pa.array(row_vnodes(rows, primary_key, vnode_count), pa.int32())
+        # by (vnode, key): a vnode's rows sit together, in key order (a repeated key is refused)
+        ordered = sorted_by_key(rows.append_column("__vnode", vnodes), primary_key, first=["__vnode"])
+        self._vnodes = ordered.column("__vnode").to_numpy()
+        self.rows = ordered.drop_columns(["__vnode"])
+        one_int = len(primary_key) == 1 and pa.types.is_integer(rows.schema.field(primary_key[0]).type)
         #: The sorted keys: one integer column as numpy (bisected in numpy), else a list of tuples.
-        self._ints = columns[0][np.asarray(order)] if isinstance(columns[0], np.ndarray) else None
+        self._ints = self.rows.column(primary_key[0]).to_numpy() if one_int else None
         self._tuples: list[tuple[Any, ...]] | None = None
         if self._ints is None:
             self._tuples = list(zip(*(self.rows.column(k).to_pylist() for k in primary_key), strict=True))
         self._bounds = np.searchsorted(self._vnodes, np.arange(vnode_count + 1), side="left")
+
+    @property
+    def num_rows(self) -> int:
+        """Rows of the version."""
+        return int(self.rows.num_rows)
+
+    def read_chunk(self, vnode: int, after: tuple[Any, ...] | None,
+                   rows: int) -> tuple[pa.Table, Sequence[tuple[Any, ...]]]:
+        """The first ``rows`` rows of ``vnode`` with a key above ``after`` (all: None), and their keys."""
+        found = self.chunk(vnode, after, rows)
+        return self.rows.slice(found.start, len(found)), self.keys_at(found)
+
+    def close(self) -> None:
+        """Nothing to remove: the index is in memory."""
 
     def key(self, position: int) -> tuple[Any, ...]:
         """The primary key of the row at ``position`` in :attr:`rows`."""

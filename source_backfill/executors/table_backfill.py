@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 
     import pyarrow as pa
 
+    from connectors.delta.spill import SpilledIndex
     from connectors.delta.table_source import DeltaTableSource, VersionIndex
     from source_backfill.config import JobSpec, SourceConfig
 
@@ -78,6 +79,7 @@ class TableBackfillJob:
         self.mode = spec.mode or "merge"
         self.primary_key = tuple(source.primary_key)
         self.chunk_rows = source.chunk_rows
+        self.index_rows = source.table_index_rows
         self.replay_versions = source.replay_versions_per_epoch
         self.interval_s = source.trigger_interval_s
         self.vnode_count = vnode_count
@@ -111,7 +113,7 @@ class TableBackfillJob:
         #: The newest version the live stream delivered, as of the last epoch (for the lag).
         self.delivered: int | None = None
         self.last_error: str | None = None
-        self._index: tuple[int, VersionIndex] | None = None
+        self._index: tuple[int, VersionIndex | SpilledIndex] | None = None
         #: Arrangement: the changes after the index's version of keys no chunk covered yet (None: the
         #: index is of the cursor's version, or there is none), and what the epoch being committed holds.
         self._unsent: pa.Table | None = None
@@ -144,8 +146,15 @@ class TableBackfillJob:
             self.rows.update({k: int(v) for k, v in recovered.state.get("rows", {}).items()})
 
     def close(self) -> None:
-        """Nothing runs beside the epochs: only the cached snapshot is released."""
-        self._index, self._unsent = None, None
+        """Nothing runs beside the epochs: only the cached snapshot is released (a spill removed)."""
+        self._drop_index()
+        self._unsent = None
+
+    def _drop_index(self) -> None:
+        """Let the cached snapshot go (a spilled one's files removed)."""
+        if self._index is not None:
+            self._index[1].close()
+        self._index = None
 
     # -- what the source asks ----------------------------------------------------------------------
     @property
@@ -209,7 +218,7 @@ class TableBackfillJob:
         self._unsent = self._unsent_next if committed else None
         self._copied_last = committed and self._step is ArrangementStep.COPY_AT_CURSOR
         if not committed:
-            self._index = None
+            self._drop_index()
         self._unsent_next = None
         return outcome == "committed"
 
@@ -228,9 +237,13 @@ class TableBackfillJob:
         if budget == 0:
             return state
         assert state.pinned is not None
-        parts.append(_Part(Phase.CONSUMING_SNAPSHOT.value, _inserts(self._snapshot(state.pinned).rows),
-                           new_keys=True))
-        self._index = None
+        from connectors.delta.table_source import VersionIndex
+
+        # chain copies its snapshot in one epoch, in the driver's memory (Known limits)
+        index = VersionIndex(self.table.rows_arrow(state.pinned), self.primary_key, self.vnode_count)
+        self.snapshot_rows = index.num_rows
+        parts.append(_Part(Phase.CONSUMING_SNAPSHOT.value, _inserts(index.rows), new_keys=True))
+        self._drop_index()
         return state.snapshot_done()
 
     def _copy_snapshot(self, state: TableBackfillState, budget: int | None,
@@ -281,7 +294,7 @@ class TableBackfillJob:
             state = state.followed(delivered)
         return self._copied(state)
 
-    def _read_chunks(self, state: TableBackfillState, index: VersionIndex, budget: int | None,
+    def _read_chunks(self, state: TableBackfillState, index: VersionIndex | SpilledIndex, budget: int | None,
                      parts: list[_Part]) -> VnodeSet:
         """Read the epoch's chunks from ``index`` (into ``parts``): the vnodes' progress after them."""
         import pyarrow as pa
@@ -289,10 +302,10 @@ class TableBackfillJob:
         runs = []
         chunks = {}
         for vn, asked in plan_chunks(state.vnodes, budget, chunk_rows=self.chunk_rows).items():
-            found = index.chunk(vn, state.vnodes.of(vn).pos, asked)
-            if found:  # a vnode's rows sit together in the index: a chunk is a slice of it
-                runs.append(index.rows.slice(found.start, len(found)))
-            chunks[vn] = (index.keys_at(found), asked)
+            rows, keys = index.read_chunk(vn, state.vnodes.of(vn).pos, asked)
+            if rows.num_rows:
+                runs.append(rows)
+            chunks[vn] = (keys, asked)
         self._allowance.spend(sum(r.num_rows for r in runs))
         if runs:
             parts.append(_Part(Phase.CONSUMING_SNAPSHOT.value, _inserts(pa.concat_tables(runs)),
@@ -302,11 +315,11 @@ class TableBackfillJob:
     def _copied(self, state: TableBackfillState) -> TableBackfillState:
         """After an epoch's chunks: the snapshot phase ends once every vnode is complete."""
         if state.vnodes.done:
-            self._index = None
+            self._drop_index()
             return state.snapshot_done()
         return state
 
-    def _arranged(self, state: TableBackfillState) -> VersionIndex:
+    def _arranged(self, state: TableBackfillState) -> VersionIndex | SpilledIndex:
         """Arrangement's index: of an earlier version ``V0``, or of the cursor's version.
 
         ``V0``'s serves while the changes after it that no chunk covered yet are held (``_unsent``, at
@@ -318,21 +331,40 @@ class TableBackfillJob:
         kept = self._index is not None and unsent is not None and unsent.num_rows <= UNSENT_MAX_ROWS
         if not kept:
             assert state.cursor is not None
-            self._index, self._unsent = None, None
+            self._drop_index()
+            self._unsent = None
             return self._snapshot(state.cursor)
         assert self._index is not None
         return self._index[1]
 
-    def _snapshot(self, version: int) -> VersionIndex:
-        """The table at ``version``, indexed by vnode and key (kept while the version is the same)."""
+    def _snapshot(self, version: int) -> VersionIndex | SpilledIndex:
+        """The table at ``version``, indexed by vnode and key (kept while the version is the same).
+
+        In the driver's memory up to ``table_index_rows`` rows (by the log's statistics); a larger version
+        is spilled to local disk by vnode (:mod:`connectors.delta.spill`: one vnode's rows in memory at a
+        time), in the system's temporary folder, removed when the job lets the version go.
+        """
+        import tempfile
+        from pathlib import Path
+
+        from connectors.delta.spill import SpilledIndex
         from connectors.delta.table_source import VersionIndex
 
         if self._index is None or self._index[0] != version:
+            self._drop_index()
             t0 = time.monotonic()
-            index = VersionIndex(self.table.rows_arrow(version), self.primary_key, self.vnode_count)
-            self.snapshot_rows = index.rows.num_rows  # the copy's total: its progress and ETA
-            logger.info('table snapshot indexed job="%s" version=%d rows=%d seconds=%.2f', self.name, version,
-                        index.rows.num_rows, time.monotonic() - t0)
+            counted = self.table.row_count(version)
+            index: VersionIndex | SpilledIndex
+            if counted is not None and counted > self.index_rows:
+                folder = Path(tempfile.mkdtemp(prefix=f"source-backfill-spill-{self.name}-v{version}-"))
+                index = SpilledIndex(self.table.batches(version), self.table.arrow_schema(version),
+                                     self.primary_key, self.vnode_count, folder)
+            else:
+                index = VersionIndex(self.table.rows_arrow(version), self.primary_key, self.vnode_count)
+            self.snapshot_rows = index.num_rows  # the copy's total: its progress and ETA
+            logger.info('table snapshot indexed job="%s" version=%d rows=%d spilled=%s seconds=%.2f',
+                        self.name, version, index.num_rows, isinstance(index, SpilledIndex),
+                        time.monotonic() - t0)
             self._index = (version, index)
         return self._index[1]
 

@@ -50,13 +50,21 @@ def _until_live(source, limit=2000):
     pytest.fail(f"jobs not live: { {n: (j.state, j.lag_versions) for n, j in source.jobs.items()} }")
 
 
-@pytest.mark.parametrize("strategy", ["snapshot", "arrangement", "chain"])
-def test_each_strategy_ends_equal_to_the_changing_source(tmp_path, strategy):
+@pytest.mark.parametrize(("strategy", "index"), [("snapshot", "memory"), ("arrangement", "memory"),
+                                                  ("chain", "memory"), ("snapshot", "spilled"),
+                                                  ("arrangement", "spilled")])
+def test_each_strategy_ends_equal_to_the_changing_source(tmp_path, strategy, index, monkeypatch):
+    """``spilled``: every version indexed on disk by vnode (``table_index_rows = 0``), the spill removed
+    once the copy is done."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
     up = ChangingTable.create(str(tmp_path / "src"), ROWS, seed=7)
     registry = JobRegistry(tmp_path / "state", ["t"])
     _job(registry, tmp_path, "merged", strategy, "merge")
     _job(registry, tmp_path, "log", strategy, "changelog", rate_limit=4000.0)
-    source = _source(tmp_path, registry)
+    source = _source(tmp_path, registry, table_index_rows=0 if index == "spilled" else 1_000_000)
     thread, stop = up.writer_thread(0.01)
     copying_while_writing = 0
     try:
@@ -68,7 +76,10 @@ def test_each_strategy_ends_equal_to_the_changing_source(tmp_path, strategy):
         thread.join()
     # the copy really overlapped the changes (chain reads its snapshot in one pass, then replays)
     assert up.versions >= 10 and copying_while_writing >= (1 if strategy == "chain" else 8)
+    spills = list((tmp_path / "tmp").glob("source-backfill-spill-*"))
+    assert bool(spills) == (index == "spilled")
     _until_live(source)
+    assert not list((tmp_path / "tmp").glob("source-backfill-spill-*"))  # let go with the copy
     want = up.expected()
     for job in source.jobs.values():
         assert _content(job) == want, job.name
