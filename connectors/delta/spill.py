@@ -4,10 +4,12 @@
 and impossible for a table larger than the driver. :class:`SpilledIndex` answers the same chunk reads
 (a vnode's next rows above a key, in key order) with at most one vnode's rows in memory at a time:
 
-1. **spill** — the version's files are read batch by batch (delta-rs' dataset, never the whole table),
-   each row's vnode computed as the modules compute it (``core.vnode``), and the rows appended to
-   per-vnode fragment files, a buffer of ``buffer_rows`` rows at most in memory;
-2. **sort** — each vnode's fragments are read, sorted by key, checked (no null, no repeated key), and
+1. **spill** — the version's files are read batch by batch (one file at a time, never the whole table),
+   each row's vnode computed as the modules compute it (``core.vnode``); every ``buffer_bytes`` (16 MiB)
+   of rows become one fragment file with a row group per vnode, written through to disk and dropped
+   from the page cache (a cgroup-capped process is charged for the pages it dirties);
+2. **sort** — each vnode's row groups are read from the fragments, sorted by key, checked (no null, no
+   repeated key), and
    written as one Parquet file of row groups of ``group_rows`` rows; the first key of each row group is
    kept (``rows / group_rows`` keys in all: 5,000 for 20M rows);
 3. **read** — a chunk finds its row group by those first keys, the position in it by bisection over
@@ -29,12 +31,31 @@ from source_backfill.errors import DeltaSinkError
 if TYPE_CHECKING:
     import pyarrow as pa
 
-#: Rows buffered in memory while spilling, before they go to the vnodes' fragment files.
-BUFFER_ROWS = 65_536
+#: Bytes of rows buffered in memory while spilling, before they go to the vnodes' fragment files.
+BUFFER_BYTES = 16 * 2**20
 #: Rows per row group of a vnode's sorted file (a chunk read touches one or two).
 GROUP_ROWS = 4_096
 
 Key = tuple[Any, ...]
+#: Where some of a vnode's spilled rows are: a fragment file and its row group.
+Piece = tuple[Path, int]
+
+
+def _settle(path: Path) -> None:
+    """Flush ``path`` to disk and drop it from the page cache.
+
+    A memory-capped process (a cgroup counts the page cache it dirties) must not fill its cap with a
+    spill's written pages.
+    """
+    import os
+
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        if hasattr(os, "posix_fadvise"):
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
 
 
 def check_key_columns(schema: pa.Schema, primary_key: Sequence[str]) -> None:
@@ -100,7 +121,7 @@ class SpilledIndex:
     """One version of a keyed table on disk, by vnode and key: ``read_chunk`` in bounded memory."""
 
     def __init__(self, batches: Iterable[pa.RecordBatch], schema: pa.Schema, primary_key: Sequence[str],
-                 vnode_count: int, folder: Path, *, buffer_rows: int = BUFFER_ROWS,
+                 vnode_count: int, folder: Path, *, buffer_bytes: int = BUFFER_BYTES,
                  group_rows: int = GROUP_ROWS) -> None:
         check_key_columns(schema, primary_key)
         self.primary_key = tuple(primary_key)
@@ -113,9 +134,11 @@ class SpilledIndex:
         self._sizes = [0] * vnode_count
         folder.mkdir(parents=True, exist_ok=True)
         try:
-            fragments = self._spill(batches, buffer_rows)
+            pieces = self._spill(batches, buffer_bytes)
             for vn in range(vnode_count):
-                self._sort(vn, fragments[vn])
+                self._sort(vn, pieces[vn])
+            for fragment in {path for vnode in pieces for path, _ in vnode}:
+                fragment.unlink()
         except BaseException:
             self.close()
             raise
@@ -125,54 +148,64 @@ class SpilledIndex:
         """Rows of the version."""
         return sum(self._sizes)
 
-    def _spill(self, batches: Iterable[pa.RecordBatch], buffer_rows: int) -> list[list[Path]]:
-        """Step 1: the rows into per-vnode fragment files, ``buffer_rows`` in memory at most."""
+    def _spill(self, batches: Iterable[pa.RecordBatch], buffer_bytes: int) -> list[list[Piece]]:
+        """Step 1: the rows into fragment files, about ``buffer_bytes`` in memory at most.
+
+        Each buffer becomes one fragment file holding a row group per vnode; returned per vnode: the
+        fragments and row groups that hold its rows.
+        """
         import numpy as np
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        fragments: list[list[Path]] = [[] for _ in range(self.vnode_count)]
+        pieces: list[list[Piece]] = [[] for _ in range(self.vnode_count)]
         buffered: list[pa.Table] = []
         held = 0
+        written = 0
 
         def flush() -> None:
-            nonlocal buffered, held
+            nonlocal buffered, held, written
             if not buffered:
                 return
             rows = pa.concat_tables(buffered)
+            buffered, held = [], 0
             vnodes = row_vnodes(rows, self.primary_key, self.vnode_count)
             order = np.argsort(vnodes, kind="stable")
             rows, vnodes = rows.take(pa.array(order)), vnodes[order]
             bounds = np.searchsorted(vnodes, np.arange(self.vnode_count + 1), side="left")
-            for vn in range(self.vnode_count):
-                lo, hi = int(bounds[vn]), int(bounds[vn + 1])
-                if hi > lo:
-                    path = self.folder / f"v{vn:04d}.f{len(fragments[vn]):05d}.parquet"
-                    pq.write_table(rows.slice(lo, hi - lo), path)
-                    fragments[vn].append(path)
-            buffered, held = [], 0
+            path = self.folder / f"fragment-{written:05d}.parquet"
+            written += 1
+            group = 0
+            with pq.ParquetWriter(path, self.schema) as writer:
+                for vn in range(self.vnode_count):
+                    lo, hi = int(bounds[vn]), int(bounds[vn + 1])
+                    if hi > lo:  # one row group per vnode
+                        writer.write_table(rows.slice(lo, hi - lo), row_group_size=hi - lo)
+                        pieces[vn].append((path, group))
+                        group += 1
+            _settle(path)
 
         for batch in batches:
             if batch.num_rows:
                 buffered.append(pa.Table.from_batches([batch]).cast(self.schema))
-                held += batch.num_rows
-            if held >= buffer_rows:
+                held += batch.nbytes
+            if held >= buffer_bytes:
                 flush()
         flush()
-        return fragments
+        return pieces
 
-    def _sort(self, vn: int, fragments: list[Path]) -> None:
-        """Step 2: one vnode's fragments as one sorted file; its row groups' first keys kept."""
+    def _sort(self, vn: int, pieces: list[Piece]) -> None:
+        """Step 2: one vnode's rows as one sorted file; its row groups' first keys kept."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        if not fragments:
+        if not pieces:
             return
-        rows = sorted_by_key(pa.concat_tables([pq.read_table(p, schema=self.schema) for p in fragments]),
+        rows = sorted_by_key(pa.concat_tables([pq.ParquetFile(path).read_row_group(group)
+                                               for path, group in pieces]).cast(self.schema),
                              self.primary_key)
         pq.write_table(rows, self._path(vn), row_group_size=self.group_rows)
-        for p in fragments:
-            p.unlink()
+        _settle(self._path(vn))
         starts = range(0, rows.num_rows, self.group_rows)
         keys = rows.select(list(self.primary_key))
         self._firsts[vn] = [keys_of(keys.slice(s, 1), self.primary_key)[0] for s in starts]
@@ -203,7 +236,11 @@ class SpilledIndex:
             parts.append(part)
             taken += part.num_rows
             group += 1
-        chunk = pa.concat_tables(parts) if parts else self.schema.empty_table()
+        if not parts:
+            return self.schema.empty_table(), []
+        # a copy of the rows taken: a slice would keep each whole decoded row group alive (256 vnodes x a
+        # row group of 2 kB rows held 1 GB for 16k rows read)
+        chunk = pa.concat_tables(parts).take(pa.array(range(taken), pa.int64()))
         return chunk, keys_of(chunk.select(list(self.primary_key)), self.primary_key)
 
     def close(self) -> None:

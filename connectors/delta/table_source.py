@@ -77,9 +77,28 @@ class DeltaTableSource:
         counts = actions.column("num_records").to_pylist()
         return None if any(c is None for c in counts) else int(sum(counts))
 
-    def batches(self, version: int, batch_rows: int = 65_536) -> Iterator[pa.RecordBatch]:
-        """The rows of ``version`` batch by batch, file by file (delta-rs' dataset: never all at once)."""
-        return iter(self._table(version).to_pyarrow_dataset().to_batches(batch_size=batch_rows))
+    def batches(self, version: int, batch_rows: int = 8_192) -> Iterator[pa.RecordBatch]:
+        """The rows of ``version`` batch by batch, one file at a time (never the whole version at once).
+
+        Each file is read with its own Parquet reader, no read ahead: one row group decoded at a time.
+        (pyarrow's dataset scan read ahead 16 batches and 4 files: 735 MB peak RSS to scan 1.2 GB of 2 kB
+        rows in 100 MB row groups, against 206 MB file by file.) A partitioned table, whose partition
+        values are in the paths and not the files, is scanned by the dataset with one batch and one file
+        read ahead.
+        """
+        import pyarrow.fs as pafs
+        import pyarrow.parquet as pq
+
+        table = self._table(version)
+        if table.metadata().partition_columns:
+            dataset = table.to_pyarrow_dataset()
+            yield from dataset.to_batches(batch_size=batch_rows, batch_readahead=1, fragment_readahead=1)
+            return
+        for uri in table.file_uris():
+            fs, path = pafs.FileSystem.from_uri(uri if "://" in uri else f"file://{uri}")
+            with fs.open_input_file(path) as handle:
+                yield from pq.ParquetFile(handle, pre_buffer=False).iter_batches(batch_size=batch_rows,
+                                                                                 use_threads=False)
 
     def rows_arrow(self, version: int) -> pa.Table:
         """The table's rows at ``version``, read by delta-rs on the driver."""

@@ -26,8 +26,10 @@ def table_of(keys: list[tuple[int, str]], composite: bool) -> tuple[pa.Table, li
 
 def spilled(rows: pa.Table, pk: list[str], folder: Path, batch: int, buffer_rows: int,
             group_rows: int) -> SpilledIndex:
+    """``buffer_rows``: the buffer in rows of this table (its bytes over its rows)."""
+    per_row = max(1, rows.nbytes // max(1, rows.num_rows))
     return SpilledIndex(rows.to_batches(max_chunksize=batch), rows.schema, pk, VNODES, folder,
-                        buffer_rows=buffer_rows, group_rows=group_rows)
+                        buffer_bytes=buffer_rows * per_row, group_rows=group_rows)
 
 
 keys = st.lists(st.tuples(st.integers(-10**6, 10**6), st.sampled_from(["a", "b", "é", ""])),
@@ -76,8 +78,9 @@ def test_a_repeated_key_in_different_batches_and_a_null_key_are_refused(tmp_path
 
 
 def test_memory_holds_at_most_a_buffer_and_one_vnode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """200,000 rows (~23 MB) spilled with a 10,000-row buffer into 16 vnodes: Arrow's allocations, sampled
-    while the batches stream in and after each vnode's sort, stay far below the table's size."""
+    """200,000 rows (~23 MB) spilled with a buffer of 10,000 rows' bytes into 16 vnodes: Arrow's
+    allocations, sampled while the batches stream in and after each vnode's sort, stay far below the
+    table's size."""
     n, per_batch = 200_000, 5_000
     pool = pa.default_memory_pool()
     samples: list[int] = []
@@ -97,7 +100,7 @@ def test_memory_holds_at_most_a_buffer_and_one_vnode(tmp_path: Path, monkeypatch
     monkeypatch.setattr(SpilledIndex, "_sort", sampled_sort)
     schema = pa.schema([("id", pa.int64()), ("v", pa.binary())])
     base = pool.bytes_allocated()
-    index = SpilledIndex(batches(), schema, ["id"], 16, tmp_path / "big", buffer_rows=10_000)
+    index = SpilledIndex(batches(), schema, ["id"], 16, tmp_path / "big", buffer_bytes=10_000 * 112)
     try:
         chunk, keys = index.read_chunk(3, None, 100)
         assert chunk.num_rows == 100 and keys == sorted(keys)
