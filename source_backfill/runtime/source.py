@@ -221,17 +221,23 @@ class LiveSource(JobHost[SourceBackfillJob]):
     def _steer_width(self) -> None:
         """The width governor's step after the jobs' epochs (``runtime/width.py``); then the shares."""
         jobs = [job for job in self.jobs.values() if job.failed is None and job.states is not None]
-        share = self.width.per_job(sum(not job.backfill_done for job in jobs))
+        share = self._share()  # what the running copies were started with, if the width held
         self.width.after_epoch(time.monotonic(), copying=any(job.copying for job in jobs),
                                at_width=all(job.copy_tasks <= {share} for job in jobs),
                                finished=[job.epoch_latencies for job in jobs if job.backfill_done])
         self._share_width()
 
+    def _backfilling(self) -> list[SourceBackfillJob]:
+        """The jobs still backfilling, or about to attach (they share the history width)."""
+        return [job for job in self.jobs.values() if job.failed is None and not job.backfill_done]
+
+    def _share(self) -> int:
+        return self.width.per_job(len(self._backfilling()))
+
     def _share_width(self) -> None:
         """Each job still backfilling (or about to attach) gets its share of the source's history width."""
-        backfilling = [job for job in self.jobs.values() if job.failed is None and not job.backfill_done]
-        share = self.width.per_job(len(backfilling))
-        for job in backfilling:
+        share = self._share()
+        for job in self._backfilling():
             job.history_tasks = share
 
     def _reads_batch(self, start: dict[str, int] | None) -> bool:
