@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from bench import plots
-from bench.records import fill, live
+from bench.records import live, new_history
 
 RECORDS = int(os.environ.get("BENCH_BACKFILL_RECORDS", "1000000"))
 PARTITIONS = 4
@@ -126,10 +126,7 @@ def main() -> dict[str, float]:
         bootstrap = broker.bootstrap
         admin = KafkaAdmin(bootstrap)
         topic = "bench-backfill"
-        admin.create_topic(topic, PARTITIONS)
-        t = time.monotonic()
-        fill(bootstrap, topic, RECORDS, PARTITIONS)
-        print(f"produced {RECORDS} history records in {time.monotonic() - t:.1f}s", flush=True)
+        new_history(admin, bootstrap, topic, RECORDS, PARTITIONS)
         splits = [f"{topic}:{p}" for p in range(PARTITIONS)]
         ends = admin.end_offsets(splits)
         spark = build_spark("local[*]", "bench-backfill")

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.bench_backfill import _latencies, _pct
-from bench.records import fill, live
+from bench.records import fill, live, new_history
 
 QUICK = os.environ.get("BENCH_QUICK") == "1"
 RECORDS = int(os.environ.get("BENCH_SCALE_RECORDS", "100000" if QUICK else "1000000"))
@@ -155,11 +155,7 @@ def main() -> dict[str, Any]:
             bootstrap = broker.bootstrap
             admin = KafkaAdmin(bootstrap)
             topic = "bench-scale-history"
-            admin.create_topic(topic, PARTITIONS)
-            t = time.monotonic()
-            fill(bootstrap, topic, RECORDS, PARTITIONS)
-            print(f"produced {RECORDS} history records on 1 partition in {time.monotonic() - t:.1f}s",
-                  flush=True)
+            new_history(admin, bootstrap, topic, RECORDS, PARTITIONS)
             split = f"{topic}:0"
             ends = admin.end_offsets([split])
             history = [HistoryRange(split, 0, ends[split])]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 
 def fill(bootstrap: str, topic: str, n: int, partitions: int) -> None:
@@ -22,6 +23,17 @@ def fill(bootstrap: str, topic: str, n: int, partitions: int) -> None:
         if i % 20000 == 0:
             producer.poll(0)
     producer.flush(300)
+
+
+def new_history(admin: Any, bootstrap: str, topic: str, n: int, partitions: int) -> None:
+    """A new topic of ``partitions`` holding ``n`` history records (:func:`fill`), its time printed."""
+    import time
+
+    admin.create_topic(topic, partitions)
+    t = time.monotonic()
+    fill(bootstrap, topic, n, partitions)
+    print(f"produced {n} history records on {partitions} partition(s) in {time.monotonic() - t:.1f}s",
+          flush=True)
 
 
 def live(bootstrap: str, topic: str, partitions: int, per_second: float, stop: threading.Event,

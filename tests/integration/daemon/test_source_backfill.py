@@ -90,11 +90,11 @@ def _record_reads(monkeypatch, then=None):
     started: list[int] = []
     real = ReadsAhead.start
 
-    def start(self, ranges, stage, done):
+    def start(self, ranges, stage, done, **kw):
         started.append(sum(r.size for r in ranges))
         if then is not None:
             then()
-        return real(self, ranges, stage, done)
+        return real(self, ranges, stage, done, **kw)
 
     monkeypatch.setattr(ReadsAhead, "start", start)
     return started
