@@ -67,10 +67,12 @@ def test_each_strategy_ends_equal_to_the_changing_source(tmp_path, strategy, ind
     source = _source(tmp_path, registry, table_index_rows=0 if index == "spilled" else 1_000_000)
     thread, stop = up.writer_thread(0.01)
     copying_while_writing = 0
-    try:
-        for _ in range(12):
+    try:  # 12 epochs at least, and until the writer has made 10 versions (a busy machine slows it)
+        for i in range(400):
             source.run_epoch()
             copying_while_writing += not source.jobs["log"].backfill_done
+            if i >= 11 and up.versions >= 10:
+                break
     finally:
         stop.set()
         thread.join()
