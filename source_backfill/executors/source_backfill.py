@@ -379,7 +379,7 @@ class SourceBackfillJob:
     ) -> _Written:
         """The one commit path: rows, adopted reads' files, ``S(e)`` and the plan summary in one commit.
 
-        None if the epoch is in the table already (a replay).
+        An epoch already in the table (a replay) commits nothing: ``result.committed`` is False.
 
         ``counts``: the history rows read in the epoch per split, or a callable giving them once the rows
         are written (history counted while written; the state is taken after the write, where the sink
