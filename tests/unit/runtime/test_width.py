@@ -6,6 +6,7 @@ No Spark: the latencies are made with ``core.latency.measure`` as the jobs make 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -126,3 +127,18 @@ def test_epochs_whose_copies_started_at_an_older_width_do_not_count_towards_a_st
     assert width.governor == before and width.width == 2
     steps(width, 1.0, STEP_EPOCHS, t0=500.0)  # a copy at 2 tasks kept the target: the width doubles
     assert width.width == 4
+
+
+def test_history_width_settings_outside_their_bounds_are_refused() -> None:
+    import pydantic
+
+    from source_backfill.config import SourceConfig
+
+    for bad in ({"min_tasks": 4, "max_tasks": 2}, {"min_tasks": 0}, {"fixed_tasks": -1},
+                {"max_tasks": 10**6}, {"latency_target_ratio": 0.5}, {"latency_target_s": 0},
+                {"tasks": 3}, {"fixed_tasks": "all"}):
+        with pytest.raises(pydantic.ValidationError):
+            SourceConfig(name="s", topics=["t"], history_width=bad)
+    with pytest.raises(pydantic.ValidationError):
+        SourceConfig(name="s", topics=["t"], table_index_rows=-1)
+    assert SourceConfig(name="s", topics=["t"], history_width={"max_tasks": 8}).history_width.max_tasks == 8
