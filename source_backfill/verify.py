@@ -263,17 +263,11 @@ def committed_positions(table: Any, job: str) -> dict[str, tuple[int | None, int
     not started yet nothing. Only commits at or before the version ``table`` is loaded at are read, so the
     positions describe the rows that version holds.
     """
-    from connectors.delta.log import HISTORY_STEPS, KEY_JOB, KEY_PLAN, with_user_metadata
+    from connectors.delta.log import KEY_JOB, KEY_PLAN, commits_back
     from source_backfill.core.splits import Stage
 
-    version = table.version()
-    commit = None
-    for limit in HISTORY_STEPS:
-        history = table.history(limit)
-        commit = next((c for c in map(with_user_metadata, history)
-                       if c.get(KEY_JOB) is not None and int(c.get("version", version)) <= version), None)
-        if commit is not None or len(history) < limit:
-            break
+    commit = next((c for c in commits_back(_local_path(table), int(table.version()))
+                   if c.get(KEY_JOB) is not None), None)
     if commit is None:
         msg = f'the table holds no commit of job "{job}" yet: nothing to check'
         raise VerifyRefusedError(msg)
@@ -567,14 +561,14 @@ def table_job_version(table_path: str, job: str) -> int:
     """
     from deltalake import DeltaTable
 
-    from connectors.delta.log import HISTORY_STEPS, KEY_JOB, KEY_STATE, with_user_metadata
+    from connectors.delta.log import KEY_JOB, KEY_STATE, commits_back
 
     if not DeltaTable.is_deltatable(table_path):
         msg = f'job "{job}" has no table yet (nothing committed): nothing to check'
         raise VerifyRefusedError(msg)
     dt = DeltaTable(table_path)
-    commit = next((c for c in map(with_user_metadata, dt.history(HISTORY_STEPS[-1]))
-                   if c.get(KEY_JOB) is not None), None)
+    commit = next((c for c in commits_back(_local_path(dt), int(dt.version())) if c.get(KEY_JOB) is not None),
+                  None)
     if commit is None or commit.get(KEY_JOB) != job:
         msg = f'the table holds no commit of job "{job}"'
         raise VerifyRefusedError(msg)

@@ -11,6 +11,7 @@ Shared by the sink (:mod:`connectors.delta.sink`: commits, recovery) and its tab
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +23,8 @@ KEY_ATTEMPT = "source_backfill.attempt"
 KEY_STATE = "source_backfill.state"
 KEY_PLAN = "source_backfill.plan"
 #: How far back the log is searched for the job's last commit (maintenance commits such as OPTIMIZE
-#: carry no state); searched in growing steps, newest first.
-HISTORY_STEPS = (16, 256, 4096)
+#: carry no state), newest first, one commit file at a time.
+HISTORY_LIMIT = 4096
 
 
 def with_user_metadata(commit: dict[str, Any]) -> dict[str, Any]:
@@ -41,23 +42,34 @@ def with_user_metadata(commit: dict[str, Any]) -> dict[str, Any]:
 def table_owner(path: str) -> str | None:
     """The job named by the newest commit of the Delta table at ``path`` that carries one, else None.
 
-    Searched like the sink's recovery (newest first, in :data:`HISTORY_STEPS`, at most the last
-    4096 commits): the job a sink of ``path`` would find, and refuse if it is not its own.
+    Searched like the sink's recovery (:func:`commits_back`, at most :data:`HISTORY_LIMIT` commits):
+    the job a sink of ``path`` would find, and refuse if it is not its own.
     """
     from deltalake import DeltaTable
 
-    table = DeltaTable(path)
-    seen = 0
-    for limit in HISTORY_STEPS:
-        history = table.history(limit)
-        for commit in history[seen:]:
-            job = with_user_metadata(commit).get(KEY_JOB)
-            if job is not None:
-                return str(job)
-        if len(history) < limit:
-            break
-        seen = len(history)
-    return None
+    newest = int(DeltaTable(path).version())
+    return next((str(c[KEY_JOB]) for c in commits_back(path, newest) if c.get(KEY_JOB) is not None), None)
+
+
+def commits_back(path: str, newest: int, limit: int = HISTORY_LIMIT) -> Iterator[dict[str, Any]]:
+    """The ``commitInfo`` of versions ``newest``, ``newest - 1``, ... of the local table at ``path``.
+
+    Each read from its own commit file (:func:`read_commit`, ``version`` set from the file's name), at
+    most ``limit`` versions, and never below the oldest commit file the log keeps (cleaned up after its
+    retention); a version without commit info is skipped. Lazy: a caller that finds what it looks for
+    reads no further.
+
+    Not delta-rs' ``DeltaTable.history``: on a table loaded at version V (1.6.6) it lists the log's
+    newest commits, written after V too, numbered down from V, so a reader of a table another writer
+    commits to took a newer commit for V's (verify then counted the rows of that newer commit missing).
+    """
+    for version in range(newest, max(-1, newest - limit), -1):
+        commit = read_commit(path, version)
+        if commit is None:
+            if not (Path(path) / "_delta_log" / f"{version:020d}.json").exists():
+                return  # below what the log keeps
+            continue
+        yield commit
 
 
 def read_commit(path: str, version: int) -> dict[str, Any] | None:

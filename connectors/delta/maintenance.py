@@ -17,7 +17,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from connectors.delta.log import HISTORY_STEPS, KEY_ATTEMPT, KEY_EPOCH, KEY_JOB, with_user_metadata
+from connectors.delta.log import KEY_ATTEMPT, KEY_EPOCH, KEY_JOB, commits_back
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -109,20 +109,15 @@ class TableMaintenance:
     def _attempts_of(self, table: DeltaTable, epochs: set[int]) -> dict[int, str]:
         """The committed attempt id of each of ``epochs`` found in the newest commits of this job."""
         found: dict[int, str] = {}
-        seen = 0
-        for limit in HISTORY_STEPS:
-            history = table.history(limit)
-            for commit in history[seen:]:
-                commit = with_user_metadata(commit)
-                epoch = str(commit.get(KEY_EPOCH, ""))
-                attempt = commit.get(KEY_ATTEMPT)
-                if attempt is None or commit.get(KEY_JOB) != self.target.job_id or not epoch.isdigit():
-                    continue  # (no attempt id logged: nothing is provably unreferenced)
-                if int(epoch) in epochs:
-                    found.setdefault(int(epoch), str(attempt))
-            if len(found) == len(epochs) or len(history) < limit:
-                break
-            seen = len(history)
+        for commit in commits_back(self.target.path, int(table.version())):
+            epoch = str(commit.get(KEY_EPOCH, ""))
+            attempt = commit.get(KEY_ATTEMPT)
+            if attempt is None or commit.get(KEY_JOB) != self.target.job_id or not epoch.isdigit():
+                continue  # (no attempt id logged: nothing is provably unreferenced)
+            if int(epoch) in epochs:
+                found.setdefault(int(epoch), str(attempt))
+                if len(found) == len(epochs):
+                    break
         return found
 
     def checkpoint(self) -> None:

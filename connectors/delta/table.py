@@ -15,14 +15,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from connectors.delta.log import (
-    HISTORY_STEPS,
-    KEY_ATTEMPT,
-    KEY_EPOCH,
-    KEY_JOB,
-    read_commit,
-    with_user_metadata,
-)
+from connectors.delta.log import KEY_ATTEMPT, KEY_EPOCH, KEY_JOB, commits_back, read_commit
 from source_backfill.errors import DeltaSinkError, ForeignTableError, StateFormatError, one_line
 
 if TYPE_CHECKING:
@@ -31,6 +24,9 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 logger = logging.getLogger(__name__)
+
+#: How far back the commit of an epoch is looked for (a commit in doubt is among the newest).
+HISTORY_SEARCH = 256
 
 #: The log retention a new table gets (``delta.logRetentionDuration``): a week of versions to time-travel
 #: and diagnose; older commit files are removed by delta-rs as it writes checkpoints. Delta's own default
@@ -167,17 +163,11 @@ class SinkTable:
         """The newest commit carrying our metadata; another job's id there raises ForeignTableError.
 
         Read newest first one commit file at a time (no listing of the log, no replay of it), at most
-        ``HISTORY_STEPS[-1]`` versions back and never below the oldest commit file the log keeps: a
+        ``HISTORY_LIMIT`` versions back and never below the oldest commit file the log keeps: a
         job's commits are its epochs that changed something plus a fresh snapshot before the log
         retention can remove its state, so the newest of them is normally the newest version.
         """
-        newest = int(table.version())
-        for version in range(newest, max(-1, newest - HISTORY_STEPS[-1]), -1):
-            commit = self.read_commit(version)
-            if commit is None:
-                if not (Path(self.path) / "_delta_log" / f"{version:020d}.json").exists():
-                    break  # below what the log keeps (cleaned up after its retention)
-                continue
+        for commit in commits_back(self.path, int(table.version())):
             job = commit.get(KEY_JOB)
             if job is None:
                 continue
@@ -194,8 +184,7 @@ class SinkTable:
 
     def find_epoch_commit(self, table: DeltaTable, epoch: int) -> dict[str, Any] | None:
         """The commit of ``epoch`` of this job among the newest ones (None if not found)."""
-        for commit in table.history(HISTORY_STEPS[1]):
-            commit = with_user_metadata(commit)
+        for commit in commits_back(self.path, int(table.version()), HISTORY_SEARCH):
             if commit.get(KEY_JOB) == self.job_id and str(commit.get(KEY_EPOCH)) == str(epoch):
                 return commit
         return None
