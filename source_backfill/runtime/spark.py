@@ -60,6 +60,12 @@ DEFAULT_CONF: dict[str, str] = {
     # another on that executor while the others idled (a two-worker cluster: every history task on one
     # executor). Kafka reads have no data locality; a consumer made elsewhere costs milliseconds.
     "spark.locality.wait": "0s",
+    # on a cluster with spark.cores.max, the session waits (up to 30 s) until executors hold all those
+    # cores before it starts: the history width reads the task slots at start (runtime/width.py), and
+    # a daemon ready with one of two executors registered copied a first history on one task
+    # (Spark's default for standalone is 0: start with whatever registered). local[N]: no effect.
+    "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+    "spark.scheduler.maxRegisteredResourcesWaitingTime": "30s",
 }
 
 

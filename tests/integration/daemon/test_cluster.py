@@ -55,14 +55,25 @@ def test_a_job_backfills_exactly_once_through_a_standalone_cluster(tmp_path, kaf
             daemon.stop()
 
 
-def _history_task_executors(ui: str) -> set[str]:
-    """The executors the daemon's history reads ahead ran tasks on, from its driver's REST API."""
+def _rest(ui: str, path: str) -> Any:
+    """One GET of the driver's REST API at ``ui``."""
     import json
     import urllib.request
 
+    with urllib.request.urlopen(f"{ui}/api/v1/{path}", timeout=10) as r:  # noqa: S310 - loopback
+        return json.load(r)
+
+
+def _registered_executors(ui: str) -> set[str]:
+    """The executors the driver's scheduler has now (not the master's view: it lags the driver's)."""
+    app = _rest(ui, "applications")[0]["id"]
+    return {e["id"] for e in _rest(ui, f"applications/{app}/executors")} - {"driver"}
+
+
+def _history_task_executors(ui: str) -> set[str]:
+    """The executors the daemon's history reads ahead ran tasks on, from its driver's REST API."""
     def get(path: str) -> Any:
-        with urllib.request.urlopen(f"{ui}/api/v1/{path}", timeout=10) as r:  # noqa: S310 - loopback
-            return json.load(r)
+        return _rest(ui, path)
 
     app = get("applications")[0]["id"]
     executors: set[str] = set()
@@ -104,6 +115,9 @@ def test_a_backfills_history_tasks_run_on_both_executors_of_a_two_worker_cluster
             daemon.wait_ready(240)
             apps = cluster.status()["activeapps"]
             assert apps[0]["cores"] == 2, apps  # one executor on each worker
+            # ready means both executors registered with the driver (the session waits for
+            # spark.cores.max), so the width read both slots: a CI run once had one, and one task
+            assert len(_registered_executors(f"http://127.0.0.1:{ui_port}")) == 2
             daemon.create_job(name="wide", source="src")
             job = daemon.wait_finished("wide", timeout_s=300)
             assert job["rows_history"] >= 200_000
