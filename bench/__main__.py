@@ -22,7 +22,7 @@ from typing import Any
 from bench import RESULTS
 
 #: Modules that take 10 minutes or more (soaks): left out of a plain ``make bench`` (15 minutes in all).
-LONG = ("bench_load", "bench_scale_jobs")
+LONG = ("bench_load", "bench_scale_jobs", "bench_scale_table")
 
 
 def record(module: str, figures: dict[str, Any], path: Path = RESULTS) -> None:

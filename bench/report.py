@@ -76,6 +76,15 @@ GOALS = (
     Goal("scale.jobs30_vs_10.epoch_p50_ratio", "median epoch, 30 jobs vs 10 at a 1 s trigger (soak: "
          "`BENCH_ARGS=scale_jobs`)", "≤ 1.5", _at_most(1.5)),
     Goal("scale.jobs30_vs_10.rss_ratio", "peak RSS, 30 jobs vs 10", "≤ 1.3", _at_most(1.3)),
+    Goal("scale.history_speedup_vs_plain", "history copy's speedup on 2 task slots vs 1, over a plain Spark "
+         "read's on 2 tasks vs 1", "≥ 0.9", _at_least(0.9)),
+    Goal("scale.live_p99_ratio_governed", "live p99 of a Finished job while the governed copy runs, vs idle",
+         "≤ 1.2", _at_most(1.2)),
+    Goal("scale.governed_vs_1_task", "governed copy's speed vs the copy at width 1", "≥ 1.0", _at_least(1.0)),
+    Goal("scale.table_rss_ratio_20m_vs_1m", "peak RSS, table backfill of 20M rows vs 1M (soak: "
+         "`BENCH_ARGS=scale_table`)", "≤ 1.3", _at_most(1.3)),
+    Goal("scale.table20m.ratio_vs_plain_read", "that 20M-row copy vs a plain Spark read of the version",
+         "≥ 0.9", _at_least(0.9)),
     Goal("quiet.idle_commits_per_hour", "table versions per hour of a Finished job on an idle topic and a "
          "live table job on a quiet table, 1 s trigger", "0", lambda v, _: v == 0),
     Goal("quiet.commit_bytes_10k_one_moving", "commit file, 10,000 splits, one moving per epoch: bytes "
@@ -88,7 +97,11 @@ GOALS = (
 def _measured_at(key: str, figures: Mapping[str, Any]) -> str:
     module = {"kafka_read": "kafka_read", "live_p99": "backfill", "backfill": "backfill",
               "table_backfill": "table", "startup": "trigger", "trigger": "trigger", "memory": "load",
-              "planner": "planner", "scale": "scale_jobs"}.get(key.split(".")[0], key.split(".")[0])
+              "planner": "planner"}.get(key.split(".")[0], key.split(".")[0])
+    if module == "scale":  # scale.jobs* (scale_jobs), scale.table* (scale_table), the rest scale_history
+        rest = key.split(".")[1]
+        module = "scale_jobs" if rest.startswith("jobs") else "scale_table" if rest.startswith("table") else (
+            "scale_history")
     measured = figures.get("_measured_at", {})
     if module not in measured:  # a key's prefix shared by several modules (quiet.*: bench_quiet_log too)
         module = next((m for m in sorted(measured) if m.startswith(f"{module}_")), module)
