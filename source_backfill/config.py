@@ -171,6 +171,24 @@ class HistoryWidthConfig(_Frozen):
         return self
 
 
+class ArchiveConfig(_Frozen):
+    """A Delta table of a Kafka source's records as Kafka gave them (``sources[].archive``).
+
+    The archive tier (docs/architecture.md, "History tiers"): a job's history offsets the archive holds
+    are read from it (Spark over Parquet) instead of the broker, those below the log start included,
+    which Kafka no longer has. It is the operator's setting, never a job's: a job only chooses whether
+    to use it (``history_source``).
+    """
+
+    #: The archive's Delta table (its ``topic``, ``partition``, ``offset`` columns and the rest of
+    #: Kafka's, as a job of this service without a transform writes them).
+    path: str = Field(min_length=1)
+    #: The archive's records are Kafka's wherever both hold an offset (this service's own identity job
+    #: wrote it, each offset once): it is read wherever it holds offsets. False (a foreign table): it is
+    #: read only below the log start, where nothing is left to compare it with; Kafka serves the rest.
+    trusted: bool = False
+
+
 class SourceConfig(_Frozen):
     """One shared live source, fanned out to its jobs.
 
@@ -225,6 +243,8 @@ class SourceConfig(_Frozen):
     max_parallel_jobs: int = Field(default=4, gt=0, le=64)
     #: How wide the jobs' history copies run: governed by the live latency (``HistoryWidthConfig``).
     history_width: HistoryWidthConfig = Field(default_factory=HistoryWidthConfig)
+    #: A Kafka source's archive tier: history read from a Delta table of its records (``ArchiveConfig``).
+    archive: ArchiveConfig | None = None
 
     @field_validator("bootstrap_servers")
     @classmethod
@@ -244,8 +264,9 @@ class SourceConfig(_Frozen):
             if not self.table_path or not self.primary_key:
                 msg = f'delta source "{self.name}" needs table_path and primary_key'
                 raise ValueError(msg)
-            if self.topics or self.topic_pattern:
-                msg = f'delta source "{self.name}" reads a table: topics and topic_pattern are for kafka'
+            if self.topics or self.topic_pattern or self.archive is not None:
+                msg = (f'delta source "{self.name}" reads a table: topics, topic_pattern and archive are '
+                       "for kafka")
                 raise ValueError(msg)
             return self
         if self.table_path or self.primary_key:
@@ -290,6 +311,10 @@ class JobSpec(_Frozen):
     #: Who commits the job's table: delta-rs (the default: 5-25x faster per epoch here, `make bench`) or
     #: delta-spark (``txnAppId``/``txnVersion``; no history read ahead, history read in the epochs).
     writer: Literal["delta-rs", "delta-spark"] = "delta-rs"
+    #: Where a Kafka job's history comes from (docs/architecture.md, "History tiers"): ``auto`` (the
+    #: source's archive for the offsets it holds, Kafka for the rest; Kafka alone without an archive),
+    #: ``kafka`` (the broker only), ``archive`` (the archive only: what it lacks is a gap or data loss).
+    history_source: Literal["auto", "kafka", "archive"] = "auto"
 
     @field_validator("transform")
     @classmethod
@@ -318,7 +343,14 @@ def check_job_fits_source(job: JobSpec, source: SourceConfig) -> None:
         if job.transform is not None:
             msg = f'job "{job.name}": a transform applies to Kafka rows, not to a delta source'
             raise ValueError(msg)
+        if job.history_source != "auto":
+            msg = f'job "{job.name}": history_source is for kafka sources, not delta source "{source.name}"'
+            raise ValueError(msg)
         return
+    if job.history_source == "archive" and source.archive is None:
+        msg = (f'job "{job.name}": history_source = "archive" but source "{source.name}" has no archive '
+               "(sources[].archive)")
+        raise ValueError(msg)
     if job.strategy is not None or job.mode not in (None, "append"):
         msg = (f'job "{job.name}" reads kafka source "{source.name}": strategy and mode "{job.mode}" are for '
                "delta sources")

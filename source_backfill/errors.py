@@ -35,6 +35,10 @@ class VerifyRefusedError(ConfigError):
     """A job's table cannot be checked against its source (no offset columns, no commit of the job yet)."""
 
 
+class ArchiveError(ConfigError):
+    """A source's archive table cannot serve history (columns lacking, offsets held twice)."""
+
+
 class StateFormatError(SourceBackfillError):
     """A persisted backfill state is malformed (bad JSON, unknown stage, wrong types)."""
 

@@ -126,6 +126,13 @@ JOB_DATA_LOSS = Counter(
     "Offsets skipped below the log start, all splits of the job (failOnDataLoss=false); 0 from the start.",
     ["job"],
 )
+JOB_HISTORY_TIER_OFFSETS = Counter(
+    PREFIX + "job_history_tier_offsets",
+    "History offsets of the job's reads by tier as planned with the source's archive: archive, kafka, gap "
+    "(below the log start, in the archive's span, not held: nothing read), loss; a read planned again "
+    "after a failure counts again.",
+    ["job", "tier"],
+)
 JOB_ETA = Gauge(PREFIX + "job_eta_seconds", "Estimated seconds until the job's backfill finishes.", ["job"])
 JOB_BACKFILLING = Gauge(
     PREFIX + "job_backfilling", "1 while the job is backfilling, 0 once finished.", ["job"]

@@ -26,7 +26,9 @@ from connectors.kafka.staged import StagedProgress as StagedProgress  # a read a
 from source_backfill import metrics
 from source_backfill.core import HistoryRange, parse_split_id
 from source_backfill.core.governor import pieces_for_tasks
+from source_backfill.core.tiers import HistorySource
 from source_backfill.errors import DataLossError, SourceBackfillError
+from source_backfill.executors.archive_tier import ArchiveTier, TierPlan
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Observation, SparkSession
@@ -53,21 +55,74 @@ class HistoryReader:
     """Reads history ranges of one source for one job's sink."""
 
     def __init__(self, spark: SparkSession, source: SourceConfig, admin: KafkaAdmin, *,
-                 connector: KafkaConnector, on_data_loss: Callable[[str, int], None] | None = None) -> None:
-        """``connector``: the source's (one per source: the kind is chosen once, by ``connector_for``)."""
+                 connector: KafkaConnector, on_data_loss: Callable[[str, int], None] | None = None,
+                 history_source: HistorySource = "auto") -> None:
+        """``connector``: the source's (one per source: the kind is chosen once, by ``connector_for``).
+
+        ``history_source``: the job's (``auto``, ``kafka``, ``archive``); with the source's archive the
+        ranges are cut by tier (:mod:`source_backfill.executors.archive_tier`) before they are read.
+        """
         self.spark = spark
         self.source = source
         self.admin = admin
         self.connector = connector
+        self.history_source = history_source
+        #: The source's archive as this job reads it; None: Kafka alone (no archive, or ``kafka``).
+        self.archive = (ArchiveTier(spark, source.archive, admin)
+                        if source.archive is not None and history_source != "kafka" else None)
         #: ``on_data_loss(split, offsets)``: lost history counted (the job's metrics, which pick the
         #: splits with series of their own); None: the job-level counter only.
         self._on_data_loss = on_data_loss
         #: Per split, the offset below which lost history (under the log start) is already counted.
         self._lost_to: dict[str, int] = {}
 
+    def earliest_offsets(self, splits: Sequence[str]) -> dict[str, int]:
+        """Each split's first offset history can be read from: Kafka's log start, or the archive's first.
+
+        ``archive``: the archive's first held offset (Kafka's log start where it holds none of a split);
+        ``auto``: the lower of the two; ``kafka`` (or no archive): the log start.
+        """
+        earliest = self.admin.earliest_offsets(splits)
+        if self.archive is None:
+            return earliest
+        held = self.archive.holdings().held
+        for split in splits:
+            first = held[split][0][0] if held.get(split) else None
+            if first is not None and (self.history_source == "archive" or first < earliest[split]):
+                earliest[split] = first
+        return earliest
+
     def rows(self, ranges: Sequence[HistoryRange], session: SparkSession | None = None) -> DataFrame:
-        """The records of ``ranges`` as a DataFrame of ``session`` (default: the reader's)."""
-        return self.connector.read_ranges(ranges, session or self.spark)
+        """The records of ``ranges`` as a DataFrame of ``session`` (default: the reader's).
+
+        With an archive: its part read from the archive, Kafka's from Kafka (one DataFrame, Kafka's
+        columns); gaps read nothing; data loss raises :class:`DataLossError` with ``fail_on_data_loss``
+        and is skipped without (counted when planned, :meth:`count_data_loss`).
+        """
+        session = session or self.spark
+        if self.archive is None:
+            return self.connector.read_ranges(ranges, session)
+        plan = self._tiers(ranges)
+        parts = []
+        if plan.kafka:
+            parts.append(self.connector.read_ranges(plan.kafka, session))
+        if plan.archive or not parts:
+            parts.append(self.archive.rows(plan.archive, session))
+        rows = parts[0]
+        for part in parts[1:]:
+            rows = rows.unionByName(part)
+        return rows
+
+    def _tiers(self, ranges: Sequence[HistoryRange]) -> TierPlan:
+        """``ranges`` cut by tier; data loss with ``fail_on_data_loss`` raises :class:`DataLossError`."""
+        assert self.archive is not None  # noqa: S101 - callers check
+        plan = self.archive.plan(ranges, self.history_source)
+        if plan.loss and self.source.fail_on_data_loss:
+            lost = ", ".join(f"{r.split} {r.start}..{r.end - 1}" for r in plan.loss[:5])
+            msg = (f"history offsets held by neither the archive nor Kafka (below the log start, outside "
+                   f"the archive): {lost}")
+            raise DataLossError(msg)
+        return plan
 
     def stage(self, sink: DeltaEpochSink, ranges: Sequence[HistoryRange], after_epoch: int,
               on_folder: Callable[[Path], None] | None = None,
@@ -83,6 +138,12 @@ class HistoryReader:
         by Spark to the records as they are copied (either connector); without one, the connector
         copies its own way (:meth:`KafkaConnector.stage <connectors.kafka.connector.KafkaConnector.stage>`).
         """
+        if self.archive is not None:
+            plan = self._tiers(ranges)
+            if plan.archive or not plan.kafka:  # Spark reads the archive's part (or nothing: gaps)
+                return self._stage_transformed(sink, pieces_for_tasks(ranges, tasks), after_epoch, on_folder,
+                                               transform or _identity, tasks)
+            ranges = plan.kafka  # gaps and skipped loss read nothing
         pieces = pieces_for_tasks(ranges, tasks)
         if transform is not None:
             return self._stage_transformed(sink, pieces, after_epoch, on_folder, transform, tasks)
@@ -114,20 +175,45 @@ class HistoryReader:
         removes while a read is already running are skipped by the reader but not counted.
         """
         ranges = list(ranges)
-        if self.source.fail_on_data_loss or not ranges:
+        if not ranges:
             return
-        log_start = self.admin.earliest_offsets(sorted({r.split for r in ranges}))
-        for r in ranges:
-            first = max(r.start, self._lost_to.get(r.split, r.start))
-            lost_end = min(log_start.get(r.split, r.start), r.end)
+        if self.archive is not None:
+            try:
+                plan = self.archive.plan(ranges, self.history_source)
+            except Exception:  # noqa: BLE001 - the read plans again, and its error is the job's
+                logger.debug("history tiers not planned for counting", exc_info=True)
+                return
+            for tier, offsets in plan.sizes().items():
+                if offsets:
+                    metrics.JOB_HISTORY_TIER_OFFSETS.labels(job, tier).inc(offsets)
+            if plan.gap:
+                logger.info('history gaps in the archive below the log start, nothing read job="%s" '
+                            'offsets=%d first="%s %d..%d"', job, plan.sizes()["gap"], plan.gap[0].split,
+                            plan.gap[0].start, plan.gap[0].end - 1)
+            if self.source.fail_on_data_loss:
+                return
+            losses = [(r.split, r.start, r.end) for r in plan.loss]
+        else:
+            if self.source.fail_on_data_loss:
+                return
+            log_start = self.admin.earliest_offsets(sorted({r.split for r in ranges}))
+            losses = [(r.split, r.start, min(log_start.get(r.split, r.start), r.end)) for r in ranges]
+        for split, start, end in losses:
+            first = max(start, self._lost_to.get(split, start))
+            lost_end = end
             if lost_end > first:
-                self._lost_to[r.split] = lost_end
+                self._lost_to[split] = lost_end
                 if self._on_data_loss is not None:
-                    self._on_data_loss(r.split, lost_end - first)
+                    self._on_data_loss(split, lost_end - first)
                 else:
                     metrics.JOB_DATA_LOSS.labels(job).inc(lost_end - first)
-                logger.warning('history lost, skipped job="%s" split="%s" offsets="%d..%d" log_start=%d',
-                               job, r.split, first, lost_end - 1, lost_end)
+                logger.warning('history lost, skipped job="%s" split="%s" offsets="%d..%d" held_from=%d',
+                               job, split, first, lost_end - 1, lost_end)
+
+
+def _identity(df: DataFrame) -> DataFrame:
+    """No transform: the rows as read (an archive's part staged through Spark)."""
+    return df
 
 
 def range_sizes(ranges: Iterable[HistoryRange]) -> dict[str, int]:

@@ -75,6 +75,7 @@ from source_backfill.core.columnar import SplitTable
 from source_backfill.core.latency import Latencies, LatencyWindow
 from source_backfill.core.state_log import SnapshotPolicy
 from source_backfill.errors import (
+    ArchiveError,
     JobError,
     SourceBackfillError,
     SparkWorkTimeoutError,
@@ -183,7 +184,7 @@ class SourceBackfillJob:
         self.latency = LatencyWindow()
         self._interval_s = source.trigger_interval_s
         self.history = HistoryReader(spark, source, admin, connector=connector,
-                                     on_data_loss=self._metrics.data_loss)
+                                     on_data_loss=self._metrics.data_loss, history_source=spec.history_source)
         self.sink = DeltaEpochSink(spec.sink_path, spec.name, self.output_schema(), writer=spec.writer,
                                    on_conflict=metrics.COMMIT_CONFLICTS.labels(spec.name).inc)
         self.reads_ahead = spec.read_ahead and self.sink.writes_before_commit()
@@ -260,7 +261,7 @@ class SourceBackfillJob:
 
     def _start_offsets(self, splits: list[str], positions: Mapping[str, int]) -> dict[str, int]:
         start = self.spec.start
-        earliest = self.admin.earliest_offsets(splits)
+        earliest = self.history.earliest_offsets(splits)  # the archive's first offsets, if it has one
         if isinstance(start, EarliestStart):
             chosen = dict(earliest)
         elif isinstance(start, OffsetsStart):
@@ -611,6 +612,11 @@ class SourceBackfillJob:
         """A history read failed: a timeout or a data loss (unless skipped) fails the job; else backoff."""
         if isinstance(exc, SparkWorkTimeoutError):  # a read ahead past its deadline: the job fails
             self.failed = str(exc)
+            raise JobError(self.failed) from exc
+        if isinstance(exc, ArchiveError):  # the source's archive cannot serve: no retry mends it
+            self.failed = f"history from the archive: {one_line(exc)}"
+            metrics.SOURCE_ERRORS.labels(self.name, "archive").inc()
+            logger.error('job failed job="%s" error="%s"', self.name, self.failed)
             raise JobError(self.failed) from exc
         if is_data_loss(exc) and self.source.fail_on_data_loss:
             self.failed = (

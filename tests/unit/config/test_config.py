@@ -174,3 +174,46 @@ def test_bootstrap_servers_can_name_an_environment_variable(tmp_path, monkeypatc
         load_settings(path)
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "k1:9092,k2:9092")
     assert load_settings(path).sources[0].bootstrap_servers == "k1:9092,k2:9092"
+
+
+ARCHIVE = TOML.replace("trigger_interval_s = 0.5",
+                       'trigger_interval_s = 0.5\narchive = { path = "/data/bronze" }')
+
+
+def test_an_archive_is_the_source_s_and_a_job_only_chooses_to_use_it(tmp_path):
+    s = load_settings(write(tmp_path, ARCHIVE))
+    archive = s.source("events").archive
+    assert archive is not None and archive.path == "/data/bronze" and archive.trusted is False
+    assert s.jobs[0].history_source == "auto"
+    with_job = ARCHIVE.replace("rate_limit = 500", 'rate_limit = 500\nhistory_source = "archive"')
+    assert load_settings(write(tmp_path, with_job)).jobs[0].history_source == "archive"
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        # a job names where its history comes from, never a path: the archive is the operator's setting
+        (TOML.replace("rate_limit = 500", 'rate_limit = 500\narchive = { path = "/etc" }'), "archive"),
+        (TOML.replace("rate_limit = 500", 'rate_limit = 500\nhistory_source = "archive"'), "has no archive"),
+        (ARCHIVE.replace("rate_limit = 500", 'rate_limit = 500\nhistory_source = "s3"'), "history_source"),
+        (ARCHIVE.replace("rate_limit = 500", 'rate_limit = 500\nhistory_source = 1'), "history_source"),
+        (ARCHIVE.replace('path = "/data/bronze"', 'path = ""'), "path"),
+        (ARCHIVE.replace('path = "/data/bronze"', 'path = "/b", trusted = "yes please"'), "trusted"),
+        (ARCHIVE.replace('path = "/data/bronze"', 'path = "/b", extra = 1'), "extra"),
+    ],
+)
+def test_archive_settings_attacked_are_refused_saying_which(tmp_path, text, needle):
+    with pytest.raises(ConfigError, match="invalid configuration") as exc:
+        load_settings(write(tmp_path, text))
+    assert needle in str(exc.value)
+
+
+def test_a_delta_source_takes_no_archive_and_its_jobs_no_history_source():
+    from source_backfill.config import SourceConfig, check_job_fits_source
+
+    with pytest.raises(ValueError, match="archive"):
+        SourceConfig(name="t", kind="delta", table_path="/t", primary_key=["id"], archive={"path": "/a"})
+    table = SourceConfig(name="t", kind="delta", table_path="/t", primary_key=["id"])
+    job = JobSpec(name="j", source="t", sink_path="/j", strategy="snapshot", history_source="kafka")
+    with pytest.raises(ValueError, match="history_source is for kafka sources"):
+        check_job_fits_source(job, table)

@@ -1,0 +1,146 @@
+"""The archive tier of a Kafka source's history: which offsets come from its archive table, and reading them.
+
+A source's archive (``sources[].archive``, :class:`~source_backfill.config.ArchiveConfig`) is a Delta table
+of the topic's records as Kafka gave them. For each history range a job reads, :meth:`ArchiveTier.plan`
+cuts it by :func:`source_backfill.core.tiers.plan_tiers` into what the archive holds, what Kafka holds,
+gaps and data loss, with no gap and no overlap between the parts; :meth:`ArchiveTier.rows` reads the
+archive's part with Spark at the archive's pinned version (column and offset predicates: Parquet
+statistics skip the files outside), as Kafka's columns, so the rows go on exactly like a Kafka read's
+(transform, staging, counting, one commit per epoch).
+
+What the archive holds is read once per job and pinned (:func:`connectors.delta.archive.archive_holdings`
+at the newest version then): an archive that is a live job's table keeps growing, and the copy reads the
+version its plan came from. An archive not ``trusted`` is used only below the log start: where Kafka still
+holds an offset it is read from Kafka, so the archive never has to be compared with it (a job with
+``history_source = "archive"`` asked for the archive alone: it reads all the archive holds).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from source_backfill.core import HistoryRange, parse_split_id
+from source_backfill.core.tiers import HistorySource, Segment, Tier, plan_tiers
+from source_backfill.errors import ArchiveError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from connectors.delta.archive import ArchiveHoldings
+    from connectors.kafka.admin import KafkaAdmin
+    from source_backfill.config import ArchiveConfig
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TierPlan:
+    """History ranges cut by tier: each offset of the planned ranges in exactly one of the lists."""
+
+    kafka: list[HistoryRange] = field(default_factory=list)
+    archive: list[HistoryRange] = field(default_factory=list)
+    #: Below the log start, inside the archive's span, not held: transaction markers or aborted records
+    #: as far as anything can tell (nothing is read; counted).
+    gap: list[HistoryRange] = field(default_factory=list)
+    #: Held by neither (below the log start, outside the archive): data loss (``fail_on_data_loss``).
+    loss: list[HistoryRange] = field(default_factory=list)
+
+    def add(self, split: str, segment: Segment) -> None:
+        """One segment of ``split`` into its tier's list."""
+        rng = HistoryRange(split, segment.start, segment.end)
+        {Tier.KAFKA: self.kafka, Tier.ARCHIVE: self.archive, Tier.GAP: self.gap,
+         Tier.LOSS: self.loss}[segment.tier].append(rng)
+
+    def sizes(self) -> dict[str, int]:
+        """Offsets per tier (``archive``, ``kafka``, ``gap``, ``loss``)."""
+        tiers = {"archive": self.archive, "kafka": self.kafka, "gap": self.gap, "loss": self.loss}
+        return {name: sum(r.size for r in ranges) for name, ranges in tiers.items()}
+
+
+class ArchiveTier:
+    """One job's view of its source's archive: the holdings pinned at first use, plans and reads."""
+
+    def __init__(self, spark: SparkSession, config: ArchiveConfig, admin: KafkaAdmin) -> None:
+        self.spark = spark
+        self.config = config
+        self.admin = admin
+        self._holdings: ArchiveHoldings | None = None
+        self._lock = threading.Lock()
+
+    def holdings(self) -> ArchiveHoldings:
+        """What the archive holds per split, read once (its newest version then) and pinned."""
+        with self._lock:
+            if self._holdings is None:
+                from connectors.delta.archive import archive_holdings
+
+                holdings = archive_holdings(self.config.path, unique_offsets=self.config.trusted)
+                _check_archive(self.config.path, holdings)
+                self._holdings = holdings
+                held = sum(hi - lo for r in self._holdings.held.values() for lo, hi in r)
+                logger.info('archive pinned path="%s" version=%d splits=%d offsets=%d files_from_stats=%d '
+                            'files_read=%d duplicates=%d', self.config.path, self._holdings.version,
+                            len(self._holdings.held), held, self._holdings.files_from_stats,
+                            self._holdings.files_read, self._holdings.duplicates)
+            return self._holdings
+
+    def plan(self, ranges: Sequence[HistoryRange], source: HistorySource) -> TierPlan:
+        """``ranges`` cut by tier (``core.tiers``) at the splits' log starts now (one ListOffsets)."""
+        plan = TierPlan()
+        if not ranges:
+            return plan
+        if source == "kafka":
+            plan.kafka.extend(ranges)
+            return plan
+        held = self.holdings().held
+        log_start = self.admin.earliest_offsets(sorted({r.split for r in ranges}))
+        for r in ranges:
+            start = log_start.get(r.split, 0)
+            mine = held.get(r.split, [])
+            if source == "auto" and not self.config.trusted:  # only where Kafka has nothing to compare
+                mine = [(lo, min(hi, start)) for lo, hi in mine if lo < start]
+            for segment in plan_tiers(r.start, r.end, mine, start, source):
+                plan.add(r.split, segment)
+        return plan
+
+    def rows(self, ranges: Sequence[HistoryRange], session: SparkSession | None = None) -> DataFrame:
+        """The archive's records of ``ranges`` at its pinned version, as Kafka's columns and types."""
+        from pyspark.sql import functions as F  # noqa: N812
+
+        from connectors.kafka.ranges import kafka_schema
+
+        spark = session or self.spark
+        table = (spark.read.format("delta").option("versionAsOf", self.holdings().version)
+                 .load(self.config.path))
+        wanted = None
+        for r in ranges:
+            topic, partition = parse_split_id(r.split)
+            cond = ((F.col("topic") == topic) & (F.col("partition") == partition)
+                    & (F.col("offset") >= r.start) & (F.col("offset") < r.end))
+            wanted = cond if wanted is None else wanted | cond
+        if wanted is not None:
+            table = table.where(wanted)
+        else:
+            table = table.limit(0)
+        return table.select([F.col(f.name).cast(f.dataType).alias(f.name) for f in kafka_schema().fields])
+
+
+def _check_archive(path: str, holdings: ArchiveHoldings) -> None:
+    """The archive has Kafka's columns and each offset once; else :class:`ArchiveError` saying why."""
+    from deltalake import DeltaTable
+
+    from connectors.kafka.ranges import kafka_schema
+
+    names = {f.name for f in DeltaTable(path, version=holdings.version).schema().fields}
+    lacking = [f.name for f in kafka_schema().fields if f.name not in names]
+    if lacking:
+        msg = (f"archive {path} has no {', '.join(lacking)} column: an archive keeps Kafka's columns as "
+               "Kafka gave them (a job of this service without a transform writes them)")
+        raise ArchiveError(msg)
+    if holdings.duplicates:
+        msg = (f"archive {path} holds {holdings.duplicates} offsets more than once at version "
+               f"{holdings.version}: it is not one copy of the log, and its rows would be copied twice")
+        raise ArchiveError(msg)

@@ -1,0 +1,118 @@
+"""History from a source's archive table below Kafka's log start (issue 31's archive tier), real broker.
+
+A topic's first records are deleted from Kafka (``delete_records``) and held only by an archive: a Delta
+table of the records as Kafka gave them. A job (``history_source = "auto"``) copies them from the archive
+and the rest from Kafka, then follows the live stream: its table holds each record once. A job told to read
+Kafka alone starts at the log start and lacks what the archive held; an archive that holds an offset twice
+fails its job, saying so, rather than copying it twice.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.integration.daemon.conftest import finished, job_of, job_spec, metric_total, wait_for
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 2
+
+
+def _archive(path: Path, topic: str, upto: int, *, skip: dict[int, range] | None = None,
+             twice: dict[int, int] | None = None) -> None:
+    """The records ``Producer.send(n, 2)`` wrote, offsets ``[0, upto)`` per partition, as Kafka's columns.
+
+    Record ``i`` went to partition ``i % 2`` at offset ``i // 2`` (key ``i``, value ``v<i>``). ``skip``:
+    offsets left out per partition (a gap, as transaction markers leave); ``twice``: an offset per
+    partition written a second time.
+    """
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    rows: dict[str, list] = {"key": [], "value": [], "topic": [], "partition": [], "offset": [],
+                             "timestamp": [], "timestampType": []}
+
+    def add(partition: int, offset: int) -> None:
+        i = offset * PARTITIONS + partition
+        for column, value in (("key", str(i).encode()), ("value", f"v{i}".encode()), ("topic", topic),
+                              ("partition", partition), ("offset", offset),
+                              ("timestamp", 1_700_000_000_000_000), ("timestampType", 0)):
+            rows[column].append(value)
+
+    for partition in range(PARTITIONS):
+        for offset in range(upto):
+            if offset not in (skip or {}).get(partition, range(0)):
+                add(partition, offset)
+        if twice and partition in twice:
+            add(partition, twice[partition])
+    schema = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
+                        ("partition", pa.int32()), ("offset", pa.int64()),
+                        ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32())])
+    write_deltalake(str(path), pa.table(rows, schema=schema))
+
+
+def _table_records(path: Path) -> list[tuple[int, int, str]]:
+    from deltalake import DeltaTable
+
+    t = DeltaTable(str(path)).to_pyarrow_table(columns=["partition", "offset", "value"])
+    return sorted(zip(t.column("partition").to_pylist(), t.column("offset").to_pylist(),
+                      [v.decode() for v in t.column("value").to_pylist()], strict=True))
+
+
+def test_history_below_the_log_start_comes_from_the_archive_then_kafka_then_live_each_record_once(
+    daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path
+):
+    from connectors.kafka.admin import KafkaAdmin
+    from source_backfill import metrics
+
+    topic = new_topic(PARTITIONS)
+    producer = producer_for(topic)
+    producer.send(800, PARTITIONS)  # offsets 0..399 per partition
+    # the archive holds 0..299 of each partition but 50..59 of partition 0 (a gap); Kafka keeps 200..
+    _archive(tmp_path / "archive", topic, 300, skip={0: range(50, 60)})
+    sids = [f"{topic}:{p}" for p in range(PARTITIONS)]
+    admin = KafkaAdmin(kafka_bootstrap)
+    assert admin.delete_records(dict.fromkeys(sids, 200)) == dict.fromkeys(sids, 200)
+
+    jobs = [job_spec("auto", tmp_path), job_spec("kafka", tmp_path, history_source="kafka")]
+    d = daemon_factory([topic], jobs, archive={"path": str(tmp_path / "archive")}, starting_offsets="latest")
+    wait_for(lambda: finished(d, "auto"), what="the archive-backed job finished")
+    producer.send(100, PARTITIONS, start=800)  # live: offsets 400..449
+
+    want = sorted((p, o, f"v{o * PARTITIONS + p}") for p in range(PARTITIONS) for o in range(450)
+                  if not (p == 0 and 50 <= o < 60))
+    wait_for(lambda: _table_records(tmp_path / "auto") == want, timeout=120,
+             what="archive below the log start + Kafka + live, each record once")
+    # the tiers as planned: below 200 from the archive (the gap read from nowhere), 200..399 from Kafka
+    # (the archive is not trusted: where Kafka holds an offset, Kafka's record is copied)
+    assert metric_total(metrics.JOB_HISTORY_TIER_OFFSETS, job="auto", tier="archive") == 390
+    assert metric_total(metrics.JOB_HISTORY_TIER_OFFSETS, job="auto", tier="gap") == 10
+    assert metric_total(metrics.JOB_HISTORY_TIER_OFFSETS, job="auto", tier="kafka") == 400
+    assert metric_total(metrics.JOB_HISTORY_TIER_OFFSETS, job="auto", tier="loss") == 0
+
+    # the job that reads Kafka alone starts at the log start: the archive's 200 offsets are not in it
+    kafka_only = sorted((p, o, f"v{o * PARTITIONS + p}") for p in range(PARTITIONS) for o in range(200, 450))
+    wait_for(lambda: _table_records(tmp_path / "kafka") == kafka_only, timeout=120,
+             what="the kafka-only job: the log from its start, each record once")
+    assert metric_total(metrics.JOB_HISTORY_TIER_OFFSETS, job="kafka", tier="kafka") == 0  # no tiers planned
+
+
+def test_an_archive_holding_an_offset_twice_fails_its_job_and_copies_nothing_twice(
+    daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path
+):
+    from connectors.kafka.admin import KafkaAdmin
+
+    topic = new_topic(PARTITIONS)
+    producer_for(topic).send(400, PARTITIONS)
+    _archive(tmp_path / "archive", topic, 150, twice={1: 7})
+    sids = [f"{topic}:{p}" for p in range(PARTITIONS)]
+    assert KafkaAdmin(kafka_bootstrap).delete_records(dict.fromkeys(sids, 100)) == dict.fromkeys(sids, 100)
+
+    d = daemon_factory([topic], [job_spec("dup", tmp_path)], archive={"path": str(tmp_path / "archive")},
+                       starting_offsets="latest")
+    wait_for(lambda: d.registry.get("dup").error, what="the job failed on the archive")
+    error = d.registry.get("dup").error
+    assert "more than once" in error and "archive" in error, error
+    assert job_of(d, "dup") is None

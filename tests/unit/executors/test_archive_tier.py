@@ -1,0 +1,91 @@
+"""The archive tier's plan of a job's history ranges: by tier, no gap, no overlap (no Spark, no broker).
+
+``ArchiveTier.plan`` cuts ranges with ``core.tiers.plan_tiers`` (tested exhaustively there); what is the
+tier's own is checked here: an untrusted archive is used only below the log start in ``auto``, a job with
+``archive`` reads all of it, ``kafka`` never looks, and each offset lands in exactly one list.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from connectors.delta.archive import ArchiveHoldings
+from source_backfill.config import ArchiveConfig
+from source_backfill.core import HistoryRange
+from source_backfill.executors.archive_tier import ArchiveTier, TierPlan
+
+
+class _Admin:
+    def __init__(self, log_start: dict[str, int]) -> None:
+        self.log_start = log_start
+
+    def earliest_offsets(self, splits: Any) -> dict[str, int]:
+        return {s: self.log_start[s] for s in splits}
+
+
+def _tier(held: dict[str, list[tuple[int, int]]], log_start: dict[str, int], *, trusted: bool) -> ArchiveTier:
+    tier = ArchiveTier(None, ArchiveConfig(path="/a", trusted=trusted), _Admin(log_start))  # type: ignore[arg-type]
+    tier._holdings = ArchiveHoldings(version=3, held=held)  # noqa: SLF001 - pinned without a table
+    return tier
+
+
+def _offsets(ranges: list[HistoryRange]) -> list[tuple[str, int]]:
+    return [(r.split, o) for r in ranges for o in range(r.start, r.end)]
+
+
+def test_untrusted_archive_serves_below_the_log_start_only_and_gaps_inside_its_span():
+    tier = _tier({"t:0": [(0, 50), (60, 300)]}, {"t:0": 200}, trusted=False)
+    plan = tier.plan([HistoryRange("t:0", 0, 400)], "auto")
+    assert plan.archive == [HistoryRange("t:0", 0, 50), HistoryRange("t:0", 60, 200)]
+    assert plan.gap == [HistoryRange("t:0", 50, 60)]
+    assert plan.kafka == [HistoryRange("t:0", 200, 400)]  # Kafka's records where Kafka has them
+    assert plan.loss == []
+
+
+def test_trusted_archive_serves_all_it_holds_and_archive_only_reads_nothing_from_kafka():
+    trusted = _tier({"t:0": [(0, 300)]}, {"t:0": 200}, trusted=True)
+    plan = trusted.plan([HistoryRange("t:0", 0, 400)], "auto")
+    assert plan.archive == [HistoryRange("t:0", 0, 300)] and plan.kafka == [HistoryRange("t:0", 300, 400)]
+    untrusted = _tier({"t:0": [(0, 300)]}, {"t:0": 200}, trusted=False)
+    alone = untrusted.plan([HistoryRange("t:0", 0, 400)], "archive")
+    assert alone.archive == [HistoryRange("t:0", 0, 300)] and alone.kafka == []
+    assert alone.loss == [HistoryRange("t:0", 300, 400)]  # past the archive: data loss, never Kafka
+
+
+def test_history_source_kafka_never_reads_the_archive():
+    tier = _tier({"t:0": [(0, 300)]}, {"t:0": 200}, trusted=True)
+    plan = tier.plan([HistoryRange("t:0", 0, 400)], "kafka")
+    assert plan.kafka == [HistoryRange("t:0", 0, 400)] and not plan.archive
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    held=st.lists(st.tuples(st.integers(0, 60), st.integers(0, 20)).map(lambda t: (t[0], t[0] + t[1])),
+                  max_size=4),
+    log_start=st.integers(0, 80),
+    ranges=st.lists(st.tuples(st.integers(0, 80), st.integers(0, 30)), min_size=1, max_size=3),
+    source=st.sampled_from(["auto", "archive", "kafka"]),
+    trusted=st.booleans(),
+)
+def test_every_planned_offset_is_in_exactly_one_tier(held, log_start, ranges, source, trusted):
+    # disjoint ranges of one split, as the planner makes them
+    ordered, cursor = [], 0
+    for start, size in sorted(ranges):
+        lo = max(start, cursor)
+        ordered.append(HistoryRange("t:0", lo, lo + size))
+        cursor = lo + size
+    plan = _tier({"t:0": held}, {"t:0": log_start}, trusted=trusted).plan(ordered, source)
+    assert isinstance(plan, TierPlan)
+    planned = sorted(_offsets(plan.archive) + _offsets(plan.kafka) + _offsets(plan.gap) + _offsets(plan.loss))
+    assert planned == sorted(_offsets(ordered))
+    for split, offset in _offsets(plan.archive):
+        assert any(lo <= offset < hi for lo, hi in held)
+        if source == "auto" and not trusted:
+            assert offset < log_start  # an untrusted archive never stands in for Kafka
+    if source == "archive":
+        assert not plan.kafka
+    if source != "kafka":  # (kafka: the reader meets what lies below the log start as data loss)
+        assert all(o >= log_start for _, o in _offsets(plan.kafka))
