@@ -67,7 +67,8 @@ def _order(rounds: int) -> list[int]:
 
 
 def _daemon(work: Path, tag: str, bootstrap: str, topic: str, width: dict[str, int],
-            jobs: list[dict[str, Any]] | None = None) -> Any:  # noqa: ANN401 - a started Daemon
+            jobs: list[dict[str, Any]] | None = None, **source: Any) -> Any:  # noqa: ANN401 - a started Daemon
+    """A started in-process daemon of one source ``bench`` on ``topic`` (``source``: more of its keys)."""
     from source_backfill.config import load_settings
     from source_backfill.daemon import Daemon
 
@@ -77,7 +78,7 @@ def _daemon(work: Path, tag: str, bootstrap: str, topic: str, width: dict[str, i
         metrics={"port": None},
         spark={"master": "local[2]"},
         sources=[{"name": "bench", "bootstrap_servers": bootstrap, "topics": [topic],
-                  "trigger_interval_s": 1.0, "history_width": width}],
+                  "trigger_interval_s": 1.0, "history_width": width, **source}],
         jobs=jobs or [],
     )
     daemon = Daemon(settings)
@@ -93,11 +94,13 @@ def _daemon(work: Path, tag: str, bootstrap: str, topic: str, width: dict[str, i
     return daemon
 
 
-def _copy(daemon: Any, name: str, sink: Path, widths: list[tuple[float, int]] | None = None) -> float:  # noqa: ANN401
+def _copy(daemon: Any, name: str, sink: Path, widths: list[tuple[float, int]] | None = None,  # noqa: ANN401
+          **spec: Any) -> float:  # noqa: ANN401
     """Create a job from ``earliest`` just after an epoch; seconds from create until it is Finished.
 
     ``widths``: ``(seconds, source width)`` appended every 0.25 s from the job's attach until it is
     Finished (the job's ``copying`` flag is only set at its epochs: it would miss a short copy).
+    ``spec``: more of the job's keys.
     """
     from source_backfill.config import JobSpec
 
@@ -106,7 +109,7 @@ def _copy(daemon: Any, name: str, sink: Path, widths: list[tuple[float, int]] | 
     while source.last_epoch == epoch and time.monotonic() - t < 60:  # every copy is created at the same
         time.sleep(0.02)  # phase of the trigger: just after an epoch (its attach waits ~1 interval)
     t = time.monotonic()
-    daemon.registry.create(JobSpec(name=name, source="bench", sink_path=str(sink)))
+    daemon.registry.create(JobSpec(name=name, source="bench", sink_path=str(sink), **spec))
     while True:
         job = source.jobs.get(name)
         if job is not None and job.failed is not None:

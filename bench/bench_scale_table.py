@@ -3,16 +3,17 @@
 Each size is a static Delta table (``id`` and a ~50-byte ``payload``, written in 1M-row slices so this
 process never holds it), copied by one snapshot job of a daemon process (a 1 s trigger). The daemon's
 process tree is sampled every 0.25 s from job creation until the job reports ``finished``: a daemon of
-delta sources alone reads them with delta-rs and starts no Spark JVM, so that is the Python process. The baseline, in the same run, is what a user does once by hand: a plain
-Spark read of the same version written into a new Delta table (in this process's Spark, stopped before the
-daemons start, its first read untimed). Keys:
+delta sources alone reads them with delta-rs and starts no Spark JVM, so that is the Python process. The
+baseline, in the same run, is what a user does once by hand: a plain Spark read of the same version
+written into a new Delta table (in this process's Spark, stopped before the daemons start, its first read
+untimed). Keys:
 
-* ``scale.table_rss_ratio_20m_vs_1m``: peak RSS of the daemon's process tree, 20M over 1M (goal ≤ 1.3: the version is
-  spilled by vnode past ``table_index_rows``, the copy's memory does not grow with the table);
+* ``scale.table_rss_ratio_20m_vs_1m``: peak RSS of the daemon's process tree, 20M over 1M (goal ≤ 1.3:
+  the version is spilled by vnode past ``table_index_rows``, the copy's memory does not grow with it);
 * ``scale.table20m.ratio_vs_plain_read``: plain-read seconds ÷ the job's (create to finished; goal ≥ 0.9);
 * ``scale.table1m.*``, ``scale.table20m.*``: each size's seconds, rows/s, peak RSS.
 
-A soak-sized run (~10 min): it runs when named (``make bench BENCH_ARGS=scale_table``).
+A soak-sized run (~4 min): it runs when named (``make bench BENCH_ARGS=scale_table``).
 ``BENCH_SCALE_TABLE_ROWS`` sets the large size (20M; 2M with ``--quick``).
 """
 

@@ -85,6 +85,10 @@ GOALS = (
          "`BENCH_ARGS=scale_table`)", "≤ 1.3", _at_most(1.3)),
     Goal("scale.table20m.ratio_vs_plain_read", "that 20M-row copy vs a plain Spark read of the version",
          "≥ 0.9", _at_least(0.9)),
+    Goal("archive.ratio_vs_kafka", "history of 1M records from a trusted archive table vs the same from "
+         "Kafka, same width", "≥ 2.0", _at_least(2.0)),
+    Goal("archive.kafka_tier_offsets", "history offsets that archive copy planned from Kafka", "0",
+         lambda v, _: v == 0),
     Goal("quiet.idle_commits_per_hour", "table versions per hour of a Finished job on an idle topic and a "
          "live table job on a quiet table, 1 s trigger", "0", lambda v, _: v == 0),
     Goal("quiet.commit_bytes_10k_one_moving", "commit file, 10,000 splits, one moving per epoch: bytes "

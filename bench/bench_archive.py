@@ -1,0 +1,110 @@
+"""History from an archive table vs the same offsets from Kafka, same width, one run (``archive.``).
+
+One topic of ``BENCH_ARCHIVE_RECORDS`` (1,000,000; 100,000 with ``--quick``) ~130-byte records on 2
+partitions of the embedded broker. Its archive is an identity copy of the log (a plain Spark batch read
+written as a Delta table: Kafka's columns, each offset once, so ``trusted``). Then, alternating over
+``BENCH_ARCHIVE_ROUNDS`` (2) rounds, a fresh in-process daemon (``local[2]``, the history width fixed at 2
+tasks, the archive configured) copies the whole history with one job from ``earliest``: reading Kafka
+(``history_source = "kafka"``) or the archive (``auto``: a trusted archive holding every offset is read
+for all of them). Timed from create to Finished (the same trigger phase: just after an epoch). Keys:
+
+* ``archive.kafka_s``, ``archive.archive_s`` (medians), ``archive.ratio_vs_kafka`` = kafka / archive
+  (goal >= 2.0: a columnar table should beat fetching from the broker);
+* ``archive.kafka_tier_offsets``: history offsets the archive job planned from Kafka (goal 0: its history
+  issues no broker read; the broker's own byte counters are not read here).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.bench_scale_history import _copy, _daemon
+from bench.records import new_history
+
+QUICK = os.environ.get("BENCH_QUICK") == "1"
+RECORDS = int(os.environ.get("BENCH_ARCHIVE_RECORDS", "100000" if QUICK else "1000000"))
+ROUNDS = int(os.environ.get("BENCH_ARCHIVE_ROUNDS", "2"))
+PARTITIONS = 2
+
+
+def main() -> dict[str, Any]:
+    from deltalake import DeltaTable
+
+    from connectors.kafka.admin import KafkaAdmin
+    from connectors.kafka.embedded import EmbeddedBroker
+    from connectors.kafka.spark_kafka import SparkKafkaConnector, read_ranges
+    from source_backfill import metrics
+    from source_backfill.config import SourceConfig
+    from source_backfill.core import HistoryRange
+    from source_backfill.runtime.spark import build_spark
+
+    work = Path(tempfile.mkdtemp(prefix="bench-archive-"))
+    times: dict[str, list[float]] = {"kafka": [], "auto": []}
+    kafka_tier = 0.0
+    try:
+        with EmbeddedBroker() as broker:
+            bootstrap = broker.bootstrap
+            admin = KafkaAdmin(bootstrap)
+            topic = "bench-archive"
+            new_history(admin, bootstrap, topic, RECORDS, PARTITIONS)
+            splits = [f"{topic}:{p}" for p in range(PARTITIONS)]
+            ends = admin.end_offsets(splits)
+            spark = build_spark("local[2]", "bench-archive", python_sources=False)
+            options = SparkKafkaConnector(SourceConfig(name="bench", topics=[topic]), bootstrap, spark,
+                                          admin).reader_options()
+            t = time.monotonic()
+            ranges = [HistoryRange(s, 0, ends[s]) for s in splits]
+            read_ranges(spark, ranges, options).write.format("delta").save(str(work / "archive"))
+            held = DeltaTable(str(work / "archive")).to_pyarrow_dataset().count_rows()
+            print(f"archive written in {time.monotonic() - t:.1f}s ({held:,} rows)", flush=True)
+            archive = {"path": str(work / "archive"), "trusted": True}
+            pairs = (("kafka", "auto"), ("auto", "kafka"))
+            order = [w for r in range(ROUNDS) for w in pairs[r % 2]]
+            for i, source in enumerate(["kafka", *order]):  # the first copy warms up, untimed
+                tag = f"{source}-{i}"
+                daemon = _daemon(work, tag, bootstrap, topic, {"fixed_tasks": 2}, archive=archive)
+                try:
+                    seconds = _copy(daemon, f"h{i}", work / f"table-{tag}", history_source=source)
+                finally:
+                    daemon.stop()
+                copied = DeltaTable(str(work / f"table-{tag}")).to_pyarrow_dataset().count_rows()
+                if copied != RECORDS:
+                    msg = f"archive bench: the {source} copy holds {copied} rows of {RECORDS}"
+                    raise RuntimeError(msg)
+                if i == 0:
+                    continue
+                times[source].append(round(seconds, 2))
+                if source == "auto":
+                    kafka_tier += sum(s.value for m in metrics.JOB_HISTORY_TIER_OFFSETS.collect()
+                                      for s in m.samples if s.name.endswith("_total")
+                                      and s.labels.get("job") == f"h{i}" and s.labels.get("tier") == "kafka")
+                print(f"history copy from {'Kafka' if source == 'kafka' else 'the archive'}: {seconds:.1f}s",
+                      flush=True)
+                shutil.rmtree(work / f"table-{tag}", ignore_errors=True)
+            spark.stop()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    kafka_s, archive_s = statistics.median(times["kafka"]), statistics.median(times["auto"])
+    result = {
+        "archive.records": RECORDS,
+        "archive.kafka_s": kafka_s,
+        "archive.archive_s": archive_s,
+        "archive.ratio_vs_kafka": round(kafka_s / archive_s, 3),
+        "archive.kafka_runs_s": times["kafka"],
+        "archive.archive_runs_s": times["auto"],
+        "archive.kafka_tier_offsets": int(kafka_tier),
+    }
+    print(f"  history from the archive {archive_s:.1f}s vs from Kafka {kafka_s:.1f}s: ratio "
+          f"{result['archive.ratio_vs_kafka']} (goal >= 2.0); Kafka offsets planned by the archive job: "
+          f"{result['archive.kafka_tier_offsets']} (goal 0)", flush=True)
+    return result
+
+
+if __name__ == "__main__":
+    main()
