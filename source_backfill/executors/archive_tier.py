@@ -75,8 +75,13 @@ class ArchiveTier:
         """What the archive holds per split, read once (its newest version then) and pinned."""
         with self._lock:
             if self._holdings is None:
+                from deltalake import DeltaTable
+
                 from connectors.delta.archive import archive_holdings
 
+                if not DeltaTable.is_deltatable(self.config.path):
+                    msg = f"archive {self.config.path} is not a Delta table (nothing there, or no _delta_log)"
+                    raise ArchiveError(msg)
                 holdings = archive_holdings(self.config.path, unique_offsets=self.config.trusted)
                 _check_archive(self.config.path, holdings)
                 self._holdings = holdings

@@ -116,3 +116,38 @@ def test_an_archive_holding_an_offset_twice_fails_its_job_and_copies_nothing_twi
     error = d.registry.get("dup").error
     assert "more than once" in error and "archive" in error, error
     assert job_of(d, "dup") is None
+
+
+def test_a_live_job_s_growing_table_as_a_trusted_archive_hands_over_to_kafka_and_live_exactly(
+    daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path
+):
+    """The archive is this daemon's own identity job ``raw``, Finished and growing under a live stream while
+    ``late`` copies from it (at the version pinned at its first read), then from Kafka above what that
+    version held, then live: ``late`` ends equal to ``raw``, each record once, the deleted ones included."""
+    from connectors.kafka.admin import KafkaAdmin
+    from source_backfill import metrics
+    from source_backfill.config import JobSpec
+
+    topic = new_topic(PARTITIONS)
+    producer = producer_for(topic)
+    producer.send(800, PARTITIONS)
+    raw = tmp_path / "raw"
+    d = daemon_factory([topic], [job_spec("raw", tmp_path, history_source="kafka")],
+                       archive={"path": str(raw), "trusted": True}, starting_offsets="latest")
+    wait_for(lambda: finished(d, "raw"), what="raw copied the topic")
+    sids = [f"{topic}:{p}" for p in range(PARTITIONS)]
+    assert KafkaAdmin(kafka_bootstrap).delete_records(dict.fromkeys(sids, 150)) == dict.fromkeys(sids, 150)
+    producer.stream(PARTITIONS, per_second=100)  # raw's table grows while late copies
+    d.registry.create(JobSpec(**job_spec("late", tmp_path)))
+    wait_for(lambda: finished(d, "late"), what="late copied from the archive and Kafka")
+    producer.stop()
+
+    def same() -> bool:
+        a, b = _table_records(raw), _table_records(tmp_path / "late")
+        return a == b and len(set(b)) == len(b) and len(b) > 800
+
+    wait_for(same, timeout=120, what="late equal to raw (the archive), each record once")
+    records = _table_records(tmp_path / "late")
+    deleted = {(p, o) for p in range(PARTITIONS) for o in range(150)}
+    assert {(p, o) for p, o, _ in records if o < 150} == deleted
+    assert metric_total(metrics.JOB_HISTORY_TIER_OFFSETS, job="late", tier="archive") >= 2 * 400

@@ -89,3 +89,13 @@ def test_every_planned_offset_is_in_exactly_one_tier(held, log_start, ranges, so
         assert not plan.kafka
     if source != "kafka":  # (kafka: the reader meets what lies below the log start as data loss)
         assert all(o >= log_start for _, o in _offsets(plan.kafka))
+
+
+def test_an_archive_path_that_is_no_delta_table_is_refused_naming_it(tmp_path):
+    import pytest
+
+    from source_backfill.errors import ArchiveError
+
+    tier = ArchiveTier(None, ArchiveConfig(path=str(tmp_path / "typo")), _Admin({}))  # type: ignore[arg-type]
+    with pytest.raises(ArchiveError, match="typo.* is not a Delta table"):
+        tier.holdings()
