@@ -29,41 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from bench.bench_scale_history import _copy, _daemon
+from bench.meters import ReadSeconds
 from bench.records import new_history
 
 QUICK = os.environ.get("BENCH_QUICK") == "1"
 RECORDS = int(os.environ.get("BENCH_ARCHIVE_RECORDS", "100000" if QUICK else "1000000"))
 ROUNDS = int(os.environ.get("BENCH_ARCHIVE_ROUNDS", "2"))
 PARTITIONS = 2
-
-
-class _ReadSeconds:
-    """Seconds the jobs' history reads ahead took, summed (``Rates.read_ahead`` wrapped while a copy runs).
-
-    A copy timed from create to Finished also waits for epoch boundaries (the attach, the adoption of each
-    read ahead): at 1M records and a 1 s trigger that quantizes both copies alike; the reads' own seconds
-    say what the tier changes.
-    """
-
-    def __init__(self) -> None:
-        from source_backfill.executors.accounting import Rates
-
-        self._rates = Rates
-        self._original = Rates.read_ahead
-        self.total = 0.0
-        meter = self
-
-        def read_ahead(rates: Any, rows: int, seconds: float) -> None:  # noqa: ANN401
-            meter.total += seconds
-            meter._original(rates, rows, seconds)  # noqa: SLF001
-
-        Rates.read_ahead = read_ahead  # type: ignore[method-assign]
-
-    def start(self) -> None:
-        self.total = 0.0
-
-    def stop(self) -> None:
-        self._rates.read_ahead = self._original  # type: ignore[method-assign]
 
 
 def main() -> dict[str, Any]:
@@ -81,7 +53,7 @@ def main() -> dict[str, Any]:
     times: dict[str, list[float]] = {"kafka": [], "auto": []}
     reads: dict[str, list[float]] = {"kafka": [], "auto": []}
     kafka_tier = 0.0
-    read_s = _ReadSeconds()
+    read_s = ReadSeconds()
     try:
         with EmbeddedBroker() as broker:
             bootstrap = broker.bootstrap
