@@ -259,7 +259,17 @@ class Daemon:
         admin = source.admin
         check_verifiable(spec.sink_path, name)
         bootstrap, options = source.bootstrap_servers, dict(source.config.kafka)
-        return lambda: verify_job(spec.sink_path, name, admin, bootstrap, options, start=spec.start)
+        archive = config.archive if spec.history_source != "kafka" else None
+
+        def run() -> Any:  # noqa: ANN401 - a VerifyResult
+            held = None
+            if archive is not None:  # the archive tier: it stands for the log below the log start
+                from connectors.delta.archive import archive_holdings
+
+                held = archive_holdings(archive.path, unique_offsets=archive.trusted).held
+            return verify_job(spec.sink_path, name, admin, bootstrap, options, start=spec.start, archive=held)
+
+        return run
 
     def _check_registered_transforms(self) -> None:
         """Check every registered job's transform once Spark is up, here and not in an epoch.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -188,6 +188,8 @@ class SplitTally:
     unexpected: int = 0
     #: Rows below the log start (retention removed those records: they cannot be checked).
     below_log_start: int = 0
+    #: Where the Kafka log is read from (the log start when ``lo`` is below it: the archive's part).
+    kafka_from: int | None = None
     examples: dict[str, list[int]] = field(default_factory=lambda: {"missing": [], "duplicated": [],
                                                                      "unexpected": []})
 
@@ -363,6 +365,7 @@ def verify_job(
     start: Any = None,
     batch_rows: int = 65_536,
     timeout_s: float = 600.0,
+    archive: Mapping[str, Sequence[tuple[int, int]]] | None = None,
 ) -> VerifyResult:
     """Check a Kafka job's table against the log, offset by offset, up to the job's committed positions.
 
@@ -372,6 +375,11 @@ def verify_job(
     missing). ``lo`` is the job's start (``start``, the job's StartSpec: earliest, offsets, timestamp) but
     never below the log start; for a ``latest`` start, the first offset the table holds. Rows below the
     log start are counted apart (retention removed what they could be checked against).
+
+    ``archive``: the offsets per split the job's source archive holds (a job reading it: the archive
+    tier). Below the log start the archive stands for the log: from its first offset, each offset it
+    holds must be in the table once and no other (its gaps hold none); from the log start on, Kafka's
+    log as above.
 
     Nothing is loaded whole: the table is scanned in record batches of its three offset columns (one
     version, the one the positions come from) into one count per offset of ``[lo, hi)`` (a byte each,
@@ -396,6 +404,12 @@ def verify_job(
         wanted = dict(firsts)
     # the table streamed once: counts per offset of [lo, hi), and offsets outside kept per split
     lows = {s: max(firsts[s], wanted.get(s, firsts[s])) for s in splits}
+    held = {s: [(a, b) for a, b in (archive or {}).get(s, ()) if a < firsts[s]] for s in splits}
+    for s in splits:  # the archive's part, below the log start: from its first offset or the start asked
+        if held[s] and not isinstance(start, TimestampStart | LatestStart):  # (those resolve in Kafka)
+            first = held[s][0][0]
+            asked = start.offsets.get(s, first) if isinstance(start, OffsetsStart) else first
+            lows[s] = min(lows[s], max(asked, first))
     outside: dict[str, list[Any]] = {s: [] for s in splits}
     counts: dict[str, Any] = {}
     tallies: dict[str, SplitTally] = {}
@@ -414,7 +428,7 @@ def verify_job(
     for s in splits:
         hi = positions[s][1] if positions[s][1] >= 0 else lows[s]
         lo = min(lows[s], hi)
-        tallies[s] = SplitTally(s, lo, hi)
+        tallies[s] = SplitTally(s, lo, hi, kafka_from=max(lo, firsts[s]))
         counts[s] = np.zeros(hi - lo, dtype=np.uint8)
     for s, offs in grouped:
         tally = tallies.get(s)
@@ -436,8 +450,31 @@ def verify_job(
         below = offs < firsts.get(s, 0)
         tally.below_log_start += int(below.sum())
         tally.note("unexpected", offs[~below], int((~below).sum()))
+    for s in splits:
+        _check_archive_part(tallies[s], counts[s], held[s])
     _stream_log(bootstrap, kafka_options, tallies, counts, timeout_s)
     return VerifyResult(job, int(dt.version()), dict(sorted(tallies.items())))
+
+
+def _check_archive_part(tally: SplitTally, counts: Any, held: Sequence[tuple[int, int]]) -> None:
+    """The archive's offsets below the log start against the table's counts (the archive is the log there).
+
+    Each held offset of ``[lo, kafka_from)`` counted once is right (cleared), none missing, more
+    duplicated; what stays counted in that range (a gap of the archive) ends unexpected.
+    """
+    import numpy as np
+
+    top = tally.kafka_from if tally.kafka_from is not None else tally.lo
+    for a, b in held:
+        a, b = max(a, tally.lo), min(b, top, tally.hi)
+        if b <= a:
+            continue
+        arr = np.arange(a - tally.lo, b - tally.lo)
+        seen = counts[arr]
+        tally.records += len(arr)
+        tally.note("missing", arr[seen == 0] + tally.lo, int((seen == 0).sum()))
+        tally.note("duplicated", arr[seen > 1] + tally.lo, int((seen > 1).sum()))
+        counts[arr] = 0
 
 
 def _scan_offsets(dt: Any, batch_rows: int) -> Iterator[tuple[str, Any]]:
@@ -480,7 +517,8 @@ def _stream_log(bootstrap: str, kafka_options: Mapping[str, Any] | None, tallies
             "enable.auto.commit": False, "isolation.level": "read_committed", "enable.partition.eof": True,
             "group.id": f"source-backfill-verify-{uuid.uuid4()}"}))
         try:
-            tps = {s: TopicPartition(*parse_split_id(s), t.lo) for s, t in todo.items()}
+            tps = {s: TopicPartition(*parse_split_id(s), t.lo if t.kafka_from is None else t.kafka_from)
+                   for s, t in todo.items()}
             consumer.assign(list(tps.values()))
             deadline = time.monotonic() + timeout_s
             while todo and time.monotonic() < deadline:

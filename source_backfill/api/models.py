@@ -164,6 +164,10 @@ class JobView(BaseModel):
     table: TableView | None = None
     #: Kafka jobs: p50/p99 of the live rows' latency over the last minute (``null`` for table jobs).
     live_latency: LatencyView | None = None
+    #: Kafka jobs reading their source's archive (``history_source`` not ``kafka``): history offsets
+    #: planned per tier since the daemon started: ``archive``, ``kafka``, ``gap`` (below the log start,
+    #: not held by the archive: read as nothing), ``loss``. ``null`` for the other jobs.
+    history_tiers: dict[str, int] | None = None
 
     @classmethod
     def of(cls, record: JobRecord, progress: JobProgress | None, pending: int = 0) -> JobView:
@@ -204,6 +208,8 @@ class JobView(BaseModel):
             table=TableView.of(progress.table) if progress is not None and progress.table else None,
             live_latency=LatencyView.of(progress.live_latency)
             if progress is not None and progress.live_latency else None,
+            history_tiers=dict(progress.history_tiers)
+            if progress is not None and progress.history_tiers is not None else None,
         )
 
 

@@ -87,6 +87,15 @@ def latency_text(job: dict[str, Any]) -> str | None:
     return f"p50 {lat['p50_s']:.2f}s p99 {lat['p99_s']:.2f}s"
 
 
+def tiers_text(job: dict[str, Any]) -> str | None:
+    """``history from archive 390, kafka 400, gap 10`` (a job reading its source's archive), else None."""
+    tiers = job.get("history_tiers")
+    if not tiers:
+        return None
+    shown = [f"{tier} {tiers[tier]}" for tier in ("archive", "kafka", "gap", "loss") if tiers.get(tier)]
+    return "history from " + (", ".join(shown) if shown else "nothing yet")
+
+
 def job_line(job: dict[str, Any]) -> str:
     """One summary line of a job; its percentage is the API's ``progress``."""
     flags = []
@@ -132,6 +141,9 @@ def render_jobs(jobs: list[dict[str, Any]]) -> str:
         out.append(job_line(job))
         if job.get("table"):
             out.append("  " + table_bar(job["table"]))
+        tiers = tiers_text(job)
+        if tiers is not None:
+            out.append("  " + tiers)
         width = max((len(str(s.get("split"))) for s in job.get("splits", [])), default=0)
         for s in job.get("splits", []):
             out.append("  " + split_bar({**s, "split": str(s.get("split")).ljust(width)}))

@@ -75,6 +75,14 @@ class HistoryReader:
         self._on_data_loss = on_data_loss
         #: Per split, the offset below which lost history (under the log start) is already counted.
         self._lost_to: dict[str, int] = {}
+        #: History offsets planned per tier (with an archive), as the metric counts them.
+        self._tiers_planned: dict[str, int] = {}
+
+    def tier_offsets(self) -> dict[str, int] | None:
+        """History offsets planned per tier since the reader was made; None without an archive."""
+        if self.archive is None:
+            return None
+        return {tier: self._tiers_planned.get(tier, 0) for tier in ("archive", "kafka", "gap", "loss")}
 
     def earliest_offsets(self, splits: Sequence[str]) -> dict[str, int]:
         """Each split's first offset history can be read from: Kafka's log start, or the archive's first.
@@ -184,6 +192,7 @@ class HistoryReader:
                 logger.debug("history tiers not planned for counting", exc_info=True)
                 return
             for tier, offsets in plan.sizes().items():
+                self._tiers_planned[tier] = self._tiers_planned.get(tier, 0) + offsets
                 if offsets:
                     metrics.JOB_HISTORY_TIER_OFFSETS.labels(job, tier).inc(offsets)
             if plan.gap:

@@ -108,6 +108,9 @@ class JobProgress:
     table: TableProgress | None = None
     #: Kafka jobs: the live latency over the last minute.
     live_latency: LiveLatency | None = None
+    #: Kafka jobs reading their source's archive: history offsets planned per tier (``archive``,
+    #: ``kafka``, ``gap``, ``loss``) since the daemon started; None for the others.
+    history_tiers: dict[str, int] | None = None
 
 
 def live_latency(window: LatencyWindow, now: float | None = None) -> LiveLatency:
@@ -167,6 +170,7 @@ def to_job_progress(job: SourceBackfillJob) -> JobProgress:
         rows_read_ahead=sum(n for n, _ in ahead.values()),
         last_error=job.last_error,
         live_latency=live_latency(job.latency),
+        history_tiers=job.history.tier_offsets(),
     )
 
 

@@ -110,3 +110,12 @@ def test_a_dry_runs_plan():
         "  at the measured history rate: none",
         "  warning: slow",
     ]
+
+
+def test_a_job_reading_an_archive_shows_its_history_tiers_and_others_nothing():
+    tiers = {"archive": 390, "kafka": 400, "gap": 10, "loss": 0}
+    lines = render_jobs([job(history_tiers=tiers)]).splitlines()
+    assert lines[1] == "  history from archive 390, kafka 400, gap 10"
+    nothing = {"archive": 0, "kafka": 0, "gap": 0, "loss": 0}
+    assert render_jobs([job(history_tiers=nothing)]).splitlines()[1] == "  history from nothing yet"
+    assert len(render_jobs([job(history_tiers=None)]).splitlines()) == 1

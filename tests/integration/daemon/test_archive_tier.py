@@ -91,6 +91,42 @@ def test_history_below_the_log_start_comes_from_the_archive_then_kafka_then_live
     assert metric_total(metrics.JOB_HISTORY_TIER_OFFSETS, job="auto", tier="gap") == 10
     assert metric_total(metrics.JOB_HISTORY_TIER_OFFSETS, job="auto", tier="kafka") == 400
     assert metric_total(metrics.JOB_HISTORY_TIER_OFFSETS, job="auto", tier="loss") == 0
+    # the same in the job as the API shows it (GET /jobs/{name}), and none for a job that reads no archive
+    from source_backfill.api.models import JobView
+
+    def tiers(name: str) -> dict[str, int] | None:
+        return JobView.of(d.registry.get(name), d.registry.progress(name)).history_tiers
+
+    want_tiers = {"archive": 390, "kafka": 400, "gap": 10, "loss": 0}
+    wait_for(lambda: tiers("auto") == want_tiers, timeout=30, what=f"history_tiers {want_tiers}")
+    assert tiers("kafka") is None
+
+    # verify across tiers: the archive stands for the log below the log start, Kafka's log above it
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    from connectors.delta.archive import archive_holdings
+    from source_backfill.verify import verify_job
+
+    held = archive_holdings(str(tmp_path / "archive")).held
+
+    def verify() -> object:
+        return verify_job(str(tmp_path / "auto"), "auto", admin, kafka_bootstrap, archive=held)
+
+    result = verify()
+    assert result.ok and result.totals()["records"] == 390 + 2 * 250, result.summary()
+    table = tmp_path / "auto"  # below the log start: one row removed, one written twice, one in the gap
+    DeltaTable(str(table)).delete("`partition` = 1 AND `offset` = 10")
+    rows_of = [("partition", "=", 0), ("offset", "in", [20, 49])]
+    extra = DeltaTable(str(table)).to_pyarrow_table(filters=rows_of)
+    extra = extra.set_column(extra.schema.get_field_index("offset"), "offset", pa.array([20, 55], pa.int64()))
+    write_deltalake(str(table), extra, mode="append")
+    result = verify()
+    t = result.splits[f"{topic}:0"], result.splits[f"{topic}:1"]
+    assert not result.ok
+    assert (t[0].duplicated, t[0].unexpected, t[1].missing) == (1, 1, 1), result.summary()
+    assert t[0].examples["duplicated"] == [20] and t[0].examples["unexpected"] == [55]
+    assert t[1].examples["missing"] == [10]
 
     # the job that reads Kafka alone starts at the log start: the archive's 200 offsets are not in it
     kafka_only = sorted((p, o, f"v{o * PARTITIONS + p}") for p in range(PARTITIONS) for o in range(200, 450))
