@@ -467,14 +467,20 @@ def _check_archive_part(tally: SplitTally, counts: Any, held: Sequence[tuple[int
     top = tally.kafka_from if tally.kafka_from is not None else tally.lo
     for a, b in held:
         a, b = max(a, tally.lo), min(b, top, tally.hi)
-        if b <= a:
-            continue
-        arr = np.arange(a - tally.lo, b - tally.lo)
-        seen = counts[arr]
-        tally.records += len(arr)
-        tally.note("missing", arr[seen == 0] + tally.lo, int((seen == 0).sum()))
-        tally.note("duplicated", arr[seen > 1] + tally.lo, int((seen > 1).sum()))
-        counts[arr] = 0
+        if b > a:
+            _tally_seen(tally, counts, np.arange(a - tally.lo, b - tally.lo))
+
+
+def _tally_seen(tally: SplitTally, counts: Any, arr: Any) -> None:
+    """Offsets ``arr`` (relative to ``tally.lo``) of the log, against the table's counts of them.
+
+    Held once: right (the count is cleared); none: missing; more: duplicated.
+    """
+    seen = counts[arr]
+    tally.records += len(arr)
+    tally.note("missing", arr[seen == 0] + tally.lo, int((seen == 0).sum()))
+    tally.note("duplicated", arr[seen > 1] + tally.lo, int((seen > 1).sum()))
+    counts[arr] = 0
 
 
 def _scan_offsets(dt: Any, batch_rows: int) -> Iterator[tuple[str, Any]]:
@@ -532,13 +538,7 @@ def _stream_log(bootstrap: str, kafka_options: Mapping[str, Any] | None, tallies
                     if t is None:
                         continue
                     arr = np.asarray(offs, dtype=np.int64)
-                    arr = arr[(arr >= t.lo) & (arr < t.hi)] - t.lo
-                    c = counts[s]
-                    seen = c[arr]
-                    t.records += len(arr)
-                    t.note("missing", arr[seen == 0] + t.lo, int((seen == 0).sum()))
-                    t.note("duplicated", arr[seen > 1] + t.lo, int((seen > 1).sum()))
-                    c[arr] = 0
+                    _tally_seen(t, counts[s], arr[(arr >= t.lo) & (arr < t.hi)] - t.lo)
                 for tp in consumer.position([tps[s] for s in todo]):
                     s = split_id(tp.topic, tp.partition)
                     if tp.offset >= 0 and tp.offset >= todo[s].hi:

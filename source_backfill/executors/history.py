@@ -110,7 +110,11 @@ class HistoryReader:
         session = session or self.spark
         if self.archive is None:
             return self.connector.read_ranges(ranges, session)
-        plan = self._tiers(ranges)
+        return self._plan_rows(self._tiers(ranges), session)
+
+    def _plan_rows(self, plan: TierPlan, session: SparkSession) -> DataFrame:
+        """The records of a tier plan: its archive part from the archive, its Kafka part from Kafka."""
+        assert self.archive is not None  # noqa: S101 - callers check
         parts = []
         if plan.kafka:
             parts.append(self.connector.read_ranges(plan.kafka, session))
@@ -146,29 +150,31 @@ class HistoryReader:
         by Spark to the records as they are copied (either connector); without one, the connector
         copies its own way (:meth:`KafkaConnector.stage <connectors.kafka.connector.KafkaConnector.stage>`).
         """
-        if self.archive is not None:
+        if self.archive is not None:  # planned by tier once; gaps and skipped loss read nothing
             plan = self._tiers(ranges)
-            if plan.archive or not plan.kafka:  # Spark reads the archive's part (or nothing: gaps)
-                return self._stage_transformed(sink, pieces_for_tasks(ranges, tasks), after_epoch, on_folder,
-                                               transform or _identity, tasks)
-            ranges = plan.kafka  # gaps and skipped loss read nothing
+            if plan.archive or not plan.kafka or transform is not None:  # Spark reads (the archive's part)
+                plan.kafka = pieces_for_tasks(plan.kafka, tasks)
+                return self._stage_transformed(sink, self._plan_rows(plan, self.spark), ranges, after_epoch,
+                                               on_folder, transform or _identity, tasks)
+            ranges = plan.kafka
         pieces = pieces_for_tasks(ranges, tasks)
         if transform is not None:
-            return self._stage_transformed(sink, pieces, after_epoch, on_folder, transform, tasks)
+            return self._stage_transformed(sink, self.rows(pieces), pieces, after_epoch, on_folder, transform,
+                                           tasks)
         return self.connector.stage(sink, pieces, after_epoch, on_folder, tasks=tasks,
                                     niceness=READ_AHEAD_NICENESS)
 
     def _stage_transformed(
-        self, sink: DeltaEpochSink, ranges: Sequence[HistoryRange], after_epoch: int,
+        self, sink: DeltaEpochSink, rows: DataFrame, ranges: Sequence[HistoryRange], after_epoch: int,
         on_folder: Callable[[Path], None] | None, transform: Callable[[DataFrame], DataFrame], tasks: int,
     ) -> tuple[StagedFiles, dict[str, int]]:
-        """The transformed records; the Kafka records per split are counted before the transform.
+        """``rows`` (the records of ``ranges``) transformed; the records per split counted before it.
 
         A transform may drop or filter rows and columns, so the files cannot tell how many records were
         read; an observation on the records does. When it does not come (a transform that lets Spark
         prune the scan, say) the counts are the ranges' sizes: they feed only the rows shown.
         """
-        counted, observation = count_per_split(self.rows(ranges).coalesce(tasks), ranges, "read-ahead")
+        counted, observation = count_per_split(rows.coalesce(tasks), ranges, "read-ahead")
         staged = sink.stage_dataframe(transform(counted), after_epoch, on_folder)
         try:
             observed_counts = observed(observation, timeout_s=READ_AHEAD_OBSERVE_TIMEOUT_S)
