@@ -43,6 +43,10 @@ TRANSFORM_PATTERN = _TRANSFORM_START + r"[\s\S]*\{source\}"
 #: The longest transform accepted (the transform check refuses longer ones before parsing them too).
 MAX_TRANSFORM_CHARS = 16_384
 
+#: A transform's text as the schema states it (``JobSpec``'s validator says which rule a text breaks).
+TransformText = Annotated[str, Field(max_length=MAX_TRANSFORM_CHARS,
+                                     json_schema_extra={"pattern": TRANSFORM_PATTERN})]
+
 #: The bootstrap value that makes the daemon start its own in-memory broker (laptop and demo default).
 EMBEDDED = "embedded"
 
@@ -297,8 +301,7 @@ class JobSpec(_Frozen):
     read_ahead: bool = True
     #: Spark SQL over the Kafka columns, reading ``{source}``; ``None`` = identity.
     #: Judged by allow-list on Spark's parsed plan (docs/architecture.md, "Transforms") before it runs.
-    transform: Annotated[str, Field(max_length=MAX_TRANSFORM_CHARS,
-                                    json_schema_extra={"pattern": TRANSFORM_PATTERN})] | None = None
+    transform: TransformText | None = None
     #: What lands in the table. Kafka sources: ``append`` (the default). Delta sources: ``merge`` (the
     #: default; the source's rows applied by key) or ``changelog`` (every change appended with
     #: ``_change_type``, ``_epoch`` and ``_seq``, which order them). None: the source kind's default.
@@ -328,6 +331,61 @@ class JobSpec(_Frozen):
             msg = "transform must read the Kafka rows as {source}, e.g. SELECT key, value FROM {source}"
             raise ValueError(msg)
         return value
+
+
+#: The most splits one repair names (a job's splits, all of them, is what an empty list says).
+MAX_REPAIR_SPLITS = 10_000
+
+
+class RepairSpec(_Frozen):
+    """``POST /jobs/{name}/repair``: replace the job's rows of a window with a fresh copy (one commit).
+
+    The window is offsets ``[from_offset, to_offset)`` or the records whose Kafka timestamps are in
+    ``[from_timestamp_ms, to_timestamp_ms)`` (resolved to offsets in Kafka, so only where Kafka still
+    holds them), of ``splits`` (``"topic:partition"``; empty: every split of the job). The daemon cuts it
+    to what the job's table holds (docs/architecture.md, "Repair a range in place").
+    """
+
+    splits: list[Annotated[str, Field(pattern=r"^[\s\S]+:[0-9]+$")]] = Field(
+        default_factory=list, max_length=MAX_REPAIR_SPLITS)
+    from_offset: int | None = Field(default=None, ge=0, strict=True)
+    to_offset: int | None = Field(default=None, ge=0, strict=True)
+    from_timestamp_ms: int | None = Field(default=None, ge=0, strict=True)
+    to_timestamp_ms: int | None = Field(default=None, ge=0, strict=True)
+
+    @field_validator("splits")
+    @classmethod
+    def _split_ids(cls, value: list[str]) -> list[str]:
+        for split in value:
+            try:
+                parse_split_id(split)
+            except StateFormatError as exc:
+                raise ValueError(str(exc)) from None
+        if len(set(value)) != len(value):
+            msg = "splits names a split more than once"
+            raise ValueError(msg)
+        return value
+
+    @model_validator(mode="after")
+    def _one_window(self) -> RepairSpec:
+        offsets = (self.from_offset, self.to_offset)
+        stamps = (self.from_timestamp_ms, self.to_timestamp_ms)
+        given = [w for w in (offsets, stamps) if any(v is not None for v in w)]
+        if len(given) != 1 or any(v is None for v in given[0]):
+            msg = ("a repair names one window: from_offset and to_offset, or from_timestamp_ms and "
+                   "to_timestamp_ms")
+            raise ValueError(msg)
+        lo, hi = given[0]
+        assert lo is not None and hi is not None  # noqa: S101 - checked just above
+        if lo >= hi:
+            msg = f"the window is empty: from ({lo}) must be below to ({hi}), which is exclusive"
+            raise ValueError(msg)
+        return self
+
+    @property
+    def by_timestamp(self) -> bool:
+        """The window is given in Kafka timestamps (else in offsets)."""
+        return self.from_timestamp_ms is not None
 
 
 def check_job_fits_source(job: JobSpec, source: SourceConfig) -> None:

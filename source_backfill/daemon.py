@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from source_backfill import metrics
-from source_backfill.config import EMBEDDED, JobSpec, Settings, check_job_fits_source
+from source_backfill.config import EMBEDDED, JobSpec, RepairSpec, Settings, check_job_fits_source
 from source_backfill.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -92,7 +92,9 @@ class Daemon:
         # a job's sink may not be a delta source's table either (it would write into what it reads)
         tables = [Path(s.table_path) for s in cfg.sources if s.kind == "delta" and s.table_path]
         self.registry = JobRegistry(root, [s.name for s in cfg.sources], data_root=cfg.daemon.data_root,
-                                    check_spec=self._check_spec, protected_paths=tables)
+                                    check_spec=self._check_spec, protected_paths=tables,
+                                    check_repair=self._check_repair,
+                                    check_retransform=self._check_retransform)
         for spec in cfg.jobs:
             try:
                 self.registry.ensure(spec)
@@ -202,6 +204,20 @@ class Daemon:
             from source_backfill.executors.transform import check_transform
 
             check_transform(self.spark, spec.transform)
+
+    def _check_retransform(self, spec: JobSpec) -> None:
+        """A job's new transform: a create's checks, and the table's columns kept (``job_checks``)."""
+        from source_backfill.runtime.job_checks import check_retransform
+
+        self._check_spec(spec)
+        check_retransform(self.spark, self.registry.get(spec.name).spec, spec)
+
+    def _check_repair(self, spec: JobSpec, repair: RepairSpec) -> None:
+        """A repair of a job (``job_checks``): a Kafka job that committed, its table matched by position."""
+        from source_backfill.runtime.job_checks import check_repair
+
+        check_repair(spec, repair, self.settings.source(spec.source),
+                     failed=self.registry.get(spec.name).error is not None)
 
     def _dry_run(self, spec: JobSpec) -> dict[str, Any]:
         """Every check of a create (nothing recorded), then the plan of a job on a Kafka source."""

@@ -133,6 +133,17 @@ JOB_HISTORY_TIER_OFFSETS = Counter(
     "after a failure counts again.",
     ["job", "tier"],
 )
+JOB_REPAIRS = Counter(
+    PREFIX + "job_repairs",
+    "Repairs of the job's rows (POST /jobs/{name}/repair) by outcome: done (committed, or nothing of the "
+    "job's rows in the window), failed (the table unchanged; the error is in GET /jobs/{name}).",
+    ["job", "outcome"],
+)
+JOB_REPAIR_ROWS = Counter(
+    PREFIX + "job_repair_rows",
+    "Rows the job's repairs replaced: removed (the window's rows before) and added (the fresh copy).",
+    ["job", "kind"],
+)
 JOB_ETA = Gauge(PREFIX + "job_eta_seconds", "Estimated seconds until the job's backfill finishes.", ["job"])
 JOB_BACKFILLING = Gauge(
     PREFIX + "job_backfilling", "1 while the job is backfilling, 0 once finished.", ["job"]

@@ -45,7 +45,8 @@ class ApiContext:
 
     def view(self, record: JobRecord) -> JobView:
         """The job as the API shows it: its record, its progress and its mutations not yet applied."""
-        return JobView.of(record, self.registry.progress(record.name), self.registry.pending(record.name))
+        return JobView.of(record, self.registry.progress(record.name), self.registry.pending(record.name),
+                          self.registry.repair_views(record.name))
 
     def runs(self) -> Verifications:
         """The verify runs; 503 when this daemon has none."""

@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from source_backfill.config import JobSpec, StartSpec
+from source_backfill.config import JobSpec, StartSpec, TransformText
 from source_backfill.runtime.progress import (
     JobProgress,
     JobStatus,
@@ -18,13 +18,47 @@ from source_backfill.runtime.progress import (
 from source_backfill.runtime.registry import JobRecord
 
 
-class ThrottleBody(BaseModel):
-    """``PATCH /jobs/{name}``: change the job's history rate limit."""
+class PatchBody(BaseModel):
+    """``PATCH /jobs/{name}``: change the job's history rate limit, its transform, or both.
+
+    A field left out is left as it is; ``null`` means unlimited (``rate_limit``) or identity
+    (``transform``).
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     #: History rows per second; ``null`` = unlimited, ``0`` = read no history (loses nothing).
-    rate_limit: float | None = Field(ge=0, allow_inf_nan=False, strict=True)  # true is not 1 row/s
+    rate_limit: float | None = Field(default=None, ge=0, allow_inf_nan=False, strict=True)  # true is not 1
+    #: The job's new transform (checked like a create's, and it must give the table the columns it has);
+    #: it applies from the job's next epoch: rows committed before keep the old one (a repair re-copies
+    #: a window with the new one).
+    transform: TransformText | None = None
+
+    @model_validator(mode="after")
+    def _something(self) -> PatchBody:
+        if not self.model_fields_set:
+            msg = "a PATCH changes rate_limit, transform or both: name at least one"
+            raise ValueError(msg)
+        return self
+
+
+class RepairView(BaseModel):
+    """A repair of a job's rows (``POST /jobs/{name}/repair``), pending or finished."""
+
+    id: int
+    #: ``pending`` (accepted, waiting for its job's turn at an epoch boundary), ``done`` or ``failed``.
+    state: str
+    #: The window as asked.
+    window: dict[str, Any]
+    #: ``"topic:partition" -> [from, to)``: the window cut to the job's rows, replaced.
+    ranges: dict[str, list[int]] = Field(default_factory=dict)
+    #: Splits asked for and left alone, and why (e.g. the window holds none of the job's rows).
+    skipped: dict[str, str] = Field(default_factory=dict)
+    rows_removed: int | None = None
+    rows_added: int | None = None
+    #: The table version of the repair's one commit.
+    version: int | None = None
+    error: str | None = None
 
 
 class TableView(BaseModel):
@@ -168,9 +202,12 @@ class JobView(BaseModel):
     #: planned per tier since the daemon started: ``archive``, ``kafka``, ``gap`` (below the log start,
     #: not held by the archive: read as nothing), ``loss``. ``null`` for the other jobs.
     history_tiers: dict[str, int] | None = None
+    #: The job's repairs: pending ones, then the last finished ones since the daemon started.
+    repairs: list[RepairView] = Field(default_factory=list)
 
     @classmethod
-    def of(cls, record: JobRecord, progress: JobProgress | None, pending: int = 0) -> JobView:
+    def of(cls, record: JobRecord, progress: JobProgress | None, pending: int = 0,
+           repairs: list[dict[str, Any]] | None = None) -> JobView:
         """Merge a registry record with its progress."""
         spec = record.spec
         splits = [SplitView.of(s) for s in progress.splits] if progress is not None else []
@@ -210,6 +247,7 @@ class JobView(BaseModel):
             if progress is not None and progress.live_latency else None,
             history_tiers=dict(progress.history_tiers)
             if progress is not None and progress.history_tiers is not None else None,
+            repairs=[RepairView(**r) for r in repairs or []],
         )
 
 

@@ -112,6 +112,10 @@ class HistoryReader:
             return self.connector.read_ranges(ranges, session)
         return self._plan_rows(self._tiers(ranges), session)
 
+    def tier_plan(self, ranges: Sequence[HistoryRange]) -> TierPlan | None:
+        """``ranges`` cut by tier (None without an archive: Kafka holds them all, or nothing does)."""
+        return None if self.archive is None else self._tiers(ranges)
+
     def _plan_rows(self, plan: TierPlan, session: SparkSession) -> DataFrame:
         """The records of a tier plan: its archive part from the archive, its Kafka part from Kafka."""
         assert self.archive is not None  # noqa: S101 - callers check

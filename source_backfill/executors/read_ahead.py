@@ -80,7 +80,7 @@ class ReadsAhead:
     def __init__(self, job: str, spark: SparkSession, sink: DeltaEpochSink,
                  work: Callable[..., AbstractContextManager[None]] | None = None) -> None:
         self.job = job
-        #: Runs a read's Spark work under the job's deadline, marked in flight (the job's ``_spark_work``).
+        #: Runs a read's Spark work under the job's deadline, marked in flight (the job's ``spark_work``).
         self._work = work or (lambda *_a, **_k: nullcontext())
         self.spark = spark
         self.sink = sink

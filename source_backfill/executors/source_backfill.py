@@ -198,7 +198,7 @@ class SourceBackfillJob:
         self.epoch_latencies = Latencies.empty()
         #: History was copied in the job's last epoch (read in it, or a read ahead running or adopted).
         self.copying = False
-        self._reads = ReadsAhead(spec.name, spark, self.sink, work=self._spark_work)
+        self._reads = ReadsAhead(spec.name, spark, self.sink, work=self.spark_work)
         #: What the job's commits carry of its state: the log chain, the live positions covered.
         self.log = JobLog(SnapshotPolicy(max_age_s=self.sink.log_retention_s() / 2))
         recovered = self.sink.recover()
@@ -243,6 +243,17 @@ class SourceBackfillJob:
         """Apply the job's SQL transform (identity when none) to Kafka rows."""
         return apply_transform(self.spark, self.spec.transform, df)
 
+    def retransform(self, spec: JobSpec) -> None:
+        """Take the job's new transform (``spec``: the job's spec with it) from this epoch on.
+
+        Reads ahead staged with the old transform are thrown away (read again with the new one); the
+        registry checked that the new transform gives the table its columns.
+        """
+        self.spec = spec
+        self._reads.drop()
+        logger.info('job transform changed job="%s" transform=%s', self.name,
+                    "identity" if spec.transform is None else f"{len(spec.transform)} chars")
+
     # -- attach ----------------------------------------------------------------------------------------
     def attach(self, inp: EpochInput) -> None:
         """Create the split state machines at this epoch's live position ``P`` (the batch's start)."""
@@ -251,7 +262,7 @@ class SourceBackfillJob:
             raise JobError(msg)
         splits = sorted(inp.end)
         positions = {s: inp.start.get(s, 0) for s in splits}
-        starts = self._start_offsets(splits, positions)
+        starts = self.start_offsets(splits, positions)
         self.states = SplitTable.from_states(attach(splits, positions, starts))
         finished = self.states.count(Stage.FINISHED)
         logger.info(
@@ -259,7 +270,8 @@ class SourceBackfillJob:
             self.name, inp.epoch, len(splits), finished,
         )
 
-    def _start_offsets(self, splits: list[str], positions: Mapping[str, int]) -> dict[str, int]:
+    def start_offsets(self, splits: list[str], positions: Mapping[str, int]) -> dict[str, int]:
+        """The job's first offset per split by its start, at most the live position ``positions``."""
         start = self.spec.start
         earliest = self.history.earliest_offsets(splits)  # the archive's first offsets, if it has one
         if isinstance(start, EarliestStart):
@@ -330,11 +342,11 @@ class SourceBackfillJob:
             written = self._commit(inp, plan, budget, ahead, lambda: live_rows_arrow(batch, plan.emit_above),
                                    {}, read_s=0.0)
         else:
-            with self._spark_work(f"epoch {inp.epoch}"):
+            with self.spark_work(f"epoch {inp.epoch}"):
                 written = self._write_epoch(inp, plan, budget, ahead)
         return self._committed(inp, written, ahead, t0)
 
-    def _spark_work(self, what: str, kind: str = "epoch") -> AbstractContextManager[None]:
+    def spark_work(self, what: str, kind: str = "epoch") -> AbstractContextManager[None]:
         """The job's Spark work: under its own job tag and deadline, marked while it runs (when managed)."""
         if self._work is None:
             return nullcontext()

@@ -4,7 +4,8 @@ A Kafka source (:mod:`source_backfill.runtime.source`) and a delta source
 (:mod:`source_backfill.runtime.table_source`) differ in how an epoch comes about and what a job is;
 this base holds the rest once:
 
-* mutations at an epoch boundary (create, pause, resume, throttle, drop, retry);
+* mutations at an epoch boundary (create, pause, resume, throttle, drop, retry; a Kafka source also takes
+  a job's new transform and its repairs, :meth:`JobHost._apply_job_mutation`);
 * one job's failure never stalls the others: a :class:`~source_backfill.errors.JobError` marks it failed
   at once; any other exception in its epoch rebuilds it from its table (its last commit is the truth);
   ``JOB_ATTEMPTS`` epochs failing in a row mark it failed. A job that cannot be built is failed too.
@@ -69,6 +70,11 @@ class JobHost(ABC, Generic[J]):
         self._stopping = threading.Event()
         #: The threads the jobs' epochs run on (made at the first epoch with two jobs or more).
         self._pool: _Workers | None = None
+        #: Repairs accepted per job, waiting for the job's turn (a Kafka source runs them), and the ids
+        #: of those finished (done, failed, or their job dropped) to mark applied after the epoch.
+        self._repairs: dict[str, list[Mutation]] = {}
+        self._repairs_finished: list[int] = []
+        self._repairs_lock = threading.Lock()
 
     @property
     def name(self) -> str:
@@ -145,6 +151,8 @@ class JobHost(ABC, Generic[J]):
                     job.close()
                     del self.jobs[m.job]
                 self._job_failures.pop(m.job, None)
+                with self._repairs_lock:  # nothing left to repair: applied as nothing
+                    self._repairs_finished += [r.id for r in self._repairs.pop(m.job, [])]
                 self._crashes_reset(m.job)
                 metrics.forget_job(m.job)
                 logger.info('job dropped job="%s" epoch=%d', m.job, epoch)
@@ -155,8 +163,20 @@ class JobHost(ABC, Generic[J]):
                     job.paused = False
                 elif m.kind == "throttle":
                     job.rate_limit = m.rate_limit
+                elif not self._apply_job_mutation(job, m):
+                    continue  # applied later (a repair, once it is committed)
             applied.append(m)
         return applied
+
+    def _apply_job_mutation(self, job: J, m: Mutation) -> bool:
+        """A mutation of a kind only some sources' jobs take (re-transform, repair); False: not applied yet.
+
+        Here: none (the registry refuses them for such a job; one replayed from the log is applied as
+        nothing, said so).
+        """
+        logger.warning('mutation not for this source\'s jobs ignored id=%d kind="%s" job="%s"',
+                       m.id, m.kind, job.name)
+        return True
 
     def _retry(self, name: str, epoch: int) -> None:
         """A retried job is built anew from its table (a running one is replaced)."""

@@ -82,6 +82,11 @@ class LogCompactor:
         return True
 
 
+#: What each kind of mutation sets on a live record (the last line setting a flag is kept).
+_FLAGS = {"pause": "paused", "resume": "paused", "throttle": "rate", "retry": "error",
+          "retransform": "transform"}
+
+
 def compact_entries(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The subset of a log's lines (parsed, in order) that replays to the same registry state.
 
@@ -90,8 +95,9 @@ def compact_entries(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     replaces the record) or where it had no record, and before which no mutation is left unapplied or
     marked applied after that point (a marker of a drop deletes the record current at the marker). Inside
     that suffix, creates, drops and unapplied mutations are kept; of the other lines only the last one
-    setting each flag (paused, rate limit, error) of the job's live record. ``applied`` markers stay in
-    place, holding only ids still in the log; a last marker carries ``next_id``. Lines are kept verbatim.
+    setting each flag (paused, rate limit, error, transform) of the job's live record (an applied repair
+    sets none: it is gone). ``applied`` markers stay in place, holding only ids still in the log; a last
+    marker carries ``next_id``. Lines are kept verbatim.
     """
     mutation_at: dict[int, int] = {}  # id -> line index
     marked_at: dict[int, int] = {}  # id -> index of the first marker naming it
@@ -204,8 +210,9 @@ def _compact_job(
             if record:
                 dropped = True
         elif record and not dropped:
-            flag = {"pause": "paused", "resume": "paused", "throttle": "rate", "retry": "error"}[kind]
-            last[flag] = i
+            flag = _FLAGS.get(kind)
+            if flag is not None:  # an applied repair sets nothing: it is in the job's table
+                last[flag] = i
     if alive:
         keep.update(last.values())
     return keep

@@ -3,8 +3,8 @@
 One JSON object a line, each with the format version ``v`` (:data:`LOG_VERSION`; a reader refuses one it
 does not know) and a ``type``:
 
-- ``mutation``: an accepted command (:class:`Mutation`: id, kind, job, source, spec, rate limit) and when
-  it was accepted; ids increase with log order;
+- ``mutation``: an accepted command (:class:`Mutation`: id, kind, job, source, spec, rate limit, a
+  repair's window) and when it was accepted; ids increase with log order;
 - ``applied``: the ids the epoch loop applied, at which epoch; a compacted log's last one also carries
   ``next_id`` (ids of removed lines are never handed out again);
 - ``failed``: a job's failure and its error.
@@ -31,7 +31,7 @@ from typing import IO, Any, Literal, get_args
 
 from pydantic import ValidationError
 
-from source_backfill.config import JobSpec
+from source_backfill.config import JobSpec, RepairSpec
 from source_backfill.errors import MutationLogError, StateWriteError, one_line
 from source_backfill.runtime.paths import open_private
 
@@ -43,7 +43,9 @@ LOG_VERSION = 1
 #: The compaction's temp file, next to the log (renamed over it when complete).
 COMPACT_NAME = LOG_NAME + ".compact"
 
-MutationKind = Literal["create", "pause", "resume", "throttle", "drop", "retry"]
+#: ``retransform``: the job's transform changed (``spec`` is the job's whole new spec); ``repair``: a
+#: window of the job's rows to replace (``repair``), applied once the job has committed it.
+MutationKind = Literal["create", "pause", "resume", "throttle", "drop", "retry", "retransform", "repair"]
 
 
 # -- what a line holds ------------------------------------------------------------------------------------
@@ -55,10 +57,12 @@ class Mutation:
     kind: MutationKind
     job: str
     source: str
-    #: The job's spec (``create`` only).
+    #: The job's spec (``create``; ``retransform``: the spec with its new transform).
     spec: JobSpec | None = None
     #: The new rate limit (``throttle``; ``create`` carries the spec's). ``None`` = unlimited.
     rate_limit: float | None = None
+    #: The window to replace (``repair`` only).
+    repair: RepairSpec | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,6 +316,7 @@ def mutation_line(m: Mutation, at: datetime) -> dict[str, Any]:
         "source": m.source,
         "spec": m.spec.model_dump(mode="json") if m.spec is not None else None,
         "rate_limit": m.rate_limit,
+        **({"repair": m.repair.model_dump(mode="json")} if m.repair is not None else {}),
         "at": at.isoformat(),
     }
 
@@ -323,8 +328,12 @@ def parse_mutation(entry: dict[str, Any]) -> tuple[Mutation, datetime]:
         msg = f"unknown mutation kind {kind!r}"
         raise ValueError(msg)
     spec = JobSpec.model_validate(entry["spec"]) if entry.get("spec") is not None else None
-    if kind == "create" and spec is None:
-        msg = "create without a spec"
+    if kind in ("create", "retransform") and spec is None:
+        msg = f"{kind} without a spec"
+        raise ValueError(msg)
+    repair = RepairSpec.model_validate(entry["repair"]) if entry.get("repair") is not None else None
+    if kind == "repair" and repair is None:
+        msg = "repair without its window"
         raise ValueError(msg)
     rate = entry.get("rate_limit")
     if rate is not None and (not isinstance(rate, int | float) or isinstance(rate, bool)):
@@ -335,7 +344,7 @@ def parse_mutation(entry: dict[str, Any]) -> tuple[Mutation, datetime]:
         msg = f"id must be an integer, got {mid!r}"
         raise ValueError(msg)
     m = Mutation(id=mid, kind=kind, job=str(entry["job"]), source=str(entry["source"]), spec=spec,
-                 rate_limit=None if rate is None else float(rate))
+                 rate_limit=None if rate is None else float(rate), repair=repair)
     return m, datetime.fromisoformat(entry["at"])
 
 

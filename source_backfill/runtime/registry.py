@@ -41,7 +41,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from source_backfill.config import JobSpec
+from pydantic import ValidationError
+
+from source_backfill.config import JobSpec, RepairSpec
 from source_backfill.errors import (
     ConfigError,
     JobExistsError,
@@ -76,6 +78,9 @@ __all__ = ["LOG_NAME", "JobRecord", "JobRegistry", "Mutation"]  # what the API, 
 
 logger = logging.getLogger(__name__)
 
+#: Finished repairs kept per job for the API.
+REPAIRS_KEPT = 20
+
 
 # -- the registry ---------------------------------------------------------------------------------------
 class JobRegistry:
@@ -88,11 +93,17 @@ class JobRegistry:
         data_root: Path | None = None,
         check_spec: Callable[[JobSpec], None] | None = None,
         protected_paths: Iterable[Path] = (),
+        check_repair: Callable[[JobSpec, RepairSpec], None] | None = None,
+        check_retransform: Callable[[JobSpec], None] | None = None,
     ) -> None:
         self.state_root = Path(state_root)
         self.sources = frozenset(sources)
         #: Checks a new job against its source (a mode or strategy its kind has not): ConfigError.
         self.check_spec = check_spec
+        #: Checks a repair against the job (its source's kind, its table's columns): ConfigError.
+        self.check_repair = check_repair
+        #: Checks a job's new spec of a transform change (the create's checks, and the table's columns).
+        self.check_retransform = check_retransform or check_spec
         #: When set, every job's sink path must resolve (symlinks followed) inside it.
         self.data_root = resolve(data_root) if data_root is not None else None
         #: Paths besides the state root no sink may overlap (a delta source's table).
@@ -127,6 +138,8 @@ class JobRegistry:
         #: Ids not yet handed to the epoch loop, in log order.
         self._queue: list[int] = []
         self._progress: dict[str, JobProgress] = {}
+        #: The last finished repairs per job (memory only: the repairs' commits are in the job's table).
+        self._repairs_done: dict[str, builtins.list[dict[str, Any]]] = {}
         self._next_id = 1
 
     def close(self) -> None:
@@ -229,6 +242,59 @@ class JobRegistry:
             if record.error is not None:
                 self._record("retry", name, record.source)
             return self._jobs[name]
+
+    def retransform(self, name: str, transform: str | None) -> JobRecord:
+        """Change the job's transform from its next epoch on (``None``: identity), checked like a create's.
+
+        The new transform must pass the transform check and give the job's table the columns it has
+        (:attr:`check_retransform`): ConfigError (TransformError) saying why.
+        """
+        record = self.get(name)
+        try:  # the field's own rules (a SELECT reading {source}, its length)
+            spec = JobSpec.model_validate({**record.spec.model_dump(), "transform": transform})
+        except ValidationError as exc:
+            msg = f"transform: {exc.errors()[0]['msg']}"
+            raise ConfigError(msg) from None
+        if self.check_retransform is not None and spec.source in self.sources:
+            self.check_retransform(spec)
+        with self._lock:
+            record = self._live(name)
+            if record.spec.transform != transform:
+                self._record("retransform", name, record.source, spec=spec)
+            return self._jobs[name]
+
+    def repair(self, name: str, repair: RepairSpec) -> tuple[JobRecord, int]:
+        """Accept a repair of the job's rows in ``repair``'s window; its id (the mutation's) with the job.
+
+        Checked first (:attr:`check_repair`: a Kafka job whose table keeps the partition and offset
+        columns); it runs at an epoch boundary once the job can (:mod:`source_backfill.executors.repair`).
+        """
+        record = self.get(name)
+        if self.check_repair is not None and not record.dropped:
+            self.check_repair(record.spec, repair)
+        with self._lock:
+            record = self._live(name)
+            m = self._record("repair", name, record.source, repair=repair)
+            return self._jobs[name], m.id
+
+    def publish_repair(self, name: str, outcome: dict[str, Any]) -> None:
+        """A repair of the job finished (``RepairOutcome.to_json``): kept, the last few, for the API."""
+        with self._lock:
+            if name in self._jobs:
+                done = self._repairs_done.setdefault(name, [])
+                done.append(outcome)
+                del done[:-REPAIRS_KEPT]
+
+    def repair_views(self, name: str) -> builtins.list[dict[str, Any]]:
+        """The job's repairs: those accepted and not finished (``pending``), then the last finished."""
+        with self._lock:
+            done = self._repairs_done.get(name, [])
+            finished = {r["id"] for r in done}
+            pending = [{"id": m.id, "state": "pending", "window": m.repair.model_dump(mode="json")}
+                       for _, m in sorted(self._unapplied.items())
+                       if m.job == name and m.kind == "repair" and m.repair is not None
+                       and m.id not in finished]
+            return pending + list(reversed(done))
 
     def get(self, name: str) -> JobRecord:
         """The job called ``name`` (also while its drop is pending); JobNotFoundError when unknown."""
@@ -354,11 +420,11 @@ class JobRegistry:
 
     def _record(
         self, kind: MutationKind, job: str, source: str, *, spec: JobSpec | None = None,
-        rate_limit: float | None = None,
+        rate_limit: float | None = None, repair: RepairSpec | None = None,
     ) -> Mutation:
         """Append + fsync the mutation, then let it take effect in the table and the queue (lock held)."""
         mutation = Mutation(id=self._next_id, kind=kind, job=job, source=source, spec=spec,
-                            rate_limit=rate_limit)
+                            rate_limit=rate_limit, repair=repair)
         now = datetime.now(UTC)
         self._log.append_mutation(mutation, now)
         self._next_id += 1
@@ -405,6 +471,7 @@ class JobRegistry:
             self._jobs[m.job] = JobRecord(spec=m.spec, paused=False, rate_limit=m.spec.rate_limit,
                                           dropped=False, created_at=at)
             self._progress.pop(m.job, None)
+            self._repairs_done.pop(m.job, None)
         elif record is None or record.dropped:
             logger.warning('mutation for an unknown job ignored id=%d kind="%s" job="%s"',
                            m.id, m.kind, m.job)
@@ -418,6 +485,8 @@ class JobRegistry:
             self._jobs[m.job] = replace(record, dropped=True)
         elif m.kind == "retry":
             self._jobs[m.job] = replace(record, error=None)
+        elif m.kind == "retransform" and m.spec is not None:
+            self._jobs[m.job] = replace(record, spec=m.spec)
         self._unapplied[m.id] = m
         self._queue.append(m.id)
 
@@ -432,6 +501,7 @@ class JobRegistry:
             if m.kind == "drop" and record is not None and record.dropped:
                 del self._jobs[m.job]
                 self._progress.pop(m.job, None)
+                self._repairs_done.pop(m.job, None)
 
     def _apply_entry(self, entry: LogEntry) -> None:
         """One replayed log line's effect on the table and the queue (at open, and for compaction's check)."""

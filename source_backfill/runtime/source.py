@@ -3,10 +3,11 @@
 Each micro-batch is one epoch (epoch id = Spark ``batchId``). At the boundary, inside ``foreachBatch``:
 
 1. read the batch's exact per-split start/end positions from the query's offset log;
-2. apply the queued mutations of this source's jobs (recorded durably by the registry before);
+2. apply the queued mutations of this source's jobs (recorded durably by the registry before); a job's
+   repairs wait for its turn in step 3, where they run before its epoch (``executors/repair.py``);
 3. run every job's epoch (plan, filter live, read history, commit output + state atomically), up to
    ``max_parallel_jobs`` side by side (:meth:`JobHost._run_jobs`), the live batch read once for all;
-4. mark the mutations applied and publish progress.
+4. mark the mutations applied (repairs: once done or failed) and publish progress.
 
 A job already committed for this epoch skips it (replay after a crash). One job's failure never stalls
 the others: a :class:`~source_backfill.errors.JobError` marks the job failed at once; any other exception
@@ -208,15 +209,54 @@ class LiveSource(JobHost[SourceBackfillJob]):
                                  interval_s=self.config.trigger_interval_s, rows=rows)
                 # attach needs the exact live position: a new job waits for an epoch whose start is known
                 self._share_width()
-                self._run_jobs(inp.epoch, [(job, functools.partial(job.run_epoch, inp))
+                self._run_jobs(inp.epoch, [(job, functools.partial(self._job_turn, job, inp))
                                            for job in list(self.jobs.values())
                                            if job.states is not None or inp.start is not None])
                 self._steer_width()
-            if applied:
-                self.registry.mark_applied([m.id for m in applied], batch_id)
+            with self._repairs_lock:
+                finished, self._repairs_finished = self._repairs_finished, []
+            if applied or finished:
+                self.registry.mark_applied([m.id for m in applied] + finished, batch_id)
         finally:
             if read is not None and read[0] is None:
                 batch.unpersist()
+
+    def _job_turn(self, job: SourceBackfillJob, inp: EpochInput) -> bool:
+        """The job's turn in an epoch: its repairs due (between its last commit and this one), its epoch."""
+        self._run_repairs(job)
+        return job.run_epoch(inp)
+
+    def _run_repairs(self, job: SourceBackfillJob) -> None:
+        """Run the job's accepted repairs, in order, once it has committed (``executors/repair.py``).
+
+        Each is marked applied once it is done or failed (after the epoch); a crash before that replays
+        it, and its transaction in the table tells a committed one from one to run again.
+        """
+        from source_backfill.executors.repair import run_repair
+
+        if job.failed is not None or job.committed_epoch is None:
+            return
+        with self._repairs_lock:
+            due = list(self._repairs.get(job.name, []))
+        for m in due:
+            assert m.repair is not None  # noqa: S101 - a repair mutation carries its window
+            outcome = run_repair(job, m.id, m.repair)
+            self.registry.publish_repair(job.name, outcome.to_json())
+            with self._repairs_lock:
+                self._repairs[job.name] = [r for r in self._repairs.get(job.name, []) if r.id != m.id]
+                self._repairs_finished.append(m.id)
+
+    def _apply_job_mutation(self, job: SourceBackfillJob, m: Mutation) -> bool:
+        """A new transform takes effect now; a repair waits for the job's turn (applied once it ran)."""
+        if m.kind == "retransform" and m.spec is not None:
+            job.retransform(m.spec)
+            return True
+        if m.kind == "repair":
+            with self._repairs_lock:
+                if all(r.id != m.id for r in self._repairs.get(job.name, [])):
+                    self._repairs.setdefault(job.name, []).append(m)
+            return False
+        return super()._apply_job_mutation(job, m)
 
     def _steer_width(self) -> None:
         """The width governor's step after the jobs' epochs (``runtime/width.py``); then the shares."""

@@ -1,4 +1,4 @@
-"""Jobs: list, show, create (or plan: a dry run), pause, resume, throttle, retry, drop.
+"""Jobs: list, show, create (or plan: a dry run), pause, resume, throttle, re-transform, repair, retry, drop.
 
 Mutations are recorded durably by the registry before the call returns and take effect at the job's next
 epoch boundary, so they answer ``202 Accepted`` with the job's accepted state (``pending_mutations`` counts
@@ -13,7 +13,7 @@ from fastapi import APIRouter, Path, Query, status
 from fastapi.responses import Response
 
 from source_backfill.api.context import Context
-from source_backfill.api.models import DryRunView, JobView, ThrottleBody
+from source_backfill.api.models import DryRunView, JobView, PatchBody, RepairView
 from source_backfill.api.responses import (
     BODY_ERRORS,
     HOST_ERRORS,
@@ -21,7 +21,7 @@ from source_backfill.api.responses import (
     Responses,
     error_responses,
 )
-from source_backfill.config import NAME_PATTERN, JobSpec
+from source_backfill.config import NAME_PATTERN, JobSpec, RepairSpec
 
 JobName = Annotated[str, Path(pattern=NAME_PATTERN, description="The job's name.")]
 
@@ -82,9 +82,29 @@ def resume_job(name: JobName, context: Context) -> JobView:
 
 @mutations.patch("/jobs/{name}", status_code=status.HTTP_202_ACCEPTED,
                  responses=MUTATION_ERRORS | BODY_ERRORS)
-def patch_job(name: JobName, patch: ThrottleBody, context: Context) -> JobView:
-    """Change the job's history rate limit (rows/s; null unlimited; 0 reads none and loses nothing)."""
-    return context.view(context.registry.throttle(name, patch.rate_limit))
+def patch_job(name: JobName, patch: PatchBody, context: Context) -> JobView:
+    """Change the job's history rate limit or its transform (or both).
+
+    Rate limit: rows/s; null unlimited; 0 reads none and loses nothing. Transform: checked like a
+    create's; it applies from the job's next epoch (null: identity).
+    """
+    if "transform" in patch.model_fields_set:
+        context.registry.retransform(name, patch.transform)
+    if "rate_limit" in patch.model_fields_set:
+        context.registry.throttle(name, patch.rate_limit)
+    return context.view(context.registry.get(name))
+
+
+@mutations.post("/jobs/{name}/repair", status_code=status.HTTP_202_ACCEPTED,
+                responses=MUTATION_ERRORS | BODY_ERRORS)
+def repair_job(name: JobName, repair: RepairSpec, context: Context) -> RepairView:
+    """Replace the job's rows of a window with a fresh copy (the job's current transform) in one commit.
+
+    Accepted durably; it runs at the job's next epoch boundary where it can (its splits Finished), and
+    ``GET /jobs/{name}`` shows it (``repairs``) until done or failed.
+    """
+    _, repair_id = context.registry.repair(name, repair)
+    return RepairView(id=repair_id, state="pending", window=repair.model_dump(mode="json"))
 
 
 @mutations.post("/jobs/{name}/retry", status_code=status.HTTP_202_ACCEPTED, responses=MUTATION_ERRORS)

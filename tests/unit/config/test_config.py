@@ -217,3 +217,35 @@ def test_a_delta_source_takes_no_archive_and_its_jobs_no_history_source():
     job = JobSpec(name="j", source="t", sink_path="/j", strategy="snapshot", history_source="kafka")
     with pytest.raises(ValueError, match="history_source is for kafka sources"):
         check_job_fits_source(job, table)
+
+
+@pytest.mark.parametrize(("body", "words"), [
+    ({}, "one window"),
+    ({"from_offset": 1}, "one window"),
+    ({"from_offset": 1, "to_offset": 5, "from_timestamp_ms": 1, "to_timestamp_ms": 9}, "one window"),
+    ({"from_offset": 5, "to_offset": 5}, "empty"),
+    ({"from_timestamp_ms": 9, "to_timestamp_ms": 2}, "empty"),
+    ({"from_offset": -1, "to_offset": 5}, "greater than or equal"),
+    ({"from_offset": True, "to_offset": 5}, "integer"),
+    ({"from_offset": "1", "to_offset": 5}, "integer"),
+    ({"splits": ["t:0", "t:0"], "from_offset": 0, "to_offset": 5}, "more than once"),
+    ({"splits": ["t"], "from_offset": 0, "to_offset": 5}, "pattern"),
+    ({"splits": ["t:0"] * 10_001, "from_offset": 0, "to_offset": 5}, "at most"),
+    ({"from_offset": 0, "to_offset": 5, "sql": "x"}, "extra"),
+])
+def test_a_repair_s_window_is_refused_unless_it_is_one_non_empty_window(body, words) -> None:
+    """Attacks on ``POST /jobs/{name}/repair``'s body: each refused, saying why."""
+    from pydantic import ValidationError
+
+    from source_backfill.config import RepairSpec
+
+    with pytest.raises(ValidationError) as err:
+        RepairSpec.model_validate(body)
+    assert words in str(err.value).lower(), str(err.value)
+
+
+def test_a_repair_window_in_offsets_or_timestamps() -> None:
+    from source_backfill.config import RepairSpec
+
+    assert not RepairSpec(from_offset=0, to_offset=1).by_timestamp
+    assert RepairSpec(splits=["a:b:3"], from_timestamp_ms=0, to_timestamp_ms=1).by_timestamp

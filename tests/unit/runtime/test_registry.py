@@ -405,3 +405,60 @@ def test_a_job_error_served_by_the_api_names_no_path_of_the_daemon(tmp_path, mon
     health = {"sources": {"s": {"problems": [f"query failing: {root}/sources/s/checkpoint"]}}, "ok": False}
     assert _redacted(health, root) == {
         "sources": {"s": {"problems": ["query failing: <state_root>/sources/s/checkpoint"]}}, "ok": False}
+
+
+# -- a job's transform changed, its rows repaired (issue 31) ------------------------------------------------
+def test_a_new_transform_and_a_repair_are_durable_and_replayed_until_applied(registry_factory) -> None:
+    from source_backfill.config import RepairSpec
+
+    reg = registry_factory()
+    reg.create(spec("a", transform="SELECT value FROM {source}"))
+    reg.mark_applied([m.id for m in reg.drain("events")], epoch=1)
+    new = "SELECT upper(CAST(value AS STRING)) AS value FROM {source}"
+    assert reg.retransform("a", new).spec.transform == new
+    record, rid = reg.repair("a", RepairSpec(splits=["t:0"], from_offset=5, to_offset=9))
+    assert record.name == "a"
+    assert [v["state"] for v in reg.repair_views("a")] == ["pending"]
+    drained = reg.drain("events")
+    assert [(m.kind, m.spec.transform if m.spec else None) for m in drained] == [("retransform", new),
+                                                                                ("repair", None)]
+    assert drained[1].id == rid
+    assert drained[1].repair == RepairSpec(splits=["t:0"], from_offset=5, to_offset=9)
+    reg.mark_applied([drained[0].id], epoch=2)  # the transform took effect; the repair is still to run
+    reg.close()
+
+    again = registry_factory()  # a crash before the repair ran: it comes back, the transform stays
+    assert again.get("a").spec.transform == new
+    assert [(m.id, m.kind) for m in again.drain("events")] == [(rid, "repair")]
+    again.publish_repair("a", {"id": rid, "state": "done", "window": {}, "rows_added": 4})
+    assert [v["state"] for v in again.repair_views("a")] == ["done"]  # finished, not pending as well
+    again.mark_applied([rid], epoch=3)
+    assert again.compact()
+    again.close()
+
+    third = registry_factory()  # the compacted log keeps the transform, and no applied repair
+    assert third.get("a").spec.transform == new
+    assert third.drain("events") == []
+
+
+def test_a_new_transform_is_checked_like_a_create_s(tmp_path: Path) -> None:
+    from source_backfill.errors import TransformError
+
+    def check(s: JobSpec) -> None:
+        if s.transform is not None and "reflect" in s.transform:
+            raise TransformError("function reflect is not allowed")
+
+    reg = JobRegistry(tmp_path, SOURCES, check_spec=check)
+    try:
+        reg.create(spec("a"))
+        with pytest.raises(ConfigError, match="reflect"):
+            reg.retransform("a", "SELECT reflect('java.lang.Runtime', 'getRuntime') FROM {source}")
+        with pytest.raises(ConfigError, match="SELECT"):
+            reg.retransform("a", "DROP TABLE x")
+        with pytest.raises(ConfigError, match="source"):
+            reg.retransform("a", "SELECT 1")
+        with pytest.raises(JobNotFoundError):
+            reg.retransform("nobody", None)
+        assert reg.get("a").spec.transform is None and reg.pending("a") == 1  # the create alone
+    finally:
+        reg.close()
