@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from source_backfill.cli.client import EXIT_API, EXIT_DIFFERS, EXIT_OK, EXIT_USAGE, ApiClient, CliError
-from source_backfill.cli.render import render_jobs, render_plan, render_table
+from source_backfill.cli.render import render_jobs, render_plan, render_table, repair_text
 
 #: A command handler: the parsed arguments and where to print, to the exit code.
 Handler = Callable[[argparse.Namespace, IO[str]], int]
@@ -124,17 +124,43 @@ def cmd_jobs_show(args: argparse.Namespace, out: IO[str]) -> int:
 def mutation(
     verb: str, method: str, path: str, body: Callable[[argparse.Namespace], Any] | None = None
 ) -> Handler:
-    """The handler of ``jobs pause|resume|throttle|retry|drop``: one request, one line naming ``verb``."""
+    """The handler of ``jobs pause|resume|throttle|transform|retry|drop``: one request, one line."""
 
     def run(args: argparse.Namespace, out: IO[str]) -> int:
         job = _client(args).call(method, path.format(name=args.name), body(args) if body else None)
         extra = ""
+        if verb == "re-transformed":
+            extra = " to " + (job["transform"] or "identity")
         if verb == "throttled":
             extra = " to " + ("unlimited" if job["rate_limit"] is None else f"{job['rate_limit']:g} rows/s")
         print(f'{verb} job "{job["name"]}"{extra} (applies at the next epoch boundary)', file=out)
         return EXIT_OK
 
     return run
+
+
+def cmd_jobs_repair(args: argparse.Namespace, out: IO[str]) -> int:
+    """``jobs repair``: accept a repair; with ``--wait``, poll the job until it is done (exit 1 if failed)."""
+    body: dict[str, Any] = {"splits": args.splits}
+    if args.offsets is not None:
+        body["from_offset"], body["to_offset"] = args.offsets
+    else:
+        body["from_timestamp_ms"], body["to_timestamp_ms"] = args.timestamps
+    client = _client(args)
+    repair = client.call("POST", f"/jobs/{args.name}/repair", body)
+    if not args.wait:
+        print(f'repair {repair["id"]} of job "{args.name}" accepted (runs at its next epoch boundary)',
+              file=out)
+        return EXIT_OK
+    while repair["state"] == "pending":
+        time.sleep(_verify_poll_s())
+        job = client.call("GET", f"/jobs/{args.name}")
+        repair = next((r for r in job.get("repairs") or [] if r["id"] == repair["id"]), repair)
+    print(repair_text(repair), file=out)
+    if repair["state"] == "failed":
+        msg = f'repair {repair["id"]} of job "{args.name}" failed: the table is as it was'
+        raise CliError(msg)
+    return EXIT_OK
 
 
 def cmd_verify(args: argparse.Namespace, out: IO[str]) -> int:

@@ -11,6 +11,7 @@ from source_backfill.cli.commands import (
     Handler,
     cmd_jobs_create,
     cmd_jobs_list,
+    cmd_jobs_repair,
     cmd_jobs_show,
     cmd_run,
     cmd_status,
@@ -62,6 +63,10 @@ def _rate(value: str) -> float | None:
     except ValueError as exc:
         msg = f"rate must be rows/s (a number) or 'none' for unlimited, got {value!r}"
         raise argparse.ArgumentTypeError(msg) from exc
+
+
+def _transform(value: str) -> str | None:
+    return None if value.strip().lower() == "identity" else value
 
 
 def _api_flags(parser: argparse.ArgumentParser, *, top: bool) -> None:
@@ -143,6 +148,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = action("throttle", "set the history rate limit",
                mutation("throttled", "PATCH", "/jobs/{name}", lambda a: {"rate_limit": a.rate}))
     p.add_argument("rate", metavar="RATE", type=_rate, help="rows/s, 0 to read none, 'none' for unlimited")
+    p = action("transform", "change the job's transform (from its next epoch; older rows keep the old one)",
+               mutation("re-transformed", "PATCH", "/jobs/{name}", lambda a: {"transform": a.sql}))
+    p.add_argument("sql", metavar="SQL", type=_transform,
+                   help="Spark SQL over {source}, checked like a create's; 'identity' for none")
+    p = action("repair", "replace a window of the job's rows with a fresh copy (its current transform), "
+               "in one commit", cmd_jobs_repair)
+    p.add_argument("--split", action="append", default=[], metavar="TOPIC:PARTITION", dest="splits",
+                   help="a split to repair (repeat it; none: every split of the job)")
+    window = p.add_mutually_exclusive_group(required=True)
+    window.add_argument("--offsets", nargs=2, type=int, metavar=("FROM", "TO"),
+                        help="offsets [FROM, TO) (TO exclusive)")
+    window.add_argument("--timestamps", nargs=2, type=_timestamp, metavar=("FROM_MS", "TO_MS"),
+                        help="records with Kafka timestamps in [FROM_MS, TO_MS) (where Kafka holds them)")
+    p.add_argument("--wait", action="store_true", help="wait for the repair to finish and print what it did")
     action("retry", "run a failed job again (rebuilt from its table at the next epoch)",
            mutation("retried", "POST", "/jobs/{name}/retry"))
     action("drop", "detach the job at the next epoch boundary (its table stays)",

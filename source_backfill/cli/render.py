@@ -96,6 +96,26 @@ def tiers_text(job: dict[str, Any]) -> str | None:
     return "history from " + (", ".join(shown) if shown else "nothing yet")
 
 
+def repair_text(repair: dict[str, Any]) -> str:
+    """``repair 12 done: t:0 [50, 100) 50 rows removed, 50 added (version 17)`` (or why it failed)."""
+    head = f"repair {repair.get('id')} {repair.get('state')}"
+    if repair.get("state") == "failed":
+        return f"{head}: {repair.get('error')}"
+    ranges = repair.get("ranges") or {}
+    if repair.get("state") == "pending" or not ranges:
+        window = repair.get("window") or {}
+        lo = window.get("from_offset", window.get("from_timestamp_ms"))
+        hi = window.get("to_offset", window.get("to_timestamp_ms"))
+        unit = "" if "from_offset" in window and window["from_offset"] is not None else " ms"
+        splits = ", ".join(window.get("splits") or []) or "every split"
+        note = "" if repair.get("state") == "pending" else " (nothing of the job's rows in it)"
+        return f"{head}: {splits} [{lo}, {hi}){unit}{note}"
+    shown = ", ".join(f"{s} [{r[0]}, {r[1]})" for s, r in sorted(ranges.items())[:3])
+    more = f" and {len(ranges) - 3} more" if len(ranges) > 3 else ""
+    return (f"{head}: {shown}{more} {repair.get('rows_removed')} rows removed, "
+            f"{repair.get('rows_added')} added (version {repair.get('version')})")
+
+
 def job_line(job: dict[str, Any]) -> str:
     """One summary line of a job; its percentage is the API's ``progress``."""
     flags = []
@@ -144,6 +164,7 @@ def render_jobs(jobs: list[dict[str, Any]]) -> str:
         tiers = tiers_text(job)
         if tiers is not None:
             out.append("  " + tiers)
+        out.extend("  " + repair_text(r) for r in (job.get("repairs") or [])[:3])
         width = max((len(str(s.get("split"))) for s in job.get("splits", [])), default=0)
         for s in job.get("splits", []):
             out.append("  " + split_bar({**s, "split": str(s.get("split")).ljust(width)}))

@@ -291,3 +291,40 @@ def test_a_dry_run_prints_the_plan_and_creates_nothing(run, live_api) -> None:
     assert live_api.registry.list() == []
     code, _, err = run("jobs", "create", "dry", "--source", "nope", "--sink", "/t/dry", "--dry-run")
     assert code == 1 and "unknown source" in err
+
+
+def test_a_transform_changed_and_a_repair_accepted_waited_for_and_shown(run, live_api, monkeypatch) -> None:
+    monkeypatch.setattr(cli, "VERIFY_POLL_S", 0.05)
+    run("jobs", "create", "r", "--source", "events", "--sink", "/t/r")
+    code, out, err = run("jobs", "transform", "r", "SELECT value FROM {source}")
+    assert (code, err) == (0, ""), err
+    assert out.startswith('re-transformed job "r" to SELECT value FROM {source}')
+    assert live_api.registry.get("r").spec.transform == "SELECT value FROM {source}"
+    assert "to identity" in run("jobs", "transform", "r", "identity")[1]
+    assert live_api.registry.get("r").spec.transform is None
+    code, _, err = run("jobs", "transform", "r", "DROP TABLE x")
+    assert code == 1 and "SELECT" in err
+
+    code, out, _ = run("jobs", "repair", "r", "--split", "events:0", "--offsets", "5", "9")
+    assert code == 0 and "accepted" in out
+    first = live_api.registry.repair_views("r")[0]
+    assert first["state"] == "pending" and first["window"]["splits"] == ["events:0"]
+    assert "repair {} pending: events:0 [5, 9)".format(first["id"]) in run("jobs", "show", "r")[1]
+
+    def finish() -> None:  # what the epoch loop publishes once the repair ran
+        while not [v for v in live_api.registry.repair_views("r") if v["id"] > first["id"]]:
+            time.sleep(0.02)
+        later = max(v["id"] for v in live_api.registry.repair_views("r"))
+        live_api.registry.publish_repair("r", {"id": later, "state": "done", "window": {},
+                                               "ranges": {"events:1": [0, 4]}, "rows_removed": 4,
+                                               "rows_added": 4, "version": 7})
+
+    helper = threading.Thread(target=finish)
+    helper.start()
+    code, out, _ = run("jobs", "repair", "r", "--split", "events:1", "--offsets", "0", "4", "--wait")
+    helper.join(10)
+    assert code == 0 and "done: events:1 [0, 4) 4 rows removed, 4 added (version 7)" in out, out
+    code, _, err = run("jobs", "repair", "r", "--offsets", "4", "4")
+    assert code == 1 and "empty" in err
+    code, _, err = run("jobs", "repair", "r", "--offsets", "1", "2", "--timestamps", "1", "2")
+    assert code == 2
