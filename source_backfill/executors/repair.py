@@ -190,12 +190,17 @@ def _cut(job: SourceBackfillJob, outcome: RepairOutcome, states: Mapping[str, An
     else:
         assert spec.from_offset is not None and spec.to_offset is not None  # noqa: S101
         windows = windows_for(splits, spec.from_offset, spec.to_offset)
+    beyond: dict[str, str] = {}
+    if isinstance(job.spec.start, LatestStart):  # its first rows are read from the table: only where
+        # the window reaches any of the job's rows at all (a window past them all reads nothing)
+        reach = cut_repair(windows, states, dict.fromkeys(finished, 0), covered)
+        finished, beyond = sorted({r.split for r in reach.ranges}), reach.skipped
     cut = cut_repair(windows, states, _starts(job, finished, covered), covered)
     if cut.refused:
         why = "; ".join(f"{s}: {r}" for s, r in sorted(cut.refused.items())[:5])
         msg = f"the repair names splits it cannot replace ({why})"
         raise ConfigError(msg)
-    outcome.skipped.update(cut.skipped)
+    outcome.skipped.update({**cut.skipped, **beyond})
     outcome.ranges = {r.split: (r.start, r.end) for r in cut.ranges}
     return cut.ranges
 

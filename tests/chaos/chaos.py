@@ -3,10 +3,13 @@
 Two jobs on a 4-partition topic under a live producer: ``deep`` backfills >= 200k history records (rate
 limited, so the kills land mid-backfill), ``tail`` starts at ``latest`` and is Finished from its attach.
 Each cycle starts ``source-backfill run``, waits until the daemon is ready, sometimes sends a mutation
-(pause, resume, throttle, a create then a drop of a third job) or grows the topic to 6 partitions, and
-SIGKILLs the process group after a delay drawn from the seed — so the kills fall during history reads and
-reads ahead, between a file write and its Delta commit, while a mutation is applied, while partitions
-are added. After the last cycle the daemon runs until both jobs are Finished, and
+(pause, resume, throttle, a create then a drop of a third job, a repair of 5,000 offsets per split of a
+job's rows) or grows the topic to 6 partitions, and SIGKILLs the process group after a delay drawn from the
+seed — so the kills fall during history reads and reads ahead, between a file write and its Delta commit,
+while a mutation is applied, during a repair (its replaceWhere write, its commit, before it is marked
+applied), while partitions are added. A repair replays after a kill until it is done; the jobs have no
+transform, so a repair puts back the rows it removes, and exactly once must hold through any of them.
+After the last cycle the daemon runs until both jobs are Finished, and
 :mod:`source_backfill.verify` must find every offset of the log exactly once in both tables.
 
 ``python -m tests.chaos --cycles N [--seed S]`` (``make chaos``) runs a soak on an embedded broker;
@@ -47,6 +50,8 @@ class Summary:
     mid_backfill: int = 0
     events: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    #: The id of the tail job's last repair committed (its table's ``tail.repair`` transaction), if any.
+    repairs_committed: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -57,7 +62,9 @@ class Summary:
         """The one summary line the suite prints."""
         return (f"cycles={self.cycles} mid_backfill={self.mid_backfill} records={self.records} "
                 f"missing={self.missing} "
-                f"duplicated={self.duplicated} unexpected={self.unexpected} seed={self.seed} "
+                f"duplicated={self.duplicated} unexpected={self.unexpected} "
+                f"repairs={sum(e.startswith('repair') for e in self.events)} "
+                f"last_repair_committed={self.repairs_committed} seed={self.seed} "
                 f"seconds={self.seconds:.0f}")
 
 
@@ -181,10 +188,22 @@ def _action(rng: random.Random, daemon: _Daemon, producer: _Producer, grow: Call
                                          "sink_path": str(daemon.tables / name)})
         daemon.request("DELETE", f"/jobs/{name}")
         return "create+drop"
-    if roll < 0.65 and not grown:
+    if roll < 0.62 and not grown:
         grow()
         return "add partitions"
+    if roll < 0.80:
+        return _repair(rng, daemon, rng.choice(["tail", "tail", "deep"]))
     return "none"
+
+
+def _repair(rng: random.Random, daemon: _Daemon, job: str) -> str:
+    """A repair of 5,000 offsets per split of ``job``'s rows (refused for the deep job while it backfills)."""
+    # the deep job holds its history's offsets; the tail its live ones, from its attach after the history
+    # (~50 a second per partition): a window from just after the history overlaps them from the start
+    lo = (HISTORY // PARTITIONS + rng.randrange(0, 1_000) if job == "tail"
+          else rng.randrange(0, HISTORY // PARTITIONS))
+    daemon.request("POST", f"/jobs/{job}/repair", {"from_offset": lo, "to_offset": lo + 5_000})
+    return f"repair {job}"
 
 
 def run_chaos(bootstrap: str, workdir: Path, cycles: int, seed: int | None = None,
@@ -218,7 +237,9 @@ def run_chaos(bootstrap: str, workdir: Path, cycles: int, seed: int | None = Non
         for cycle in range(1, cycles + 1):
             daemon.start()
             daemon.wait_ready()
-            event = _action(rng, daemon, producer, grow, grown)
+            # every 7th cycle from the 3rd repairs the tail: each run has kills with a repair in flight
+            event = (_repair(rng, daemon, "tail") if cycle % 7 == 3
+                     else _action(rng, daemon, producer, grow, grown))
             delay = rng.uniform(0.2, 6.0)
             time.sleep(delay)
             backfilling = daemon.status("deep") in ("backfilling", "pending")
@@ -238,6 +259,9 @@ def run_chaos(bootstrap: str, workdir: Path, cycles: int, seed: int | None = Non
                 raise AssertionError(msg)
             time.sleep(1)
         producer.stop()
+        from deltalake import DeltaTable
+
+        summary.repairs_committed = DeltaTable(str(daemon.tables / "tail")).transaction_version("tail.repair")
         for job in ("deep", "tail"):
             summary_job = _check(check_exactly_once, daemon, job, bootstrap, topic)
             summary.records += summary_job[0]
