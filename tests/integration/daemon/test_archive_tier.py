@@ -4,7 +4,9 @@ A topic's first records are deleted from Kafka (``delete_records``) and held onl
 table of the records as Kafka gave them. A job (``history_source = "auto"``) copies them from the archive
 and the rest from Kafka, then follows the live stream: its table holds each record once. A job told to read
 Kafka alone starts at the log start and lacks what the archive held; an archive that holds an offset twice
-fails its job, saying so, rather than copying it twice.
+fails its job, saying so, rather than copying it twice; an archive of a transactional topic (this
+service's identity job) has holes where Kafka has its markers and aborted records, read below the log start
+as gaps, never as data loss; a live job's growing table as a trusted archive hands over exactly.
 """
 
 from __future__ import annotations
@@ -187,3 +189,62 @@ def test_a_live_job_s_growing_table_as_a_trusted_archive_hands_over_to_kafka_and
     deleted = {(p, o) for p in range(PARTITIONS) for o in range(150)}
     assert {(p, o) for p, o, _ in records if o < 150} == deleted
     assert metric_total(metrics.JOB_HISTORY_TIER_OFFSETS, job="late", tier="archive") >= 2 * 400
+
+
+def test_an_archive_whose_gaps_are_kafka_s_transaction_markers_copies_each_committed_record_once(
+    daemon_factory, new_topic, kafka_bootstrap, tmp_path
+):
+    """The archive is this service's identity job ``raw`` of a transactional topic: its offsets skip
+    Kafka's commit and abort markers and the aborted records, exactly as ``read_committed`` does. Below the
+    log start those holes are all that is left of them: ``copy`` reads them as gaps (counted, nothing read,
+    never data loss) and holds each committed record once, the deleted ones from the archive included."""
+    import uuid
+
+    from confluent_kafka import Producer
+
+    from connectors.delta.archive import archive_holdings
+    from connectors.kafka.admin import KafkaAdmin
+    from source_backfill import metrics
+    from source_backfill.config import JobSpec
+    from source_backfill.verify import log_offsets, table_offsets, verify_job
+
+    topic = new_topic(PARTITIONS)
+    tx = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"tx-{uuid.uuid4()}"})
+    tx.init_transactions(30)
+    for round_ in range(6):  # 25 records a partition each, then a marker; the 2nd and 5th aborted
+        tx.begin_transaction()
+        for i in range(50):
+            tx.produce(topic, value=f"r{round_}-{i}".encode(), partition=i % PARTITIONS)
+        if round_ % 3 == 1:
+            assert tx.flush(30) == 0
+            tx.abort_transaction(30)
+        else:
+            tx.commit_transaction(30)
+    committed = log_offsets(kafka_bootstrap, [topic])  # read_committed: markers and aborted skipped
+    assert all(len(o) == 4 * 25 for o in committed.values())
+
+    def offsets(table: Path) -> dict[str, list[int]]:
+        return {s: sorted(o) for s, o in table_offsets(str(table)).items()}
+
+    raw = tmp_path / "raw"
+    d = daemon_factory([topic], [job_spec("raw", tmp_path, history_source="kafka")],
+                       archive={"path": str(raw)}, starting_offsets="latest")
+    wait_for(lambda: finished(d, "raw") and offsets(raw) == committed, timeout=120,
+             what="raw holds the committed records")
+    sids = sorted(committed)
+    admin = KafkaAdmin(kafka_bootstrap)
+    assert admin.delete_records(dict.fromkeys(sids, 100)) == dict.fromkeys(sids, 100)
+    d.registry.create(JobSpec(**job_spec("copy", tmp_path)))
+    wait_for(lambda: finished(d, "copy") and offsets(tmp_path / "copy") == committed,
+             timeout=120, what="copy holds each committed record once, below the log start included")
+
+    # below the log start (100), inside the archive's span: the offsets it does not hold are the
+    # markers and aborted records there: gaps, read as nothing; above it Kafka (the archive is untrusted)
+    gaps = sum(100 - sum(1 for o in committed[s] if o < 100) for s in sids)
+    assert gaps == 2 * (3 + 25)  # per partition: the markers at 25, 51 and 77, the aborted records 26..50
+    assert metric_total(metrics.JOB_HISTORY_TIER_OFFSETS, job="copy", tier="gap") == gaps
+    assert metric_total(metrics.JOB_HISTORY_TIER_OFFSETS, job="copy", tier="archive") == 2 * 100 - gaps
+    assert metric_total(metrics.JOB_HISTORY_TIER_OFFSETS, job="copy", tier="loss") == 0
+    result = verify_job(str(tmp_path / "copy"), "copy", admin, kafka_bootstrap,
+                        archive=archive_holdings(str(raw)).held)
+    assert result.ok and result.totals()["records"] == 2 * 100, result.summary()
