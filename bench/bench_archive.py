@@ -16,6 +16,14 @@ for all of them). Timed from create to Finished (the same trigger phase: just af
   the copies' reads ahead alone (without the epoch boundaries a copy waits for).
 
 The first two copies (one from each tier) warm up, untimed.
+
+Then the hand-over under load: a second archive holds only the first half of each partition, which is
+deleted from Kafka (``delete_records``), so the history's first half is only in the archive and its
+second half only in Kafka; a job (``auto``) copies it while a producer writes 200 records/s, and is
+checked offset by offset across the tiers (:func:`source_backfill.verify.verify_job` with the archive's
+holdings) once Finished and the producer stopped: ``archive.half.exactly_once`` (1: no offset missing,
+duplicated or unexpected), ``archive.half.s`` (create to Finished), ``archive.half.archive_offsets`` and
+``archive.half.kafka_offsets`` (the tiers planned), ``archive.half.records`` (checked).
 """
 
 from __future__ import annotations
@@ -96,6 +104,7 @@ def main() -> dict[str, Any]:
                 print(f"history copy from {'Kafka' if source == 'kafka' else 'the archive'}: {seconds:.1f}s "
                       f"(its reads ahead {read_s.total:.1f}s)", flush=True)
                 shutil.rmtree(work / f"table-{tag}", ignore_errors=True)
+            half = _half_and_half(work, spark, options, admin, bootstrap, topic, splits, ends)
             spark.stop()
     finally:
         read_s.stop()
@@ -114,10 +123,62 @@ def main() -> dict[str, Any]:
         "archive.read_ratio_vs_kafka": round(statistics.median(reads["kafka"])
                                              / max(statistics.median(reads["auto"]), 1e-9), 3),
     }
+    result.update(half)
     print(f"  history from the archive {archive_s:.1f}s vs from Kafka {kafka_s:.1f}s: ratio "
           f"{result['archive.ratio_vs_kafka']} (goal >= 2.0); Kafka offsets planned by the archive job: "
           f"{result['archive.kafka_tier_offsets']} (goal 0)", flush=True)
     return result
+
+
+def _half_and_half(work: Path, spark: Any, options: dict[str, str], admin: Any, bootstrap: str,  # noqa: ANN401
+                   topic: str, splits: list[str], ends: dict[str, int]) -> dict[str, Any]:
+    """The first half of each partition only in an archive, the second only in Kafka, a live producer."""
+    import threading
+
+    from bench.records import live
+    from connectors.delta.archive import archive_holdings
+    from connectors.kafka.spark_kafka import read_ranges
+    from source_backfill import metrics
+    from source_backfill.core import HistoryRange
+    from source_backfill.verify import verify_job
+
+    halves = {s: ends[s] // 2 for s in splits}
+    path = work / "half-archive"
+    read_ranges(spark, [HistoryRange(s, 0, halves[s]) for s in splits], options).write.format("delta").save(
+        str(path))
+    if admin.delete_records(halves) != halves:
+        msg = "archive bench: delete_records did not move the log start to the halves"
+        raise RuntimeError(msg)
+    stop = threading.Event()
+    producer = threading.Thread(target=live, args=(bootstrap, topic, PARTITIONS, 200.0, stop), daemon=True)
+    daemon = _daemon(work, "half", bootstrap, topic, {"fixed_tasks": 2}, archive={"path": str(path)})
+    producer.start()
+    try:
+        seconds = _copy(daemon, "half", work / "table-half", history_source="auto")
+        time.sleep(3)  # live rows after the hand-over
+        stop.set()
+        producer.join(30)
+        source = daemon.sources["bench"]
+        settled = source.last_epoch
+        while source.last_epoch is not None and settled is not None and source.last_epoch < settled + 3:
+            time.sleep(0.2)  # the last live records committed
+    finally:
+        stop.set()
+        daemon.stop()
+
+    def tier(name: str) -> int:
+        return int(sum(s.value for m in metrics.JOB_HISTORY_TIER_OFFSETS.collect() for s in m.samples
+                       if s.name.endswith("_total") and s.labels.get("job") == "half"
+                       and s.labels.get("tier") == name))
+
+    result = verify_job(str(work / "table-half"), "half", admin, bootstrap,
+                        archive=archive_holdings(str(path)).held)
+    totals = result.totals()
+    print(f"  half archive, half Kafka, live producer: {result.summary()} ({seconds:.1f}s; archive "
+          f"{tier('archive'):,} offsets, kafka {tier('kafka'):,})", flush=True)
+    return {"archive.half.exactly_once": int(result.ok), "archive.half.s": round(seconds, 2),
+            "archive.half.archive_offsets": tier("archive"), "archive.half.kafka_offsets": tier("kafka"),
+            "archive.half.records": totals["records"]}
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """The crash suite: the daemon as a real process, SIGKILLed at random moments, restarted, checked.
 
 Two jobs on a 4-partition topic under a live producer: ``deep`` backfills >= 200k history records (rate
-limited, so the kills land mid-backfill), ``tail`` starts at ``latest`` and is Finished from its attach.
+limited, so the kills land mid-backfill), the first 10k of each partition from the source's archive (they
+are deleted from Kafka: the archive tier, read with Spark from a Delta table, then the hand-over to Kafka),
+``tail`` starts at ``latest`` and is Finished from its attach.
 Each cycle starts ``source-backfill run``, waits until the daemon is ready, sometimes sends a mutation
 (pause, resume, throttle, a create then a drop of a third job, a repair of 5,000 offsets per split of a
 job's rows) or grows the topic to 6 partitions, and SIGKILLs the process group after a delay drawn from the
@@ -32,6 +34,9 @@ from source_backfill.testing.process import DaemonProcess, free_port
 
 HISTORY = 200_000
 PARTITIONS = 4
+#: Offsets per partition held only by the source's archive (deleted from Kafka before the first cycle):
+#: the deep job's first 40k history records come from the archive, so early kills land in that part.
+ARCHIVED = 10_000
 #: History rows/s of the deep job: 200k rows take ~80 s of daemon uptime, spread over many cycles.
 DEEP_RATE = 2_500
 
@@ -48,6 +53,8 @@ class Summary:
     unexpected: int = 0
     #: Kills that landed while the deep job was still backfilling (its last reported status).
     mid_backfill: int = 0
+    #: Of those, kills while some split of it was still in the archive's part of its history.
+    mid_archive: int = 0
     events: list[str] = field(default_factory=list)
     seconds: float = 0.0
     #: The id of the tail job's last repair committed (its table's ``tail.repair`` transaction), if any.
@@ -60,7 +67,8 @@ class Summary:
 
     def line(self) -> str:
         """The one summary line the suite prints."""
-        return (f"cycles={self.cycles} mid_backfill={self.mid_backfill} records={self.records} "
+        return (f"cycles={self.cycles} mid_backfill={self.mid_backfill} mid_archive={self.mid_archive} "
+                f"records={self.records} "
                 f"missing={self.missing} "
                 f"duplicated={self.duplicated} unexpected={self.unexpected} "
                 f"repairs={sum(e.startswith('repair') for e in self.events)} "
@@ -143,6 +151,7 @@ name = "src"
 bootstrap_servers = "{bootstrap}"
 topics = ["{topic}"]
 trigger_interval_s = 0.5
+archive = {{ path = "{workdir / 'archive'}" }}
 [[jobs]]
 name = "deep"
 source = "src"
@@ -167,6 +176,15 @@ start = {{kind = "latest"}}
     def status(self, job: str) -> str | None:
         r = self.get(f"/jobs/{job}")
         return r.json().get("status") if r is not None and r.status_code == 200 else None
+
+    def in_archive_part(self, job: str) -> bool:
+        """Whether the job's history has not passed the archive's offsets in some split yet."""
+        r = self.get(f"/jobs/{job}")
+        if r is None or r.status_code != 200:
+            return False
+        splits = [s for s in r.json().get("splits", []) if s.get("stage") == "backfilling"]
+        return any(max(s.get("backfilled_offset") or -1, s.get("read_ahead_offset") or -1) < ARCHIVED - 1
+                   for s in splits)
 
 
 def _action(rng: random.Random, daemon: _Daemon, producer: _Producer, grow: Callable[[], None],
@@ -223,6 +241,9 @@ def run_chaos(bootstrap: str, workdir: Path, cycles: int, seed: int | None = Non
     admin.create_topic(topic, PARTITIONS)
     producer = _Producer(bootstrap, topic, rate=200)
     producer.fill(HISTORY)
+    _archive(workdir / "archive", topic)  # the first ARCHIVED offsets of each partition, then gone
+    sids = [f"{topic}:{p}" for p in range(PARTITIONS)]
+    assert admin.delete_records(dict.fromkeys(sids, ARCHIVED)) == dict.fromkeys(sids, ARCHIVED)
     producer.start()
     grown = False
 
@@ -243,8 +264,10 @@ def run_chaos(bootstrap: str, workdir: Path, cycles: int, seed: int | None = Non
             delay = rng.uniform(0.2, 6.0)
             time.sleep(delay)
             backfilling = daemon.status("deep") in ("backfilling", "pending")
+            archive_part = daemon.in_archive_part("deep")
             daemon.kill()
             summary.mid_backfill += backfilling
+            summary.mid_archive += archive_part
             summary.cycles = cycle
             summary.events.append(event)
             out(f"chaos: cycle {cycle}/{cycles} killed {delay:.1f}s after ready ({event})")
@@ -276,16 +299,46 @@ def run_chaos(bootstrap: str, workdir: Path, cycles: int, seed: int | None = Non
     return summary
 
 
+def _archive(path: Path, topic: str) -> None:
+    """The archive: the records ``_Producer.fill`` wrote at offsets ``[0, ARCHIVED)``, as Kafka's columns.
+
+    Record ``i`` went to partition ``i % PARTITIONS`` at offset ``i // PARTITIONS``, value ``h<i>``. The
+    timestamps are not Kafka's (the suite checks offsets): the archive is not trusted, so it is read only
+    below the log start, where Kafka has nothing to compare it with.
+    """
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    n = ARCHIVED * PARTITIONS
+    schema = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
+                        ("partition", pa.int32()), ("offset", pa.int64()),
+                        ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32())])
+    write_deltalake(str(path), pa.table({
+        "key": [None] * n, "value": [f"h{i}".encode() for i in range(n)], "topic": [topic] * n,
+        "partition": [i % PARTITIONS for i in range(n)], "offset": [i // PARTITIONS for i in range(n)],
+        "timestamp": [1_700_000_000_000_000] * n, "timestampType": [0] * n}, schema=schema))
+
+
 def _check(check: Callable, daemon: _Daemon, job: str, bootstrap: str, topic: str) -> tuple[int, ...]:
-    """(records, missing, duplicated, unexpected) of ``job``, once its table has caught up to the log."""
+    """(records, missing, duplicated, unexpected) of ``job``, once its table has caught up to the log.
+
+    The deep job's log is the archive below the log start (each of its offsets once) and Kafka's log
+    from there.
+    """
+    from source_backfill.verify import compare, log_offsets, table_offsets
+
     start = None
     if job == "tail":  # it starts at its attach position: from the first offset it holds, per split
-        from source_backfill.verify import table_offsets
-
         start = {s: min(o) for s, o in table_offsets(str(daemon.tables / job)).items() if o}
     deadline = time.monotonic() + 120
     while True:
-        report = check(str(daemon.tables / job), bootstrap, [topic], start=start)
+        if job == "deep":
+            log = log_offsets(bootstrap, [topic])
+            for p in range(PARTITIONS):
+                log[f"{topic}:{p}"] = list(range(ARCHIVED)) + log[f"{topic}:{p}"]
+            report = compare(log, table_offsets(str(daemon.tables / job)))
+        else:
+            report = check(str(daemon.tables / job), bootstrap, [topic], start=start)
         if report.ok or time.monotonic() > deadline:
             break
         time.sleep(1)
