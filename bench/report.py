@@ -89,6 +89,9 @@ GOALS = (
          "Kafka, same width", "≥ 2.0", _at_least(2.0)),
     Goal("archive.kafka_tier_offsets", "history offsets that archive copy planned from Kafka", "0",
          lambda v, _: v == 0),
+    Goal("archive.half.exactly_once", "a job whose history's first half is only in the archive and second "
+         "half only in Kafka, under a live producer: exactly once across the tiers (1)", "1",
+         lambda v, _: v == 1),
     Goal("quiet.idle_commits_per_hour", "table versions per hour of a Finished job on an idle topic and a "
          "live table job on a quiet table, 1 s trigger", "0", lambda v, _: v == 0),
     Goal("quiet.commit_bytes_10k_one_moving", "commit file, 10,000 splits, one moving per epoch: bytes "

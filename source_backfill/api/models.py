@@ -263,6 +263,8 @@ class SplitPlanView(BaseModel):
     log_start: int
     #: Unknown (None): the Kafka admin client reports no log sizes.
     bytes: int | None = None
+    #: A job reading its source's archive: the offsets by tier (``archive``, ``kafka``, ``gap``, ``loss``).
+    tiers: dict[str, int] | None = None
 
 
 class DryRunView(BaseModel):
@@ -273,6 +275,8 @@ class DryRunView(BaseModel):
     job: JobSpec
     splits: list[SplitPlanView] = Field(default_factory=list)
     offsets_total: int = 0
+    #: A job reading its source's archive: all splits' offsets by tier.
+    tiers_total: dict[str, int] | None = None
     bytes_total: int | None = None
     bytes_note: str | None = None
     #: The job's history ceiling: its rate limit, and max_rows_per_epoch per trigger interval, read per

@@ -92,8 +92,13 @@ def tiers_text(job: dict[str, Any]) -> str | None:
     tiers = job.get("history_tiers")
     if not tiers:
         return None
+    return "history from " + _tiers_line(tiers)
+
+
+def _tiers_line(tiers: dict[str, int]) -> str:
+    """``archive 390, kafka 400, gap 10``: the tiers holding offsets, in order (``nothing yet``: none)."""
     shown = [f"{tier} {tiers[tier]}" for tier in ("archive", "kafka", "gap", "loss") if tiers.get(tier)]
-    return "history from " + (", ".join(shown) if shown else "nothing yet")
+    return ", ".join(shown) if shown else "nothing yet"
 
 
 def repair_text(repair: dict[str, Any]) -> str:
@@ -201,7 +206,11 @@ def render_plan(plan: dict[str, Any]) -> str:
     lines = [f'dry run: job "{job["name"]}" on source "{job["source"]}" -> {job["sink_path"]}: every check '
              "passed; nothing was created"]
     for s in plan.get("splits", []):
-        lines.append(f"  {s['split']}  offsets {s['from_offset']}..{s['to_offset']}  {s['offsets']} to copy")
+        tiers = f"  ({_tiers_line(s['tiers'])})" if s.get("tiers") else ""
+        lines.append(f"  {s['split']}  offsets {s['from_offset']}..{s['to_offset']}  {s['offsets']} to copy"
+                     f"{tiers}")
+    if plan.get("tiers_total"):
+        lines.append(f"  history from {_tiers_line(plan['tiers_total'])}")
     total_bytes = plan.get("bytes_total")
     lines.append(f"  total {plan.get('offsets_total', 0)} offsets, "
                  + (f"{total_bytes} bytes" if total_bytes is not None else

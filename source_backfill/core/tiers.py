@@ -98,6 +98,31 @@ def plan_tiers(start: int, target: int, held: Iterable[tuple[int, int]], log_sta
     return segments
 
 
+def usable(held: Iterable[tuple[int, int]], log_start: int, source: HistorySource, *,
+           trusted: bool) -> list[tuple[int, int]]:
+    """The archive's held ranges a job may read: an untrusted archive in ``auto`` only below the log start.
+
+    Where Kafka still holds an offset, an archive not known to equal Kafka (``trusted``) is not read:
+    Kafka's record is (nothing has to compare the two). ``archive`` asked for the archive alone: all of it.
+    """
+    ranges = normalized(held)
+    if source == "auto" and not trusted:
+        return [(lo, min(hi, log_start)) for lo, hi in ranges if lo < log_start]
+    return ranges
+
+
+def earliest(log_start: int, held: Sequence[tuple[int, int]], source: HistorySource) -> int:
+    """A split's first offset history can be read from (an ``earliest`` start's).
+
+    ``kafka``: the log start; ``archive``: the archive's first held offset (the log start where it holds
+    none of the split); ``auto``: the lower of the two.
+    """
+    ranges = [] if source == "kafka" else normalized(held)
+    if not ranges:
+        return log_start
+    return ranges[0][0] if source == "archive" else min(ranges[0][0], log_start)
+
+
 def tier_of(offset: int, held: Iterable[tuple[int, int]], log_start: int,
             source: HistorySource = "auto") -> Tier:
     """One offset's tier by the module's table (the reference :func:`plan_tiers` is checked against)."""

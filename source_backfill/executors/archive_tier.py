@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from source_backfill.core import HistoryRange, parse_split_id
-from source_backfill.core.tiers import HistorySource, Segment, Tier, plan_tiers
+from source_backfill.core.tiers import HistorySource, Segment, Tier, plan_tiers, usable
 from source_backfill.errors import ArchiveError
 
 if TYPE_CHECKING:
@@ -104,9 +104,7 @@ class ArchiveTier:
         log_start = self.admin.earliest_offsets(sorted({r.split for r in ranges}))
         for r in ranges:
             start = log_start.get(r.split, 0)
-            mine = held.get(r.split, [])
-            if source == "auto" and not self.config.trusted:  # only where Kafka has nothing to compare
-                mine = [(lo, min(hi, start)) for lo, hi in mine if lo < start]
+            mine = usable(held.get(r.split, []), start, source, trusted=self.config.trusted)
             for segment in plan_tiers(r.start, r.end, mine, start, source):
                 plan.add(r.split, segment)
         return plan

@@ -26,7 +26,7 @@ from connectors.kafka.staged import StagedProgress as StagedProgress  # a read a
 from source_backfill import metrics
 from source_backfill.core import HistoryRange, parse_split_id
 from source_backfill.core.governor import pieces_for_tasks
-from source_backfill.core.tiers import HistorySource
+from source_backfill.core.tiers import HistorySource, earliest
 from source_backfill.errors import DataLossError, SourceBackfillError
 from source_backfill.executors.archive_tier import ArchiveTier, TierPlan
 
@@ -90,15 +90,11 @@ class HistoryReader:
         ``archive``: the archive's first held offset (Kafka's log start where it holds none of a split);
         ``auto``: the lower of the two; ``kafka`` (or no archive): the log start.
         """
-        earliest = self.admin.earliest_offsets(splits)
+        starts = self.admin.earliest_offsets(splits)
         if self.archive is None:
-            return earliest
+            return starts
         held = self.archive.holdings().held
-        for split in splits:
-            first = held[split][0][0] if held.get(split) else None
-            if first is not None and (self.history_source == "archive" or first < earliest[split]):
-                earliest[split] = first
-        return earliest
+        return {s: earliest(starts[s], held.get(s, []), self.history_source) for s in splits}
 
     def rows(self, ranges: Sequence[HistoryRange], session: SparkSession | None = None) -> DataFrame:
         """The records of ``ranges`` as a DataFrame of ``session`` (default: the reader's).

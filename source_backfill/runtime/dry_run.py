@@ -6,7 +6,9 @@ The plan says, per split, the offsets the job would backfill: from its start (as
 it attaches: earliest, offsets, timestamp, latest) to the live position now (the job's target moves on
 with the live stream, so this is the history at this moment). Offsets, not records: a log with gaps
 (transaction markers, compaction) holds fewer records than offsets, so the estimate errs long. Bytes are
-unknown: the Kafka admin client reports no log sizes.
+unknown: the Kafka admin client reports no log sizes. A job reading its source's archive starts where
+its attach would (the archive's first offset with an ``earliest`` start) and has its offsets counted per
+tier (archive, Kafka, gap, loss) by the rule its reads plan with (``core.tiers``).
 
 Two time estimates: at the job's rate limit (``max_rows_per_epoch`` per trigger interval caps it too) and
 at the history rate this daemon measured on the source (:class:`HistoryRates`: rows a job without a rate
@@ -35,10 +37,14 @@ from source_backfill.config import (
     SourceConfig,
     TimestampStart,
 )
+from source_backfill.core import tiers
 from source_backfill.core.splits import split_id, split_topic
+from source_backfill.errors import one_line
 
 #: Moments of the copy at which the log start is compared with the copy's position.
 RETENTION_CHECKS = 10
+#: The tiers a plan counts history offsets in (``core.tiers.Tier``'s values).
+TIER_NAMES = ("archive", "kafka", "gap", "loss")
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,15 +231,20 @@ def plan_kafka_job(spec: JobSpec, source: SourceConfig, admin: Any, rates: Histo
     """The dry run's plan of a job on a Kafka source (the validation is done by the caller)."""
     measured, startup = rates.rate(source.name), rates.startup_s(source.name) or 0.0
     splits = source_splits(source, admin.topic_partitions, admin.list_splits)
-    earliest = admin.earliest_offsets(splits)
+    log_starts = admin.earliest_offsets(splits)
     ends = admin.end_offsets(splits)
-    starts = start_offsets(spec, splits, earliest, ends, admin.offsets_for_timestamp)
-    plans = [SplitPlan(s, starts[s], ends[s], earliest[s]) for s in splits]
+    warnings: list[str] = []
+    held = _archive_holdings(spec, source, warnings)
+    first = log_starts if held is None else {
+        s: tiers.earliest(log_starts[s], held.get(s, []), spec.history_source) for s in splits}
+    starts = start_offsets(spec, splits, first, ends, admin.offsets_for_timestamp)
+    plans = [SplitPlan(s, starts[s], ends[s], log_starts[s]) for s in splits]
+    by_tier = None if held is None or source.archive is None else {
+        p.split: _tier_sizes(p, held.get(p.split, []), spec, trusted=source.archive.trusted) for p in plans}
     total = sum(p.offsets for p in plans)
     limit = effective_limit(spec, source.trigger_interval_s, rates.epoch_period_s(source.name))
     # the copy's pace for the retention check: the slower of the limit and what was measured
     pace = min(r for r in (limit, measured) if r is not None) if (limit or measured) else None
-    warnings: list[str] = []
     if pace is not None and total:
         retention = admin.retention_ms({split_topic(p.split) for p in plans if p.offsets})
         warning = retention_overtakes(plans, pace, retention, admin.offsets_for_timestamp,
@@ -244,16 +255,24 @@ def plan_kafka_job(spec: JobSpec, source: SourceConfig, admin: Any, rates: Histo
         unknown = sorted(set(spec.start.offsets) - set(splits))
         if unknown:
             warnings.append(f"start.offsets names splits the source does not have: {', '.join(unknown)}")
-        below = sorted(s for s, o in spec.start.offsets.items() if s in earliest and o < earliest[s])
+        below = sorted(s for s, o in spec.start.offsets.items() if s in first and o < first[s])
         if below:
             warnings.append("start.offsets below the log start (retention removed them): the copy starts at "
                             f"the log start for {', '.join(below)}")
     if limit == 0 and total:
         warnings.append("rate limit 0: no history is read until the job is throttled up")
+    tiers_total = None
+    if by_tier is not None:
+        tiers_total = {t: sum(sizes[t] for sizes in by_tier.values()) for t in TIER_NAMES}
+        if tiers_total["loss"]:
+            warnings.append(f"{tiers_total['loss']} history offsets are held by neither the archive nor "
+                            "Kafka: data loss (fail_on_data_loss decides)")
     return {
         "splits": [{"split": p.split, "from_offset": p.start, "to_offset": p.end, "offsets": p.offsets,
-                    "log_start": p.log_start, "bytes": None} for p in plans],
+                    "log_start": p.log_start, "bytes": None,
+                    "tiers": None if by_tier is None else by_tier[p.split]} for p in plans],
         "offsets_total": total,
+        "tiers_total": tiers_total,
         "bytes_total": None,
         "bytes_note": "unknown: the Kafka admin client reports no log sizes",
         "rate_limit_rows_per_s": None if limit is None else round(limit, 1),
@@ -265,6 +284,32 @@ def plan_kafka_job(spec: JobSpec, source: SourceConfig, admin: Any, rates: Histo
         "none: no job without a rate limit has backfilled on this source since the daemon started",
         "warnings": warnings,
     }
+
+
+def _archive_holdings(spec: JobSpec, source: SourceConfig,
+                      warnings: list[str]) -> dict[str, list[tuple[int, int]]] | None:
+    """What the source's archive holds per split, for a job that reads it (None: it reads Kafka alone).
+
+    An archive that cannot be read is a warning (the job would fail at its first epoch, saying why).
+    """
+    if source.archive is None or spec.history_source == "kafka":
+        return None
+    from connectors.delta.archive import archive_holdings
+
+    try:
+        return dict(archive_holdings(source.archive.path, unique_offsets=source.archive.trusted).held)
+    except Exception as exc:  # noqa: BLE001 - a dry run reports; the job's first epoch fails
+        warnings.append(f"archive {source.archive.path} cannot be read ({one_line(exc)}): the job would fail")
+        return {}
+
+
+def _tier_sizes(plan: SplitPlan, held: list[tuple[int, int]], spec: JobSpec, *,
+                trusted: bool) -> dict[str, int]:
+    """The split's history offsets by tier, as the job would plan them now (``core.tiers``)."""
+    mine = tiers.usable(held, plan.log_start, spec.history_source, trusted=trusted)
+    segments = tiers.plan_tiers(plan.start, plan.end, mine, plan.log_start, spec.history_source)
+    sizes = tiers.tier_sizes(segments)
+    return {t.value: sizes[t] for t in tiers.Tier}
 
 
 def _round(value: float | None) -> float | None:

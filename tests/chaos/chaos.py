@@ -182,7 +182,8 @@ start = {{kind = "latest"}}
         r = self.get(f"/jobs/{job}")
         if r is None or r.status_code != 200:
             return False
-        splits = [s for s in r.json().get("splits", []) if s.get("stage") == "backfilling"]
+        splits = [s for s in r.json().get("splits", []) if s.get("stage") == "backfilling"
+                  and int(str(s.get("split")).rsplit(":", 1)[1]) < PARTITIONS]  # the archive holds these
         return any(max(s.get("backfilled_offset") or -1, s.get("read_ahead_offset") or -1) < ARCHIVED - 1
                    for s in splits)
 

@@ -119,3 +119,13 @@ def test_a_job_reading_an_archive_shows_its_history_tiers_and_others_nothing():
     nothing = {"archive": 0, "kafka": 0, "gap": 0, "loss": 0}
     assert render_jobs([job(history_tiers=nothing)]).splitlines()[1] == "  history from nothing yet"
     assert len(render_jobs([job(history_tiers=None)]).splitlines()) == 1
+
+
+def test_a_dry_run_of_a_job_reading_an_archive_shows_each_split_s_tiers_and_the_total():
+    tiers = {"archive": 90, "kafka": 10, "gap": 0, "loss": 0}
+    plan = {"job": {"name": "j", "source": "s", "sink_path": "/t"},
+            "splits": [{"split": "t:0", "from_offset": 0, "to_offset": 100, "offsets": 100, "tiers": tiers}],
+            "offsets_total": 100, "tiers_total": tiers, "warnings": []}
+    lines = render_plan(plan).splitlines()
+    assert lines[1] == "  t:0  offsets 0..100  100 to copy  (archive 90, kafka 10)"
+    assert lines[2] == "  history from archive 90, kafka 10"

@@ -81,6 +81,12 @@ def test_history_below_the_log_start_comes_from_the_archive_then_kafka_then_live
     jobs = [job_spec("auto", tmp_path), job_spec("kafka", tmp_path, history_source="kafka")]
     d = daemon_factory([topic], jobs, archive={"path": str(tmp_path / "archive")}, starting_offsets="latest")
     wait_for(lambda: finished(d, "auto"), what="the archive-backed job finished")
+    # the dry run of the same job plans the same tiers (from the archive's first offset, by the same rule)
+    import httpx
+
+    planned = httpx.post(f"{d.api_url}/jobs?dry_run=true", json=job_spec("planned", tmp_path)).json()
+    assert planned["tiers_total"] == {"archive": 390, "kafka": 400, "gap": 10, "loss": 0}, planned
+    assert [s["from_offset"] for s in planned["splits"]] == [0, 0]
     producer.send(100, PARTITIONS, start=800)  # live: offsets 400..449
 
     want = sorted((p, o, f"v{o * PARTITIONS + p}") for p in range(PARTITIONS) for o in range(450)

@@ -118,3 +118,54 @@ def test_a_kafka_plan_per_split_with_both_estimates_and_start_warnings() -> None
     assert plan["seconds_at_measured_rate"] == 1.5
     warnings = " | ".join(plan["warnings"])
     assert "u:3" in warnings and "below the log start" in warnings
+
+
+def _archive(path, held: dict[int, list[range]]) -> None:
+    """An archive table of ``t``: per partition, the offsets of ``held``'s ranges (Kafka's columns)."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    rows = [(p, o) for p, ranges in held.items() for r in ranges for o in r]
+    schema = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
+                        ("partition", pa.int32()), ("offset", pa.int64()),
+                        ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32())])
+    write_deltalake(str(path), pa.table({
+        "key": [None] * len(rows), "value": [b"v"] * len(rows), "topic": ["t"] * len(rows),
+        "partition": [p for p, _ in rows], "offset": [o for _, o in rows],
+        "timestamp": [0] * len(rows), "timestampType": [0] * len(rows)}, schema=schema))
+
+
+def test_a_plan_with_the_source_s_archive_starts_where_the_attach_would_and_counts_tiers(tmp_path) -> None:
+    from source_backfill.config import SourceConfig
+    from source_backfill.runtime.dry_run import plan_kafka_job
+
+    # t:0's log starts at 100: the archive holds 0..39 and 50..149 of it (40..49: a gap); t:1's at 0
+    _archive(tmp_path / "a", {0: [range(0, 40), range(50, 150)], 1: [range(0, 10)]})
+    for trusted, t0 in ((False, {"archive": 90, "kafka": 1000, "gap": 10, "loss": 0}),
+                        (True, {"archive": 140, "kafka": 950, "gap": 10, "loss": 0})):
+        source = SourceConfig(name="s", topics=["t"], bootstrap_servers="x:9092",
+                              archive={"path": str(tmp_path / "a"), "trusted": trusted})
+        plan = plan_kafka_job(spec(), source, _Admin(), HistoryRates(since=0.0))
+        by_split = {s["split"]: s for s in plan["splits"]}
+        assert (by_split["t:0"]["from_offset"], by_split["t:0"]["log_start"]) == (0, 100)  # archive first
+        assert by_split["t:0"]["tiers"] == t0, trusted
+        assert by_split["t:1"]["tiers"]["kafka"] == (500 if not trusted else 490)
+        assert plan["tiers_total"]["archive"] == t0["archive"] + (0 if not trusted else 10)
+        assert sum(plan["tiers_total"].values()) == plan["offsets_total"] == 1100 + 500
+    # a job reading Kafka alone has no tiers and starts at the log start
+    plan = plan_kafka_job(spec(history_source="kafka"), source, _Admin(), HistoryRates(since=0.0))
+    assert plan["tiers_total"] is None and plan["splits"][0]["from_offset"] == 100
+    # the archive alone: what it lacks above its span is data loss, said so
+    plan = plan_kafka_job(spec(history_source="archive"), source, _Admin(), HistoryRates(since=0.0))
+    assert plan["tiers_total"]["loss"] == (1100 - 150) + (500 - 10)
+    assert any("neither the archive nor Kafka" in w for w in plan["warnings"])
+
+
+def test_an_archive_that_cannot_be_read_is_a_warning_of_the_plan(tmp_path) -> None:
+    from source_backfill.config import SourceConfig
+    from source_backfill.runtime.dry_run import plan_kafka_job
+
+    source = SourceConfig(name="s", topics=["t"], bootstrap_servers="x:9092",
+                          archive={"path": str(tmp_path / "nothing")})
+    plan = plan_kafka_job(spec(), source, _Admin(), HistoryRates(since=0.0))
+    assert any("cannot be read" in w for w in plan["warnings"]), plan["warnings"]
