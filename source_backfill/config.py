@@ -247,8 +247,30 @@ class SourceConfig(_Frozen):
     max_parallel_jobs: int = Field(default=4, gt=0, le=64)
     #: How wide the jobs' history copies run: governed by the live latency (``HistoryWidthConfig``).
     history_width: HistoryWidthConfig = Field(default_factory=HistoryWidthConfig)
-    #: A Kafka source's archive tier: history read from a Delta table of its records (``ArchiveConfig``).
-    archive: ArchiveConfig | None = None
+    #: A Kafka source's archive tier: history read from a Delta table of its records (``ArchiveConfig``),
+    #: or from several, in order (an offset from the first that holds it).
+    archive: ArchiveConfig | list[ArchiveConfig] | None = None
+
+    @field_validator("archive")
+    @classmethod
+    def _archives_distinct(cls, value: ArchiveConfig | list[ArchiveConfig] | None,
+                           ) -> ArchiveConfig | list[ArchiveConfig] | None:
+        if isinstance(value, list):
+            if not value:
+                msg = "archive: an empty list (leave it out for no archive)"
+                raise ValueError(msg)
+            paths = [a.path for a in value]
+            if len(set(paths)) != len(paths):
+                msg = "archive: the same table twice"
+                raise ValueError(msg)
+        return value
+
+    @property
+    def archives(self) -> list[ArchiveConfig]:
+        """The source's archives in order (none: ``[]``)."""
+        if self.archive is None:
+            return []
+        return list(self.archive) if isinstance(self.archive, list) else [self.archive]
 
     @field_validator("bootstrap_servers")
     @classmethod
@@ -405,7 +427,7 @@ def check_job_fits_source(job: JobSpec, source: SourceConfig) -> None:
             msg = f'job "{job.name}": history_source is for kafka sources, not delta source "{source.name}"'
             raise ValueError(msg)
         return
-    if job.history_source == "archive" and source.archive is None:
+    if job.history_source == "archive" and not source.archives:
         msg = (f'job "{job.name}": history_source = "archive" but source "{source.name}" has no archive '
                "(sources[].archive)")
         raise ValueError(msg)

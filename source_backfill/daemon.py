@@ -275,14 +275,20 @@ class Daemon:
         admin = source.admin
         check_verifiable(spec.sink_path, name)
         bootstrap, options = source.bootstrap_servers, dict(source.config.kafka)
-        archive = config.archive if spec.history_source != "kafka" else None
+        archives = config.archives if spec.history_source != "kafka" else []
 
         def run() -> Any:  # noqa: ANN401 - a VerifyResult
             held = None
-            if archive is not None:  # the archive tier: it stands for the log below the log start
+            if archives:  # the archive tier: the archives stand for the log below the log start
                 from connectors.delta.archive import archive_holdings
+                from source_backfill.core.tiers import normalized
 
-                held = archive_holdings(archive.path, unique_offsets=archive.trusted).held
+                found: dict[str, list[tuple[int, int]]] = {}
+                for archive in archives:
+                    for split, ranges in archive_holdings(archive.path, unique_offsets=archive.trusted
+                                                          ).held.items():
+                        found.setdefault(split, []).extend(ranges)
+                held = {split: normalized(ranges) for split, ranges in found.items()}
             return verify_job(spec.sink_path, name, admin, bootstrap, options, start=spec.start, archive=held)
 
         return run

@@ -25,8 +25,12 @@ nothing is left to tell a transaction marker or an aborted record (which no read
 record the archive lost; it is trusted as a marker, counted and reported, never guessed at. Outside the
 span and below the log start, nothing holds the offset: ``LOSS``, handled as data loss is today
 (``fail_on_data_loss``). Where the archive and Kafka both hold an offset, ``auto`` takes the archive (a
-columnar read beats fetching from the broker); a foreign archive's records there are checked against
-Kafka's before it is trusted (the adapter's job, not this module's).
+columnar read beats fetching from the broker); which archive offsets a job may read there at all is the
+adapter's rule (:func:`usable`: an archive not known to equal Kafka is read only below the log start).
+
+A source may have **several archives**, in an order: an offset is read from the first of them that holds
+it (``Segment.archive``: its index), and it is a ``GAP`` when below the log start it is inside the span of
+any of them and held by none (:func:`plan_tiers_many`; :func:`plan_tiers` is the one-archive case).
 """
 
 from __future__ import annotations
@@ -55,6 +59,8 @@ class Segment:
     tier: Tier
     start: int
     end: int
+    #: ``ARCHIVE``: the index of the archive read (the first in the source's order that holds the offsets).
+    archive: int = 0
 
     @property
     def size(self) -> int:
@@ -80,21 +86,28 @@ def plan_tiers(start: int, target: int, held: Iterable[tuple[int, int]], log_sta
     Adjacent offsets of the same tier are one segment; no segment is empty. ``held``: the archive's
     half-open ranges (any order, may overlap); ``log_start``: the split's first offset in Kafka.
     """
+    return plan_tiers_many(start, target, [held], log_start, source)
+
+
+def plan_tiers_many(start: int, target: int, helds: Sequence[Iterable[tuple[int, int]]], log_start: int,
+                    source: HistorySource = "auto") -> list[Segment]:
+    """:func:`plan_tiers` with several archives, in order (an offset from the first that holds it)."""
     if target <= start:
         return []
-    ranges = [] if source == "kafka" else normalized(held)
-    span = (ranges[0][0], ranges[-1][1]) if ranges else None
+    archives = [[] if source == "kafka" else normalized(h) for h in helds]
+    spans = [(r[0][0], r[-1][1]) for r in archives if r]
     cuts = {start, target, log_start}
-    for lo, hi in ranges:
-        cuts.update((lo, hi))
+    for ranges in archives:
+        for lo, hi in ranges:
+            cuts.update((lo, hi))
     points = sorted(c for c in cuts if start <= c <= target)
     segments: list[Segment] = []
     for lo, hi in zip(points, points[1:], strict=False):
-        tier = _tier_of(lo, ranges, span, log_start, source)  # constant on [lo, hi): no cut inside
-        if segments and segments[-1].tier is tier:
-            segments[-1] = Segment(tier, segments[-1].start, hi)
+        tier, index = _tier_of(lo, archives, spans, log_start, source)  # constant on [lo, hi): no cut inside
+        if segments and segments[-1].tier is tier and segments[-1].archive == index:
+            segments[-1] = Segment(tier, segments[-1].start, hi, index)
         else:
-            segments.append(Segment(tier, lo, hi))
+            segments.append(Segment(tier, lo, hi, index))
     return segments
 
 
@@ -111,11 +124,11 @@ def usable(held: Iterable[tuple[int, int]], log_start: int, source: HistorySourc
     return ranges
 
 
-def earliest(log_start: int, held: Sequence[tuple[int, int]], source: HistorySource) -> int:
+def earliest(log_start: int, held: Iterable[tuple[int, int]], source: HistorySource) -> int:
     """A split's first offset history can be read from (an ``earliest`` start's).
 
     ``kafka``: the log start; ``archive``: the archive's first held offset (the log start where it holds
-    none of the split); ``auto``: the lower of the two.
+    none of the split); ``auto``: the lower of the two. Several archives: ``held`` is all of theirs.
     """
     ranges = [] if source == "kafka" else normalized(held)
     if not ranges:
@@ -126,20 +139,27 @@ def earliest(log_start: int, held: Sequence[tuple[int, int]], source: HistorySou
 def tier_of(offset: int, held: Iterable[tuple[int, int]], log_start: int,
             source: HistorySource = "auto") -> Tier:
     """One offset's tier by the module's table (the reference :func:`plan_tiers` is checked against)."""
-    ranges = [] if source == "kafka" else normalized(held)
-    span = (ranges[0][0], ranges[-1][1]) if ranges else None
-    return _tier_of(offset, ranges, span, log_start, source)
+    return tier_of_many(offset, [held], log_start, source)[0]
 
 
-def _tier_of(offset: int, ranges: Sequence[tuple[int, int]], span: tuple[int, int] | None, log_start: int,
-             source: HistorySource) -> Tier:
-    if any(lo <= offset < hi for lo, hi in ranges):
-        return Tier.ARCHIVE
+def tier_of_many(offset: int, helds: Sequence[Iterable[tuple[int, int]]], log_start: int,
+                 source: HistorySource = "auto") -> tuple[Tier, int]:
+    """One offset's tier with several archives, and the archive's index (0 unless ``ARCHIVE``)."""
+    archives = [[] if source == "kafka" else normalized(h) for h in helds]
+    spans = [(r[0][0], r[-1][1]) for r in archives if r]
+    return _tier_of(offset, archives, spans, log_start, source)
+
+
+def _tier_of(offset: int, archives: Sequence[Sequence[tuple[int, int]]], spans: Sequence[tuple[int, int]],
+             log_start: int, source: HistorySource) -> tuple[Tier, int]:
+    for index, ranges in enumerate(archives):
+        if any(lo <= offset < hi for lo, hi in ranges):
+            return Tier.ARCHIVE, index
     if source != "archive" and offset >= log_start:
-        return Tier.KAFKA
-    if span is not None and span[0] <= offset < span[1]:
-        return Tier.GAP
-    return Tier.LOSS
+        return Tier.KAFKA, 0
+    if any(lo <= offset < hi for lo, hi in spans):
+        return Tier.GAP, 0
+    return Tier.LOSS, 0
 
 
 def tier_sizes(segments: Iterable[Segment]) -> dict[Tier, int]:

@@ -2,13 +2,14 @@
 
 A source's archive (``sources[].archive``, :class:`~source_backfill.config.ArchiveConfig`) is a Delta table
 of the topic's records as Kafka gave them. For each history range a job reads, :meth:`ArchiveTier.plan`
-cuts it by :func:`source_backfill.core.tiers.plan_tiers` into what the archive holds, what Kafka holds,
+cuts it by :func:`source_backfill.core.tiers.plan_tiers_many` into what the archive holds, what Kafka holds,
 gaps and data loss, with no gap and no overlap between the parts; :meth:`ArchiveTier.rows` reads the
 archive's part with Spark at the archive's pinned version (column and offset predicates: Parquet
 statistics skip the files outside), as Kafka's columns, so the rows go on exactly like a Kafka read's
 (transform, staging, counting, one commit per epoch).
 
-What the archive holds is read once per job and pinned (:func:`connectors.delta.archive.archive_holdings`
+A source may name several archives, in order: an offset is read from the first that holds it. What each
+archive holds is read once per job and pinned (:func:`connectors.delta.archive.archive_holdings`
 at the newest version then): an archive that is a live job's table keeps growing, and the copy reads the
 version its plan came from. An archive not ``trusted`` is used only below the log start: where Kafka still
 holds an offset it is read from Kafka, so the archive never has to be compared with it (a job with
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from source_backfill.core import HistoryRange, parse_split_id
-from source_backfill.core.tiers import HistorySource, Segment, Tier, plan_tiers, usable
+from source_backfill.core.tiers import HistorySource, Segment, Tier, normalized, plan_tiers_many, usable
 from source_backfill.errors import ArchiveError
 
 if TYPE_CHECKING:
@@ -42,11 +43,13 @@ class TierPlan:
     """History ranges cut by tier: each offset of the planned ranges in exactly one of the lists."""
 
     kafka: list[HistoryRange] = field(default_factory=list)
+    #: Every archive's part (``by_archive``: the same, per archive index, in the source's order).
     archive: list[HistoryRange] = field(default_factory=list)
-    #: Below the log start, inside the archive's span, not held: transaction markers or aborted records
+    by_archive: dict[int, list[HistoryRange]] = field(default_factory=dict)
+    #: Below the log start, inside an archive's span, held by none: transaction markers or aborted records
     #: as far as anything can tell (nothing is read; counted).
     gap: list[HistoryRange] = field(default_factory=list)
-    #: Held by neither (below the log start, outside the archive): data loss (``fail_on_data_loss``).
+    #: Held by nothing (below the log start, outside the archives): data loss (``fail_on_data_loss``).
     loss: list[HistoryRange] = field(default_factory=list)
 
     def add(self, split: str, segment: Segment) -> None:
@@ -54,6 +57,8 @@ class TierPlan:
         rng = HistoryRange(split, segment.start, segment.end)
         {Tier.KAFKA: self.kafka, Tier.ARCHIVE: self.archive, Tier.GAP: self.gap,
          Tier.LOSS: self.loss}[segment.tier].append(rng)
+        if segment.tier is Tier.ARCHIVE:
+            self.by_archive.setdefault(segment.archive, []).append(rng)
 
     def sizes(self) -> dict[str, int]:
         """Offsets per tier (``archive``, ``kafka``, ``gap``, ``loss``)."""
@@ -61,18 +66,17 @@ class TierPlan:
         return {name: sum(r.size for r in ranges) for name, ranges in tiers.items()}
 
 
-class ArchiveTier:
-    """One job's view of its source's archive: the holdings pinned at first use, plans and reads."""
+class ArchiveTable:
+    """One archive: what it holds, read once (its newest version then) and pinned; its rows there."""
 
-    def __init__(self, spark: SparkSession, config: ArchiveConfig, admin: KafkaAdmin) -> None:
+    def __init__(self, spark: SparkSession, config: ArchiveConfig) -> None:
         self.spark = spark
         self.config = config
-        self.admin = admin
         self._holdings: ArchiveHoldings | None = None
         self._lock = threading.Lock()
 
     def holdings(self) -> ArchiveHoldings:
-        """What the archive holds per split, read once (its newest version then) and pinned."""
+        """What the archive holds per split, read once and pinned (:class:`ArchiveError` if it cannot be)."""
         with self._lock:
             if self._holdings is None:
                 from deltalake import DeltaTable
@@ -91,23 +95,6 @@ class ArchiveTier:
                             len(self._holdings.held), held, self._holdings.files_from_stats,
                             self._holdings.files_read, self._holdings.duplicates)
             return self._holdings
-
-    def plan(self, ranges: Sequence[HistoryRange], source: HistorySource) -> TierPlan:
-        """``ranges`` cut by tier (``core.tiers``) at the splits' log starts now (one ListOffsets)."""
-        plan = TierPlan()
-        if not ranges:
-            return plan
-        if source == "kafka":
-            plan.kafka.extend(ranges)
-            return plan
-        held = self.holdings().held
-        log_start = self.admin.earliest_offsets(sorted({r.split for r in ranges}))
-        for r in ranges:
-            start = log_start.get(r.split, 0)
-            mine = usable(held.get(r.split, []), start, source, trusted=self.config.trusted)
-            for segment in plan_tiers(r.start, r.end, mine, start, source):
-                plan.add(r.split, segment)
-        return plan
 
     def rows(self, ranges: Sequence[HistoryRange], session: SparkSession | None = None) -> DataFrame:
         """The archive's records of ``ranges`` at its pinned version, as Kafka's columns and types."""
@@ -129,6 +116,53 @@ class ArchiveTier:
         else:
             table = table.limit(0)
         return table.select([F.col(f.name).cast(f.dataType).alias(f.name) for f in kafka_schema().fields])
+
+
+class ArchiveTier:
+    """One job's view of its source's archives (in order): holdings pinned at first use, plans and reads."""
+
+    def __init__(self, spark: SparkSession, configs: ArchiveConfig | Sequence[ArchiveConfig],
+                 admin: KafkaAdmin) -> None:
+        self.spark = spark
+        self.tables = [ArchiveTable(spark, c) for c in ([configs] if not isinstance(configs, Sequence)
+                                                        else configs)]
+        self.admin = admin
+
+    def held(self) -> dict[str, list[tuple[int, int]]]:
+        """What the archives hold per split, all of them (verify's log below the log start, ``earliest``)."""
+        merged: dict[str, list[tuple[int, int]]] = {}
+        for table in self.tables:
+            for split, ranges in table.holdings().held.items():
+                merged.setdefault(split, []).extend(ranges)
+        return {split: normalized(ranges) for split, ranges in merged.items()}
+
+    def plan(self, ranges: Sequence[HistoryRange], source: HistorySource) -> TierPlan:
+        """``ranges`` cut by tier (``core.tiers``) at the splits' log starts now (one ListOffsets)."""
+        plan = TierPlan()
+        if not ranges:
+            return plan
+        if source == "kafka":
+            plan.kafka.extend(ranges)
+            return plan
+        holdings = [t.holdings().held for t in self.tables]
+        log_start = self.admin.earliest_offsets(sorted({r.split for r in ranges}))
+        for r in ranges:
+            start = log_start.get(r.split, 0)
+            usable_by = [usable(held.get(r.split, []), start, source, trusted=t.config.trusted)
+                         for held, t in zip(holdings, self.tables, strict=True)]
+            for segment in plan_tiers_many(r.start, r.end, usable_by, start, source):
+                plan.add(r.split, segment)
+        return plan
+
+    def rows(self, plan: TierPlan, session: SparkSession | None = None) -> DataFrame:
+        """The records of ``plan``'s archive part, each range from its archive (one DataFrame)."""
+        parts = [self.tables[i].rows(ranges, session) for i, ranges in sorted(plan.by_archive.items())]
+        if not parts:
+            return self.tables[0].rows([], session)
+        rows = parts[0]
+        for part in parts[1:]:
+            rows = rows.unionByName(part)
+        return rows
 
 
 def _check_archive(path: str, holdings: ArchiveHoldings) -> None:

@@ -68,8 +68,8 @@ class HistoryReader:
         self.connector = connector
         self.history_source = history_source
         #: The source's archive as this job reads it; None: Kafka alone (no archive, or ``kafka``).
-        self.archive = (ArchiveTier(spark, source.archive, admin)
-                        if source.archive is not None and history_source != "kafka" else None)
+        self.archive = (ArchiveTier(spark, source.archives, admin)
+                        if source.archives and history_source != "kafka" else None)
         #: ``on_data_loss(split, offsets)``: lost history counted (the job's metrics, which pick the
         #: splits with series of their own); None: the job-level counter only.
         self._on_data_loss = on_data_loss
@@ -93,7 +93,7 @@ class HistoryReader:
         starts = self.admin.earliest_offsets(splits)
         if self.archive is None:
             return starts
-        held = self.archive.holdings().held
+        held = self.archive.held()
         return {s: earliest(starts[s], held.get(s, []), self.history_source) for s in splits}
 
     def rows(self, ranges: Sequence[HistoryRange], session: SparkSession | None = None) -> DataFrame:
@@ -119,7 +119,7 @@ class HistoryReader:
         if plan.kafka:
             parts.append(self.connector.read_ranges(plan.kafka, session))
         if plan.archive or not parts:
-            parts.append(self.archive.rows(plan.archive, session))
+            parts.append(self.archive.rows(plan, session))
         rows = parts[0]
         for part in parts[1:]:
             rows = rows.unionByName(part)

@@ -234,13 +234,13 @@ def plan_kafka_job(spec: JobSpec, source: SourceConfig, admin: Any, rates: Histo
     log_starts = admin.earliest_offsets(splits)
     ends = admin.end_offsets(splits)
     warnings: list[str] = []
-    held = _archive_holdings(spec, source, warnings)
-    first = log_starts if held is None else {
-        s: tiers.earliest(log_starts[s], held.get(s, []), spec.history_source) for s in splits}
+    archives = _archive_holdings(spec, source, warnings)
+    first = log_starts if archives is None else {
+        s: tiers.earliest(log_starts[s], [r for held, _ in archives for r in held.get(s, [])],
+                          spec.history_source) for s in splits}
     starts = start_offsets(spec, splits, first, ends, admin.offsets_for_timestamp)
     plans = [SplitPlan(s, starts[s], ends[s], log_starts[s]) for s in splits]
-    by_tier = None if held is None or source.archive is None else {
-        p.split: _tier_sizes(p, held.get(p.split, []), spec, trusted=source.archive.trusted) for p in plans}
+    by_tier = None if archives is None else {p.split: _tier_sizes(p, archives, spec) for p in plans}
     total = sum(p.offsets for p in plans)
     limit = effective_limit(spec, source.trigger_interval_s, rates.epoch_period_s(source.name))
     # the copy's pace for the retention check: the slower of the limit and what was measured
@@ -286,28 +286,34 @@ def plan_kafka_job(spec: JobSpec, source: SourceConfig, admin: Any, rates: Histo
     }
 
 
-def _archive_holdings(spec: JobSpec, source: SourceConfig,
-                      warnings: list[str]) -> dict[str, list[tuple[int, int]]] | None:
-    """What the source's archive holds per split, for a job that reads it (None: it reads Kafka alone).
+def _archive_holdings(spec: JobSpec, source: SourceConfig, warnings: list[str],
+                      ) -> list[tuple[dict[str, list[tuple[int, int]]], bool]] | None:
+    """Per archive of the source: what it holds per split, and whether it is trusted (None: Kafka alone).
 
-    An archive that cannot be read is a warning (the job would fail at its first epoch, saying why).
+    An archive that cannot be read is a warning (the job would fail at its first epoch, saying why) and
+    holds nothing here.
     """
-    if source.archive is None or spec.history_source == "kafka":
+    if not source.archives or spec.history_source == "kafka":
         return None
     from connectors.delta.archive import archive_holdings
 
-    try:
-        return dict(archive_holdings(source.archive.path, unique_offsets=source.archive.trusted).held)
-    except Exception as exc:  # noqa: BLE001 - a dry run reports; the job's first epoch fails
-        warnings.append(f"archive {source.archive.path} cannot be read ({one_line(exc)}): the job would fail")
-        return {}
+    found = []
+    for archive in source.archives:
+        try:
+            held = dict(archive_holdings(archive.path, unique_offsets=archive.trusted).held)
+        except Exception as exc:  # noqa: BLE001 - a dry run reports; the job's first epoch fails
+            warnings.append(f"archive {archive.path} cannot be read ({one_line(exc)}): the job would fail")
+            held = {}
+        found.append((held, archive.trusted))
+    return found
 
 
-def _tier_sizes(plan: SplitPlan, held: list[tuple[int, int]], spec: JobSpec, *,
-                trusted: bool) -> dict[str, int]:
+def _tier_sizes(plan: SplitPlan, archives: list[tuple[dict[str, list[tuple[int, int]]], bool]],
+                spec: JobSpec) -> dict[str, int]:
     """The split's history offsets by tier, as the job would plan them now (``core.tiers``)."""
-    mine = tiers.usable(held, plan.log_start, spec.history_source, trusted=trusted)
-    segments = tiers.plan_tiers(plan.start, plan.end, mine, plan.log_start, spec.history_source)
+    mine = [tiers.usable(held.get(plan.split, []), plan.log_start, spec.history_source, trusted=trusted)
+            for held, trusted in archives]
+    segments = tiers.plan_tiers_many(plan.start, plan.end, mine, plan.log_start, spec.history_source)
     sizes = tiers.tier_sizes(segments)
     return {t.value: sizes[t] for t in tiers.Tier}
 

@@ -254,3 +254,31 @@ def test_an_archive_whose_gaps_are_kafka_s_transaction_markers_copies_each_commi
     result = verify_job(str(tmp_path / "copy"), "copy", admin, kafka_bootstrap,
                         archive=archive_holdings(str(raw)).held)
     assert result.ok and result.totals()["records"] == 2 * 100, result.summary()
+
+
+def test_two_archives_in_order_then_kafka_then_live_each_record_once(
+    daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path
+):
+    """A source's archives in order: ``old`` holds offsets 0..99 of each partition, ``recent`` 100..249;
+    Kafka keeps 200.. (the archives are untrusted: Kafka's records wherever Kafka has them). A job copies
+    0..99 from ``old``, 100..199 from ``recent``, the rest from Kafka, then follows the live stream."""
+    from connectors.kafka.admin import KafkaAdmin
+    from source_backfill import metrics
+
+    topic = new_topic(PARTITIONS)
+    producer = producer_for(topic)
+    producer.send(800, PARTITIONS)  # offsets 0..399 per partition
+    _archive(tmp_path / "old", topic, 100)
+    _archive(tmp_path / "recent", topic, 250, skip={p: range(0, 100) for p in range(PARTITIONS)})
+    sids = [f"{topic}:{p}" for p in range(PARTITIONS)]
+    assert KafkaAdmin(kafka_bootstrap).delete_records(dict.fromkeys(sids, 200)) == dict.fromkeys(sids, 200)
+    archives = [{"path": str(tmp_path / "old")}, {"path": str(tmp_path / "recent")}]
+    d = daemon_factory([topic], [job_spec("both", tmp_path)], archive=archives, starting_offsets="latest")
+    wait_for(lambda: finished(d, "both"), what="the job finished")
+    producer.send(100, PARTITIONS, start=800)  # live: offsets 400..449
+    want = sorted((p, o, f"v{o * PARTITIONS + p}") for p in range(PARTITIONS) for o in range(450))
+    wait_for(lambda: _table_records(tmp_path / "both") == want, timeout=120,
+             what="two archives, Kafka and live, each record once")
+    assert metric_total(metrics.JOB_HISTORY_TIER_OFFSETS, job="both", tier="archive") == 2 * 200
+    assert metric_total(metrics.JOB_HISTORY_TIER_OFFSETS, job="both", tier="kafka") == 2 * 200
+    assert metric_total(metrics.JOB_HISTORY_TIER_OFFSETS, job="both", tier="gap") == 0

@@ -249,3 +249,18 @@ def test_a_repair_window_in_offsets_or_timestamps() -> None:
 
     assert not RepairSpec(from_offset=0, to_offset=1).by_timestamp
     assert RepairSpec(splits=["a:b:3"], from_timestamp_ms=0, to_timestamp_ms=1).by_timestamp
+
+
+def test_a_source_s_archives_one_or_several_in_order_never_empty_or_twice() -> None:
+    from pydantic import ValidationError
+
+    from source_backfill.config import SourceConfig
+
+    one = SourceConfig(name="s", topics=["t"], archive={"path": "/a"})
+    assert [a.path for a in one.archives] == ["/a"]
+    two = SourceConfig(name="s", topics=["t"], archive=[{"path": "/a"}, {"path": "/b", "trusted": True}])
+    assert [(a.path, a.trusted) for a in two.archives] == [("/a", False), ("/b", True)]
+    assert SourceConfig(name="s", topics=["t"]).archives == []
+    for bad, words in (([], "empty"), ([{"path": "/a"}, {"path": "/a"}], "twice")):
+        with pytest.raises(ValidationError, match=words):
+            SourceConfig(name="s", topics=["t"], archive=bad)

@@ -62,3 +62,41 @@ def test_held_ranges_are_merged_and_empty_ones_dropped():
     assert normalized([(5, 9), (0, 3), (3, 4), (8, 12), (20, 20), (7, 2)]) == [(0, 4), (5, 12)]
     assert tier_sizes(plan_tiers(0, 12, [(0, 4), (5, 12)], 100)) == {
         Tier.ARCHIVE: 11, Tier.KAFKA: 0, Tier.GAP: 1, Tier.LOSS: 0}
+
+
+@given(start=st.integers(0, 60), length=st.integers(0, 60), helds=st.lists(ranges, min_size=1, max_size=3),
+       log_start=st.integers(0, 70), source=sources)
+def test_with_several_archives_each_offset_comes_from_the_first_that_holds_it(start, length, helds,
+                                                                              log_start, source):
+    from source_backfill.core.tiers import plan_tiers_many, tier_of_many
+
+    target = start + length
+    segments = plan_tiers_many(start, target, helds, log_start, source)
+    if length == 0:
+        assert segments == []
+        return
+    assert segments[0].start == start and segments[-1].end == target
+    for a, b in zip(segments, segments[1:], strict=False):
+        assert a.end == b.start and (a.tier, a.archive) != (b.tier, b.archive)
+    by_offset = [(s.tier, s.archive) for s in segments for _ in range(s.start, s.end)]
+    assert by_offset == [tier_of_many(o, helds, log_start, source) for o in range(start, target)]
+    for o, (tier, index) in zip(range(start, target), by_offset, strict=True):  # the rule, spelled out
+        holders = [i for i, h in enumerate(helds) if any(lo <= o < hi for lo, hi in h)]
+        if source != "kafka" and holders:
+            assert (tier, index) == (Tier.ARCHIVE, holders[0])
+    # one archive: the same as plan_tiers
+    assert plan_tiers_many(start, target, helds[:1], log_start, source) == plan_tiers(
+        start, target, helds[0], log_start, source)
+
+
+def test_a_second_archive_fills_the_first_one_s_hole_and_the_rest_is_kafka():
+    from source_backfill.core.tiers import plan_tiers_many
+
+    segments = plan_tiers_many(0, 100, [[(0, 40)], [(30, 60)]], 50)
+    assert segments == [Segment(Tier.ARCHIVE, 0, 40, 0), Segment(Tier.ARCHIVE, 40, 60, 1),
+                        Segment(Tier.KAFKA, 60, 100)]
+    # below the log start, a hole in the first archive's span that the second holds is not a gap
+    segments = plan_tiers_many(0, 100, [[(0, 10), (20, 30)], [(10, 15)]], 90)
+    assert [(s.tier, s.start, s.end, s.archive) for s in segments] == [
+        (Tier.ARCHIVE, 0, 10, 0), (Tier.ARCHIVE, 10, 15, 1), (Tier.GAP, 15, 20, 0),
+        (Tier.ARCHIVE, 20, 30, 0), (Tier.LOSS, 30, 90, 0), (Tier.KAFKA, 90, 100, 0)]

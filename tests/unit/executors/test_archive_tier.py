@@ -26,9 +26,14 @@ class _Admin:
         return {s: self.log_start[s] for s in splits}
 
 
-def _tier(held: dict[str, list[tuple[int, int]]], log_start: dict[str, int], *, trusted: bool) -> ArchiveTier:
-    tier = ArchiveTier(None, ArchiveConfig(path="/a", trusted=trusted), _Admin(log_start))  # type: ignore[arg-type]
-    tier._holdings = ArchiveHoldings(version=3, held=held)  # noqa: SLF001 - pinned without a table
+def _tier(held: dict[str, list[tuple[int, int]]], log_start: dict[str, int], *, trusted: bool,
+          more: list[tuple[dict[str, list[tuple[int, int]]], bool]] = ()) -> ArchiveTier:
+    """An archive tier over ``held`` (then ``more`` archives, each with its trust), pinned without tables."""
+    archives = [(held, trusted), *more]
+    configs = [ArchiveConfig(path=f"/a{i}", trusted=t) for i, (_, t) in enumerate(archives)]
+    tier = ArchiveTier(None, configs, _Admin(log_start))  # type: ignore[arg-type]
+    for table, (h, _) in zip(tier.tables, archives, strict=True):
+        table._holdings = ArchiveHoldings(version=3, held=h)  # noqa: SLF001 - pinned without a table
     return tier
 
 
@@ -98,7 +103,7 @@ def test_an_archive_path_that_is_no_delta_table_is_refused_naming_it(tmp_path):
 
     tier = ArchiveTier(None, ArchiveConfig(path=str(tmp_path / "typo")), _Admin({}))  # type: ignore[arg-type]
     with pytest.raises(ArchiveError, match="typo.* is not a Delta table"):
-        tier.holdings()
+        tier.held()
 
 
 def test_an_archive_without_kafka_s_columns_is_refused_naming_them(tmp_path):
@@ -113,4 +118,15 @@ def test_an_archive_without_kafka_s_columns_is_refused_naming_them(tmp_path):
                                                       "offset": pa.array([0], pa.int64())}))
     tier = ArchiveTier(None, ArchiveConfig(path=str(tmp_path / "bare")), _Admin({}))  # type: ignore[arg-type]
     with pytest.raises(ArchiveError, match="has no key, value, timestamp, timestampType column"):
-        tier.holdings()
+        tier.held()
+
+
+def test_several_archives_in_order_each_offset_from_the_first_that_holds_it():
+    # the first (trusted) holds 0..99 and 150..199, the second (untrusted) 0..179; the log starts at 160
+    tier = _tier({"t:0": [(0, 100), (150, 200)]}, {"t:0": 160}, trusted=True,
+                 more=[({"t:0": [(0, 180)]}, False)])
+    plan = tier.plan([HistoryRange("t:0", 0, 300)], "auto")
+    assert plan.by_archive == {0: [HistoryRange("t:0", 0, 100), HistoryRange("t:0", 150, 200)],
+                               1: [HistoryRange("t:0", 100, 150)]}  # the second fills the first's hole
+    assert plan.kafka == [HistoryRange("t:0", 200, 300)] and plan.gap == plan.loss == []
+    assert tier.held() == {"t:0": [(0, 200)]}  # all of theirs: what stands for the log below its start
