@@ -166,6 +166,21 @@ class SplitTable(Mapping[SplitId, SplitState]):
             for split, st, o, r, t in sorted(rows)
         }
 
+    def only_targets_moved(self, before: SplitTable) -> bool:
+        """Whether the only difference from ``before`` is the target of splits not Finished.
+
+        The same splits in the same order, every stage, backfilled offset and row count equal: what moved
+        is where history must reach, which a job that missed epochs rebuilds on its own (``core.plan.rejoin``
+        raises every target to the live position), so such a change alone need not be committed.
+        """
+        if before.splits != self.splits:
+            return False
+        if not (np.array_equal(before.stage, self.stage) and np.array_equal(before.offset, self.offset)
+                and np.array_equal(before.rows, self.rows)):
+            return False
+        moved = before.target != self.target
+        return not bool(np.any(moved & (self.stage == FINISHED)))
+
     def changed_rows(self, before: SplitTable | None) -> tuple[dict[SplitId, dict[str, Any]], list[SplitId]]:
         """The codec rows of splits whose state differs from ``before`` (new ones too), and removed splits.
 

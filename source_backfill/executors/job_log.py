@@ -81,6 +81,21 @@ class JobLog:
             return False
         return time.time() - self.chain.base_time_s < self.policy.max_age_s
 
+    def unrecorded(self, committed: SplitTable | None, new: SplitTable, end: Mapping[str, int]) -> bool:
+        """Nothing the job's log must record: :meth:`idle`, or only what a rejoin rebuilds moved.
+
+        That is: the same splits, each with its stage, backfilled offset and rows of ``committed``, only
+        targets of splits not Finished moved (``SplitTable.only_targets_moved``), and live positions
+        moved for the splits the last commit covered (none added or gone); no snapshot due by age.
+        """
+        if self.idle(committed, new, end):
+            return True
+        if self.chain is None or committed is None or set(end) != set(self.covered_to):
+            return False
+        if not new.only_targets_moved(committed):
+            return False
+        return time.time() - self.chain.base_time_s < self.policy.max_age_s
+
     def state_doc(self, committed: SplitTable | None, new: SplitTable,
                   end: Mapping[str, int]) -> dict[str, Any]:
         """The state the commit carries: a snapshot, or the delta since the job's previous commit."""

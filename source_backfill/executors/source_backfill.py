@@ -10,12 +10,15 @@ stream) :meth:`SourceBackfillJob.run_epoch`:
    planner never plans a history row the rules would drop);
 4. applies the job's transform and commits output + ``S(e)`` + plan to Delta in one transaction.
 
-No commit without a change: an epoch that adds no row, moves no split's state and no live position
-(a Finished job on an idle topic) commits nothing; it is still *processed* (``processed_epoch``:
-progress, metrics and the missed-epochs check go on). A commit carries the state of the splits that
-moved (a delta over the job's last snapshot, :mod:`source_backfill.core.state_log`) and a full snapshot
-every ``SnapshotPolicy.every`` commits, when most splits moved, and before half the table's log retention
-has passed since the last one (so Delta's log cleanup never takes the state of an idle job).
+No commit without a change: an epoch that adds no row and moves no split's state but targets of splits
+still backfilling and live positions (a Finished job on an idle topic, a rate-limited job waiting for its
+allowance while the live stream moves its targets) commits nothing; it is still *processed*
+(``processed_epoch``: progress, metrics and the missed-epochs check go on), its states kept in memory;
+a crash rejoins from the last commit (``core.plan.rejoin``), which rebuilds what was not committed. A
+commit carries the state of the splits that moved since the last commit (a delta over the job's last
+snapshot, :mod:`source_backfill.core.state_log`) and a full snapshot every ``SnapshotPolicy.every``
+commits, when most splits moved, and before half the table's log retention has passed since the last
+one (so Delta's log cleanup never takes the state of an idle job).
 
 A history-read error never stops the live stream: the epoch commits its live part with the history
 states unchanged, the error is counted, and history resumes after a backoff from the committed offsets.
@@ -171,8 +174,12 @@ class SourceBackfillJob:
         self.paused = False
         self.rate_limit: float | None = spec.rate_limit
         self.failed: str | None = None
-        #: The committed split states, as columns (the planner's form; a mapping for everything else).
+        #: The job's split states, as columns (the planner's form; a mapping for everything else): those of
+        #: its last commit, or of a later epoch whose only moves need no commit (``_quiet``).
         self.states: SplitTable | None = None
+        #: The split states of the job's last commit (what its table holds; its log's deltas are against
+        #: them). ``states`` differs from them only by targets of splits not Finished.
+        self._log_base: SplitTable | None = None
         self.committed_epoch: int | None = None
         #: The last epoch the job processed: committed, or with nothing to commit (no change).
         self.processed_epoch: int | None = None
@@ -215,7 +222,7 @@ class SourceBackfillJob:
 
     def _recover(self, recovered: Recovered) -> None:
         """States, covered positions and the log chain from the job's newest commit (and those it names)."""
-        self.states = self.log.recover(self.sink, recovered)
+        self.states = self._log_base = self.log.recover(self.sink, recovered)
         self.committed_epoch = recovered.epoch
         self.processed_epoch = None
 
@@ -331,8 +338,9 @@ class SourceBackfillJob:
         self._pace.spend(sum(r.size for r in plan.history))
         self.copying = bool(plan.history or ahead.reads or self._reads.in_flight_besides(ahead.reads))
 
-        if self._unchanged(inp, plan, ahead):
-            return self._skipped(inp, plan, t0)
+        kept = self._quiet(inp, plan, ahead)
+        if kept is not None:
+            return self._skipped(inp, plan, t0, kept)
         self.history.count_data_loss(self.name, plan.history)
         if inp.rows is not None and not plan.history and self.spec.transform is None \
                 and self.sink.writes_before_commit():
@@ -408,7 +416,7 @@ class SourceBackfillJob:
         def state() -> dict[str, Any]:
             taken["counts"] = dict(counts() if callable(counts) else counts)
             taken["states"] = finish_epoch(plan, taken["counts"])
-            return self.log.state_doc(self.states, taken["states"], plan.end)
+            return self.log.state_doc(self._log_base, taken["states"], plan.end)
 
         try:
             try:
@@ -438,7 +446,7 @@ class SourceBackfillJob:
         if result.committed:
             self._live_latency(inp, plan, time.time())
             with self._reads.lock:  # the adopted reads leave the list as the states take them in
-                self.states = written.states
+                self.states = self._log_base = written.states
                 self._reads.retire(ahead.reads)
             if ahead.reads:
                 metrics.HISTORY_READS_AHEAD.labels(self.name, "adopted").inc(len(ahead.reads))
@@ -475,14 +483,26 @@ class SourceBackfillJob:
         self.latency.add(time.monotonic(), latencies, kind)
         self.epoch_latencies = latencies
 
-    def _unchanged(self, inp: EpochInput, plan: EpochPlan, ahead: Adopted) -> bool:
-        """Nothing to commit: no row, no history, no split state or live position moved, no snapshot due."""
-        if plan.history or ahead.reads or ahead.staged or _output_rows_bound(inp, plan, {}) > 0:
-            return False
-        return self.log.idle(self.states, finish_epoch(plan, {}), plan.end)
+    def _quiet(self, inp: EpochInput, plan: EpochPlan, ahead: Adopted) -> SplitTable | None:
+        """The epoch's states when it has nothing to commit, else None.
 
-    def _skipped(self, inp: EpochInput, plan: EpochPlan, t0: float) -> bool:
+        Nothing to commit: no row and no history, and since the job's last commit no split state moved
+        but the targets of splits not Finished, whatever live positions moved, and no snapshot is due by
+        age (``JobLog.unrecorded``). A backfilling job whose rate limit holds its history back sees its
+        targets follow the live stream every epoch: those are kept in memory, not committed. After a
+        crash the job recovers its last commit, which missed the epochs since, and rejoins
+        (``core.plan.rejoin``): every target rises to the live position, and history covers the live
+        rows those epochs dropped, so none is lost; the next commit's delta carries every move since the
+        last (it is taken against ``_log_base``).
+        """
+        if plan.history or ahead.reads or ahead.staged or _output_rows_bound(inp, plan, {}) > 0:
+            return None
+        new = finish_epoch(plan, {})
+        return new if self.log.unrecorded(self._log_base, new, plan.end) else None
+
+    def _skipped(self, inp: EpochInput, plan: EpochPlan, t0: float, states: SplitTable) -> bool:
         """An epoch with nothing to commit is processed all the same (progress, metrics, read ahead)."""
+        self.states = states
         self.processed_epoch = inp.epoch
         self._account(inp, plan, {}, (0, 0.0), time.monotonic() - t0, committed=False, unchanged=True)
         if self.reads_ahead:

@@ -180,19 +180,35 @@ def test_second_job_created_later_sees_the_same_rows(
     assert table_offsets(str(tmp_path / "first")).keys() == table_offsets(str(tmp_path / "second")).keys()
 
 
-def test_rate_limit_zero_reads_no_history_then_raised_loses_nothing(
+def test_rate_limit_zero_reads_no_history_commits_nothing_then_raised_loses_nothing(
     daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path
 ):
+    """At rate 0 under a live stream only the job's targets move: it processes its epochs and commits
+    none after its first (the targets are kept in memory); restarted, it rejoins from that commit, and
+    once throttled up its table holds the log exactly once."""
+    from deltalake import DeltaTable
+
     topic = new_topic(2)
     p = producer_for(topic)
     p.send(1000, 2)
     p.stream(2, per_second=50)
-    d = daemon_factory([topic], [job_spec("j", tmp_path, rate_limit=0)])
-    wait_for(lambda: (job_of(d, "j").committed_epoch or 0) >= 6, what="several epochs at rate 0")
+    state = tmp_path / "state"
+    d = daemon_factory([topic], [job_spec("j", tmp_path, rate_limit=0)], state_root=state)
+    wait_for(lambda: job_of(d, "j").committed_epoch is not None, what="the job's first commit")
+    first = job_of(d, "j").committed_epoch
+    version = DeltaTable(str(tmp_path / "j")).version()
+    wait_for(lambda: (job_of(d, "j").processed_epoch or 0) >= first + 6, what="several epochs at rate 0")
+    assert job_of(d, "j").committed_epoch == first  # the targets moved, nothing was committed
+    assert DeltaTable(str(tmp_path / "j")).version() == version
     assert job_of(d, "j").rows[0] == 0
     assert all(s.stage is Stage.BACKFILLING for s in _splits(d, "j").values())
-    d.registry.throttle("j", None)
-    wait_for(lambda: finished(d, "j"), what="finished after the rate limit was raised")
+    targets = {s: st.target_offset for s, st in _splits(d, "j").items()}
+    d.stop()  # the table's targets are those of the first commit: a restart rebuilds the rest
+    d2 = daemon_factory([topic], [job_spec("j", tmp_path, rate_limit=0)], state_root=state)
+    wait_for(lambda: (job_of(d2, "j").processed_epoch or 0) > 0, what="the restarted job's first epoch")
+    assert all(st.target_offset >= targets[s] for s, st in _splits(d2, "j").items())  # rejoined
+    d2.registry.throttle("j", None)
+    wait_for(lambda: finished(d2, "j"), what="finished after the rate limit was raised")
     p.stop()
     exactly_once(tmp_path / "j", kafka_bootstrap, [topic])
 

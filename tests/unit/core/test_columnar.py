@@ -87,3 +87,22 @@ def test_the_lag_columns_are_the_lag_of_each_split_alone(states_, read_ahead_to)
     lags = table.lags(read_ahead_to).tolist()
     assert lags == [split_lag(s, read_ahead_to.get(k)) or 0 for k, s in table.items()]
     assert table.lags().tolist() == [split_lag(s) or 0 for s in table.values()]
+
+
+@given(before=st.lists(states(), min_size=1, max_size=6), after=st.lists(states(), min_size=1, max_size=6),
+       same=st.booleans())
+def test_only_targets_moved_is_the_rule_split_by_split(before, after, same):
+    """``only_targets_moved``: same splits, and per split equal but for the target of one not Finished."""
+    from source_backfill.core import Stage
+
+    if same:  # most draws: the same splits, some states kept, some with only their target moved
+        after = [b if i % 3 == 0 else (SplitState(b.stage, b.offset, b.num_consumed_rows, a.target_offset)
+                                      if i % 3 == 1 else a)
+                 for i, (b, a) in enumerate(zip(before, after + before, strict=False))]
+    old = {f"t:{i}": s for i, s in enumerate(before)}
+    new = {f"t:{i}": s for i, s in enumerate(after)}
+    want = list(old) == list(new) and all(
+        (o.stage, o.offset, o.num_consumed_rows) == (n.stage, n.offset, n.num_consumed_rows)
+        and (o.target_offset == n.target_offset or n.stage is not Stage.FINISHED)
+        for o, n in zip(old.values(), new.values(), strict=True))
+    assert SplitTable.from_states(new).only_targets_moved(SplitTable.from_states(old)) == want
