@@ -38,8 +38,18 @@ def test_a_repair_replaces_exactly_its_window_with_the_new_transform_s_rows_in_o
     import httpx
     from deltalake import DeltaTable
 
+    from source_backfill import metrics
     from source_backfill.config import RepairSpec
     from source_backfill.executors.repair import run_repair
+    from tests.integration.daemon.conftest import metric_total
+
+    def counted() -> tuple[float, ...]:
+        return (metric_total(metrics.JOB_REPAIRS, job="j", outcome="done"),
+                metric_total(metrics.JOB_REPAIRS, job="j", outcome="failed"),
+                metric_total(metrics.JOB_REPAIR_ROWS, job="j", kind="removed"),
+                metric_total(metrics.JOB_REPAIR_ROWS, job="j", kind="added"))
+
+    before = counted()
 
     topic = new_topic(PARTITIONS)
     producer = producer_for(topic)
@@ -76,6 +86,7 @@ def test_a_repair_replaces_exactly_its_window_with_the_new_transform_s_rows_in_o
     assert done["state"] == "done", done
     assert done["ranges"] == {f"{topic}:0": [50, 100]}
     assert (done["rows_removed"], done["rows_added"]) == (50, 50)
+    assert [a - b for a, b in zip(counted(), before, strict=True)] == [1, 0, 50, 50]  # the metrics
     rows = _rows(table)
     for (p, o), vs in rows.items():  # exactly the window changed, each offset still once
         want = f"v{o * PARTITIONS + p}"
@@ -129,4 +140,5 @@ def test_a_repair_replaces_exactly_its_window_with_the_new_transform_s_rows_in_o
                                  if v["id"] == bad_id and v["state"] != "pending"), None),
                    timeout=120, what="the shifted repair finished")
     assert bad["state"] == "failed" and "outside the window" in bad["error"], bad
+    assert counted()[1] - before[1] == 1
     assert _rows(table) == rows
