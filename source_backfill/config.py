@@ -47,6 +47,19 @@ MAX_TRANSFORM_CHARS = 16_384
 TransformText = Annotated[str, Field(max_length=MAX_TRANSFORM_CHARS,
                                      json_schema_extra={"pattern": TRANSFORM_PATTERN})]
 
+def transform_text(value: str | None) -> str | None:
+    """A transform's text checked by the rules the schema states (``TRANSFORM_PATTERN``); ValueError why."""
+    if value is None:
+        return None
+    if not re.match(_TRANSFORM_START, value):
+        msg = "transform must be a Spark SQL SELECT (or WITH ... SELECT) query"
+        raise ValueError(msg)
+    if "{source}" not in value:
+        msg = "transform must read the Kafka rows as {source}, e.g. SELECT key, value FROM {source}"
+        raise ValueError(msg)
+    return value
+
+
 #: The bootstrap value that makes the daemon start its own in-memory broker (laptop and demo default).
 EMBEDDED = "embedded"
 
@@ -344,15 +357,7 @@ class JobSpec(_Frozen):
     @field_validator("transform")
     @classmethod
     def _transform_reads_source(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        if not re.match(_TRANSFORM_START, value):
-            msg = "transform must be a Spark SQL SELECT (or WITH ... SELECT) query"
-            raise ValueError(msg)
-        if "{source}" not in value:
-            msg = "transform must read the Kafka rows as {source}, e.g. SELECT key, value FROM {source}"
-            raise ValueError(msg)
-        return value
+        return transform_text(value)
 
 
 #: The most splits one repair names (a job's splits, all of them, is what an empty list says).

@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from source_backfill.config import JobSpec, StartSpec, TransformText
+from source_backfill.config import JobSpec, StartSpec, TransformText, transform_text
 from source_backfill.runtime.progress import (
     JobProgress,
     JobStatus,
@@ -25,7 +25,8 @@ class PatchBody(BaseModel):
     (``transform``).
     """
 
-    model_config = ConfigDict(extra="forbid")
+    #: minProperties: the schema states that a PATCH names at least one field (clients and fuzzers see it).
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"minProperties": 1})
 
     #: History rows per second; ``null`` = unlimited, ``0`` = read no history (loses nothing).
     rate_limit: float | None = Field(default=None, ge=0, allow_inf_nan=False, strict=True)  # true is not 1
@@ -33,6 +34,11 @@ class PatchBody(BaseModel):
     #: it applies from the job's next epoch: rows committed before keep the old one (a repair re-copies
     #: a window with the new one).
     transform: TransformText | None = None
+
+    @field_validator("transform")
+    @classmethod
+    def _transform_rules(cls, value: str | None) -> str | None:
+        return transform_text(value)
 
     @model_validator(mode="after")
     def _something(self) -> PatchBody:

@@ -113,10 +113,13 @@ def test_bad_requests_elsewhere(live_api) -> None:
     r = live_api.admin.post("/jobs", json=job_body("j"))
     assert r.status_code == 409 and _error(r) == {"type": "job_exists", "message": 'job "j" already exists',
                                                   "field": "name"}
-    for body in ({}, {"rate_limit": -0.5}, {"rate_limit": "x"}, {"rate_limit": 1, "paused": True}):
+    for body in ({"rate_limit": -0.5}, {"rate_limit": "x"}, {"rate_limit": 1, "paused": True},
+                 {"transform": "DROP TABLE t"}, {"transform": 5}):
         r = live_api.admin.patch("/jobs/j", json=body)
         assert r.status_code == 422, body
-        assert _error(r)["field"] in ("rate_limit", "paused")
+        assert _error(r)["field"] in ("rate_limit", "paused", "transform"), (body, r.text)
+    r = live_api.admin.patch("/jobs/j", json={})  # neither field: nothing to change is not a PATCH
+    assert r.status_code == 422 and _error(r)["field"] == "body" and "rate_limit" in _error(r)["message"]
     ghosts = (("GET", "/jobs/ghost"), ("POST", "/jobs/ghost/pause"), ("POST", "/jobs/ghost/resume"),
               ("DELETE", "/jobs/ghost"))
     for method, path in ghosts:
