@@ -62,6 +62,8 @@ class DaemonProcess:
         self.log = log
         self.env = env  # extra environment (``SOURCE_BACKFILL_*`` settings) on top of this process's
         self.proc: subprocess.Popen[bytes] | None = None
+        #: Where this start's output begins in ``log`` (a bind failure is looked for after it).
+        self._log_from = 0
 
     @property
     def pid(self) -> int | None:
@@ -71,6 +73,7 @@ class DaemonProcess:
     def start(self) -> None:
         """Start ``source-backfill run --config`` (the console script next to this interpreter)."""
         exe = Path(sys.executable).with_name("source-backfill")
+        self._log_from = self.log.stat().st_size if self.log.exists() else 0
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(  # noqa: S603 - our own console script
                 [str(exe), "run", "--config", str(self.config)],
@@ -96,7 +99,17 @@ class DaemonProcess:
         """Block until ``/ready`` is 200; return the seconds it took. A daemon that exits raises."""
         started = time.monotonic()
         deadline = started + timeout_s
+        rebinds = 3
         while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None and rebinds and self._port_taken():
+                # the port was free when it was chosen, then another process (a Spark JVM's ephemeral
+                # port, say) took it before the daemon bound it: start again on a port free now
+                rebinds -= 1
+                port = free_port()
+                self.url = f"http://127.0.0.1:{port}"
+                self.env = {**(self.env or {}), "SOURCE_BACKFILL_API__PORT": str(port)}
+                self.start()
+                continue
             if self.proc is None or self.proc.poll() is not None:
                 code = None if self.proc is None else self.proc.returncode
                 msg = f"daemon exited with {code}; log tail:\n{self.tail()}"
@@ -107,6 +120,13 @@ class DaemonProcess:
             time.sleep(0.2)
         msg = f"daemon not ready within {timeout_s}s; log tail:\n{self.tail()}"
         raise AssertionError(msg)
+
+    def _port_taken(self) -> bool:
+        """Whether this start's output says the API's port was in use."""
+        with self.log.open("rb") as f:
+            f.seek(self._log_from)
+            out = f.read()
+        return b"cannot bind the API" in out and b"in use" in out
 
     def kill(self) -> None:
         """SIGKILL the whole process group (the daemon and its Spark JVM) and reap it."""
