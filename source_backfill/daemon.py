@@ -281,14 +281,9 @@ class Daemon:
             held = None
             if archives:  # the archive tier: the archives stand for the log below the log start
                 from connectors.delta.archive import archive_holdings
-                from source_backfill.core.tiers import normalized
+                from source_backfill.core.tiers import merged
 
-                found: dict[str, list[tuple[int, int]]] = {}
-                for archive in archives:
-                    for split, ranges in archive_holdings(archive.path, unique_offsets=archive.trusted
-                                                          ).held.items():
-                        found.setdefault(split, []).extend(ranges)
-                held = {split: normalized(ranges) for split, ranges in found.items()}
+                held = merged(archive_holdings(a.path, unique_offsets=a.trusted).held for a in archives)
             return verify_job(spec.sink_path, name, admin, bootstrap, options, start=spec.start, archive=held)
 
         return run

@@ -35,7 +35,7 @@ any of them and held by none (:func:`plan_tiers_many`; :func:`plan_tiers` is the
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Literal
@@ -77,6 +77,15 @@ def normalized(held: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
         else:
             out.append((lo, hi))
     return out
+
+
+def merged(helds: Iterable[Mapping[str, Iterable[tuple[int, int]]]]) -> dict[str, list[tuple[int, int]]]:
+    """Several archives' holdings per split as one (:func:`normalized` per split): what all of them hold."""
+    found: dict[str, list[tuple[int, int]]] = {}
+    for held in helds:
+        for split, ranges in held.items():
+            found.setdefault(split, []).extend(ranges)
+    return {split: normalized(ranges) for split, ranges in found.items()}
 
 
 def plan_tiers(start: int, target: int, held: Iterable[tuple[int, int]], log_start: int,

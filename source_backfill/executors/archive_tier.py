@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from source_backfill.core import HistoryRange, parse_split_id
-from source_backfill.core.tiers import HistorySource, Segment, Tier, normalized, plan_tiers_many, usable
+from source_backfill.core.tiers import HistorySource, Segment, Tier, merged, plan_tiers_many, usable
 from source_backfill.errors import ArchiveError
 
 if TYPE_CHECKING:
@@ -121,20 +121,14 @@ class ArchiveTable:
 class ArchiveTier:
     """One job's view of its source's archives (in order): holdings pinned at first use, plans and reads."""
 
-    def __init__(self, spark: SparkSession, configs: ArchiveConfig | Sequence[ArchiveConfig],
-                 admin: KafkaAdmin) -> None:
+    def __init__(self, spark: SparkSession, configs: Sequence[ArchiveConfig], admin: KafkaAdmin) -> None:
         self.spark = spark
-        self.tables = [ArchiveTable(spark, c) for c in ([configs] if not isinstance(configs, Sequence)
-                                                        else configs)]
+        self.tables = [ArchiveTable(spark, c) for c in configs]
         self.admin = admin
 
     def held(self) -> dict[str, list[tuple[int, int]]]:
         """What the archives hold per split, all of them (verify's log below the log start, ``earliest``)."""
-        merged: dict[str, list[tuple[int, int]]] = {}
-        for table in self.tables:
-            for split, ranges in table.holdings().held.items():
-                merged.setdefault(split, []).extend(ranges)
-        return {split: normalized(ranges) for split, ranges in merged.items()}
+        return merged(t.holdings().held for t in self.tables)
 
     def plan(self, ranges: Sequence[HistoryRange], source: HistorySource) -> TierPlan:
         """``ranges`` cut by tier (``core.tiers``) at the splits' log starts now (one ListOffsets)."""

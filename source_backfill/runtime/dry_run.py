@@ -235,9 +235,9 @@ def plan_kafka_job(spec: JobSpec, source: SourceConfig, admin: Any, rates: Histo
     ends = admin.end_offsets(splits)
     warnings: list[str] = []
     archives = _archive_holdings(spec, source, warnings)
+    all_held = {} if archives is None else tiers.merged(held for held, _ in archives)
     first = log_starts if archives is None else {
-        s: tiers.earliest(log_starts[s], [r for held, _ in archives for r in held.get(s, [])],
-                          spec.history_source) for s in splits}
+        s: tiers.earliest(log_starts[s], all_held.get(s, []), spec.history_source) for s in splits}
     starts = start_offsets(spec, splits, first, ends, admin.offsets_for_timestamp)
     plans = [SplitPlan(s, starts[s], ends[s], log_starts[s]) for s in splits]
     by_tier = None if archives is None else {p.split: _tier_sizes(p, archives, spec) for p in plans}

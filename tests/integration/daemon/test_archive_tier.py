@@ -123,6 +123,12 @@ def test_history_below_the_log_start_comes_from_the_archive_then_kafka_then_live
 
     result = verify()
     assert result.ok and result.totals()["records"] == 390 + 2 * 250, result.summary()
+    # the same through the daemon (POST /jobs/{name}/verify): it finds the source's archives itself
+    run = httpx.post(f"{d.api_url}/jobs/auto/verify").json()
+    run = wait_for(lambda: (r := httpx.get(f"{d.api_url}/jobs/auto/verify/{run['id']}").json())["status"]
+                   != "running" and r, timeout=120, what="the daemon's verify run")
+    assert run["status"] == "done" and run["ok"], run
+    assert run["result"]["records"] == 390 + 2 * 250, run
     table = tmp_path / "auto"  # below the log start: one row removed, one written twice, one in the gap
     DeltaTable(str(table)).delete("`partition` = 1 AND `offset` = 10")
     rows_of = [("partition", "=", 0), ("offset", "in", [20, 49])]

@@ -101,7 +101,7 @@ def test_an_archive_path_that_is_no_delta_table_is_refused_naming_it(tmp_path):
 
     from source_backfill.errors import ArchiveError
 
-    tier = ArchiveTier(None, ArchiveConfig(path=str(tmp_path / "typo")), _Admin({}))  # type: ignore[arg-type]
+    tier = ArchiveTier(None, [ArchiveConfig(path=str(tmp_path / "typo"))], _Admin({}))  # type: ignore[arg-type]
     with pytest.raises(ArchiveError, match="typo.* is not a Delta table"):
         tier.held()
 
@@ -116,7 +116,7 @@ def test_an_archive_without_kafka_s_columns_is_refused_naming_them(tmp_path):
     # the offsets are there (a table of them plans fine) but no key, value or timestamps to copy
     write_deltalake(str(tmp_path / "bare"), pa.table({"topic": ["t"], "partition": pa.array([0], pa.int32()),
                                                       "offset": pa.array([0], pa.int64())}))
-    tier = ArchiveTier(None, ArchiveConfig(path=str(tmp_path / "bare")), _Admin({}))  # type: ignore[arg-type]
+    tier = ArchiveTier(None, [ArchiveConfig(path=str(tmp_path / "bare"))], _Admin({}))  # type: ignore[arg-type]
     with pytest.raises(ArchiveError, match="has no key, value, timestamp, timestampType column"):
         tier.held()
 
