@@ -204,6 +204,13 @@ class ArchiveConfig(_Frozen):
     #: wrote it, each offset once): it is read wherever it holds offsets. False (a foreign table): it is
     #: read only below the log start, where nothing is left to compare it with; Kafka serves the rest.
     trusted: bool = False
+    #: An archive not ``trusted`` that overlaps what Kafka still holds is compared with Kafka there before
+    #: a job reads it: this many offsets per split from the log start (``core.tiers.overlap_window``),
+    #: record by record (key, value, timestamp, timestampType); a difference refuses the archive (its jobs
+    #: fail, saying where). It proves the archive is a copy of this topic's log (not a recreated topic's,
+    #: not a transformed table) before its part below the log start, which nothing can check, is copied.
+    #: 0: not compared.
+    check_offsets: int = Field(default=1000, ge=0, le=10_000_000)
 
 
 class SourceConfig(_Frozen):

@@ -26,7 +26,8 @@ record the archive lost; it is trusted as a marker, counted and reported, never 
 span and below the log start, nothing holds the offset: ``LOSS``, handled as data loss is today
 (``fail_on_data_loss``). Where the archive and Kafka both hold an offset, ``auto`` takes the archive (a
 columnar read beats fetching from the broker); which archive offsets a job may read there at all is the
-adapter's rule (:func:`usable`: an archive not known to equal Kafka is read only below the log start).
+adapter's rule (:func:`usable`: an archive not known to equal Kafka is read only below the log start,
+after the first offsets of its overlap with Kafka, :func:`overlap_window`, were compared with Kafka's).
 
 A source may have **several archives**, in an order: an offset is read from the first of them that holds
 it (``Segment.archive``: its index), and it is a ``GAP`` when below the log start it is inside the span of
@@ -131,6 +132,22 @@ def usable(held: Iterable[tuple[int, int]], log_start: int, source: HistorySourc
     if source == "auto" and not trusted:
         return [(lo, min(hi, log_start)) for lo, hi in ranges if lo < log_start]
     return ranges
+
+
+def overlap_window(held: Iterable[tuple[int, int]], log_start: int, offsets: int) -> tuple[int, int] | None:
+    """The offsets of a split where an archive not trusted is compared with Kafka (None: nothing to compare).
+
+    From where the archive's span reaches the log start (``max(log_start, span start)``), the next
+    ``offsets`` offsets inside its span: its records there must be Kafka's, and Kafka's records there must
+    be in it (a hole of the archive where Kafka has a record is a difference too). None when the archive
+    ends at or below the log start (it overlaps nothing Kafka holds) or ``offsets`` is 0 (no check).
+    """
+    ranges = normalized(held)
+    if not ranges or offsets <= 0:
+        return None
+    lo = max(log_start, ranges[0][0])
+    hi = min(ranges[-1][1], lo + offsets)
+    return (lo, hi) if hi > lo else None
 
 
 def earliest(log_start: int, held: Iterable[tuple[int, int]], source: HistorySource) -> int:

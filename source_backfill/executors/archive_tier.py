@@ -12,20 +12,31 @@ A source may name several archives, in order: an offset is read from the first t
 archive holds is read once per job and pinned (:func:`connectors.delta.archive.archive_holdings`
 at the newest version then): an archive that is a live job's table keeps growing, and the copy reads the
 version its plan came from. An archive not ``trusted`` is used only below the log start: where Kafka still
-holds an offset it is read from Kafka, so the archive never has to be compared with it (a job with
-``history_source = "archive"`` asked for the archive alone: it reads all the archive holds).
+holds an offset it is read from Kafka (a job with ``history_source = "archive"`` asked for the archive
+alone: it reads all the archive holds). Before a job reads an archive not ``trusted``, its records where it
+overlaps what Kafka holds are compared with Kafka's (:meth:`ArchiveTable.check`, ``check_offsets`` per
+split from the log start): a difference refuses the archive with :class:`ArchiveError`, so an archive of
+another log (a recreated topic's, a transformed table) is never copied below the log start either.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from source_backfill.core import HistoryRange, parse_split_id
-from source_backfill.core.tiers import HistorySource, Segment, Tier, merged, plan_tiers_many, usable
+from source_backfill.core.tiers import (
+    HistorySource,
+    Segment,
+    Tier,
+    merged,
+    overlap_window,
+    plan_tiers_many,
+    usable,
+)
 from source_backfill.errors import ArchiveError
 
 if TYPE_CHECKING:
@@ -36,6 +47,14 @@ if TYPE_CHECKING:
     from source_backfill.config import ArchiveConfig
 
 logger = logging.getLogger(__name__)
+
+#: Kafka's records of some ranges, as the source's connector reads them (``KafkaConnector.read_ranges``).
+KafkaRows = Callable[[Sequence[HistoryRange]], "DataFrame"]
+#: The columns an archive's record is compared with Kafka's by (``topic``, ``partition``, ``offset``: the
+#: join; ``headers`` too when both have them).
+COMPARED = ("key", "value", "timestamp", "timestampType")
+#: Differences named in a refusal (the first, by split and offset).
+DIFFERENCES_SHOWN = 5
 
 
 @dataclass
@@ -73,7 +92,10 @@ class ArchiveTable:
         self.spark = spark
         self.config = config
         self._holdings: ArchiveHoldings | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        #: Splits compared with Kafka (:meth:`check`), and the refusal once a difference was found.
+        self._checked: set[str] = set()
+        self._refused: ArchiveError | None = None
 
     def holdings(self) -> ArchiveHoldings:
         """What the archive holds per split, read once and pinned (:class:`ArchiveError` if it cannot be)."""
@@ -95,6 +117,46 @@ class ArchiveTable:
                             len(self._holdings.held), held, self._holdings.files_from_stats,
                             self._holdings.files_read, self._holdings.duplicates)
             return self._holdings
+
+    def check(self, log_start: dict[str, int], kafka_rows: KafkaRows, admin: KafkaAdmin) -> None:
+        """An untrusted archive's records where it overlaps Kafka are Kafka's, else :class:`ArchiveError`.
+
+        Per split not checked yet, the window :func:`core.tiers.overlap_window` gives (``check_offsets``
+        from the log start, inside the archive's span) is read from both and joined by offset: an offset in
+        one and not the other, or a compared column that differs, is a difference. An offset the archive
+        holds that Kafka did not return because retention removed it meanwhile (below the log start after
+        the read) is not. A refusal is kept: the archive is refused for the job from then on.
+        """
+        if self.config.trusted:
+            return
+        with self._lock:
+            if self._refused is not None:
+                raise self._refused
+            held = self.holdings().held
+            windows = []
+            for split in sorted(set(log_start) - self._checked):
+                window = overlap_window(held.get(split, []), log_start[split], self.config.check_offsets)
+                if window is not None:
+                    windows.append(HistoryRange(split, *window))
+            if windows:
+                found = _differences(self.rows(windows), kafka_rows(windows))
+                if any(kind == "kafka lacks" for _, _, kind in found):
+                    after = admin.earliest_offsets(sorted({s for s, _, _ in found}))
+                    found = [d for d in found if not (d[2] == "kafka lacks" and d[1] < after.get(d[0], 0))]
+                if found:
+                    shown = "; ".join(f"{split} offset {o}: {_WHAT[kind]}"
+                                      for split, o, kind in found[:DIFFERENCES_SHOWN])
+                    checked = ", ".join(f"{w.split} {w.start}..{w.end - 1}" for w in windows)
+                    self._refused = ArchiveError(
+                        f"archive {self.config.path} differs from Kafka where both hold offsets ({shown}; "
+                        f"compared: {checked}): an archive not trusted must hold this topic's records as "
+                        "Kafka gave them (a recreated topic's old records, or a transformed table, are not)")
+                    logger.error('archive refused path="%s" differences=%d first="%s"', self.config.path,
+                                 len(found), shown)
+                    raise self._refused
+                logger.info('archive checked against Kafka path="%s" splits=%d offsets=%d', self.config.path,
+                            len(windows), sum(w.size for w in windows))
+            self._checked.update(log_start)
 
     def rows(self, ranges: Sequence[HistoryRange], session: SparkSession | None = None) -> DataFrame:
         """The archive's records of ``ranges`` at its pinned version, as Kafka's columns and types."""
@@ -121,10 +183,17 @@ class ArchiveTable:
 class ArchiveTier:
     """One job's view of its source's archives (in order): holdings pinned at first use, plans and reads."""
 
-    def __init__(self, spark: SparkSession, configs: Sequence[ArchiveConfig], admin: KafkaAdmin) -> None:
+    def __init__(self, spark: SparkSession, configs: Sequence[ArchiveConfig], admin: KafkaAdmin,
+                 kafka_rows: KafkaRows | None = None) -> None:
+        """The archives of ``configs``, in order, planned at ``admin``'s log starts.
+
+        ``kafka_rows``: the source's Kafka reads, for comparing untrusted archives with Kafka where both
+        hold offsets (:meth:`ArchiveTable.check`); None: not compared (a plan without Kafka reads).
+        """
         self.spark = spark
         self.tables = [ArchiveTable(spark, c) for c in configs]
         self.admin = admin
+        self.kafka_rows = kafka_rows
 
     def held(self) -> dict[str, list[tuple[int, int]]]:
         """What the archives hold per split, all of them (verify's log below the log start, ``earliest``)."""
@@ -140,6 +209,9 @@ class ArchiveTier:
             return plan
         holdings = [t.holdings().held for t in self.tables]
         log_start = self.admin.earliest_offsets(sorted({r.split for r in ranges}))
+        if self.kafka_rows is not None:
+            for table in self.tables:
+                table.check(log_start, self.kafka_rows, self.admin)
         for r in ranges:
             start = log_start.get(r.split, 0)
             usable_by = [usable(held.get(r.split, []), start, source, trusted=t.config.trusted)
@@ -175,3 +247,32 @@ def _check_archive(path: str, holdings: ArchiveHoldings) -> None:
         msg = (f"archive {path} holds {holdings.duplicates} offsets more than once at version "
                f"{holdings.version}: it is not one copy of the log, and its rows would be copied twice")
         raise ArchiveError(msg)
+
+
+_WHAT = {"archive lacks": "Kafka has a record the archive lacks",
+         "kafka lacks": "the archive holds a record Kafka does not return",
+         "differs": "the records differ"}
+
+
+def _differences(archive: DataFrame, kafka: DataFrame) -> list[tuple[str, int, str]]:
+    """Offsets where ``archive`` and ``kafka`` (both Kafka's columns) differ: (split, offset, kind).
+
+    The first :data:`DIFFERENCES_SHOWN` times 20, by split and offset (one Spark job, a full outer join).
+    """
+    from pyspark.sql import functions as F  # noqa: N812
+
+    from source_backfill.core.splits import split_id
+
+    columns = [*COMPARED] + [c for c in ("headers",) if c in archive.columns and c in kafka.columns]
+    keys = ["topic", "partition", "offset"]
+    a = archive.select(*keys, *[F.col(c).alias(f"a_{c}") for c in columns], F.lit(True).alias("in_a"))
+    k = kafka.select(*keys, *[F.col(c).alias(f"k_{c}") for c in columns], F.lit(True).alias("in_k"))
+    same = F.lit(True)
+    for c in columns:
+        same = same & F.col(f"a_{c}").eqNullSafe(F.col(f"k_{c}"))
+    kind = (F.when(F.col("in_a").isNull(), "archive lacks").when(F.col("in_k").isNull(), "kafka lacks")
+            .when(~same, "differs"))
+    rows = (a.join(k, keys, "full_outer").select("topic", "partition", "offset", kind.alias("kind"))
+            .where(F.col("kind").isNotNull()).orderBy("topic", "partition", "offset")
+            .limit(DIFFERENCES_SHOWN * 20).collect())
+    return [(split_id(r["topic"], r["partition"]), int(r["offset"]), r["kind"]) for r in rows]

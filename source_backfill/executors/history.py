@@ -68,7 +68,7 @@ class HistoryReader:
         self.connector = connector
         self.history_source = history_source
         #: The source's archive as this job reads it; None: Kafka alone (no archive, or ``kafka``).
-        self.archive = (ArchiveTier(spark, source.archives, admin)
+        self.archive = (ArchiveTier(spark, source.archives, admin, kafka_rows=connector.read_ranges)
                         if source.archives and history_source != "kafka" else None)
         #: ``on_data_loss(split, offsets)``: lost history counted (the job's metrics, which pick the
         #: splits with series of their own); None: the job-level counter only.

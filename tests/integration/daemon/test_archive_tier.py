@@ -20,15 +20,18 @@ from tests.integration.daemon.conftest import finished, job_of, job_spec, metric
 pytestmark = pytest.mark.integration
 
 PARTITIONS = 2
+#: The timestamp of the archive's records (:func:`_archive`): records sent with it are the archive's
+#: where both hold them (an untrusted archive is compared with Kafka there).
+TS_MS = 1_700_000_000_000
 
 
 def _archive(path: Path, topic: str, upto: int, *, skip: dict[int, range] | None = None,
-             twice: dict[int, int] | None = None) -> None:
-    """The records ``Producer.send(n, 2)`` wrote, offsets ``[0, upto)`` per partition, as Kafka's columns.
+             twice: dict[int, int] | None = None, changed: dict[int, int] | None = None) -> None:
+    """The records ``Producer.send(n, 2, timestamp_ms=TS_MS)`` wrote, offsets ``[0, upto)`` per partition.
 
     Record ``i`` went to partition ``i % 2`` at offset ``i // 2`` (key ``i``, value ``v<i>``). ``skip``:
     offsets left out per partition (a gap, as transaction markers leave); ``twice``: an offset per
-    partition written a second time.
+    partition written a second time; ``changed``: an offset per partition whose value is not Kafka's.
     """
     import pyarrow as pa
     from deltalake import write_deltalake
@@ -38,9 +41,10 @@ def _archive(path: Path, topic: str, upto: int, *, skip: dict[int, range] | None
 
     def add(partition: int, offset: int) -> None:
         i = offset * PARTITIONS + partition
-        for column, value in (("key", str(i).encode()), ("value", f"v{i}".encode()), ("topic", topic),
+        value = f"x{i}" if (changed or {}).get(partition) == offset else f"v{i}"
+        for column, value in (("key", str(i).encode()), ("value", value.encode()), ("topic", topic),
                               ("partition", partition), ("offset", offset),
-                              ("timestamp", 1_700_000_000_000_000), ("timestampType", 0)):
+                              ("timestamp", TS_MS * 1000), ("timestampType", 0)):
             rows[column].append(value)
 
     for partition in range(PARTITIONS):
@@ -71,7 +75,7 @@ def test_history_below_the_log_start_comes_from_the_archive_then_kafka_then_live
 
     topic = new_topic(PARTITIONS)
     producer = producer_for(topic)
-    producer.send(800, PARTITIONS)  # offsets 0..399 per partition
+    producer.send(800, PARTITIONS, timestamp_ms=TS_MS)  # offsets 0..399 per partition
     # the archive holds 0..299 of each partition but 50..59 of partition 0 (a gap); Kafka keeps 200..
     _archive(tmp_path / "archive", topic, 300, skip={0: range(50, 60)})
     sids = [f"{topic}:{p}" for p in range(PARTITIONS)]
@@ -273,7 +277,7 @@ def test_two_archives_in_order_then_kafka_then_live_each_record_once(
 
     topic = new_topic(PARTITIONS)
     producer = producer_for(topic)
-    producer.send(800, PARTITIONS)  # offsets 0..399 per partition
+    producer.send(800, PARTITIONS, timestamp_ms=TS_MS)  # offsets 0..399 per partition
     _archive(tmp_path / "old", topic, 100)
     _archive(tmp_path / "recent", topic, 250, skip={p: range(0, 100) for p in range(PARTITIONS)})
     sids = [f"{topic}:{p}" for p in range(PARTITIONS)]
@@ -288,3 +292,41 @@ def test_two_archives_in_order_then_kafka_then_live_each_record_once(
     assert metric_total(metrics.JOB_HISTORY_TIER_OFFSETS, job="both", tier="archive") == 2 * 200
     assert metric_total(metrics.JOB_HISTORY_TIER_OFFSETS, job="both", tier="kafka") == 2 * 200
     assert metric_total(metrics.JOB_HISTORY_TIER_OFFSETS, job="both", tier="gap") == 0
+
+
+def test_an_untrusted_archive_is_compared_with_kafka_where_both_hold_offsets_and_refused_if_it_differs(
+    daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path
+):
+    """Kafka keeps offsets 100.. of each partition, the archives hold 0..249: before a job reads one below
+    the log start, its first ``check_offsets`` offsets from the log start are compared with Kafka's records.
+    A value that differs at the window's last offset refuses it (the job fails, naming split and offset);
+    one offset past the window it is not seen (and Kafka's record is the one copied there); a hole where
+    Kafka has a record refuses it too."""
+    from connectors.kafka.admin import KafkaAdmin
+
+    topic = new_topic(PARTITIONS)
+    producer_for(topic).send(600, PARTITIONS, timestamp_ms=TS_MS)  # offsets 0..299 per partition
+    sids = [f"{topic}:{p}" for p in range(PARTITIONS)]
+    assert KafkaAdmin(kafka_bootstrap).delete_records(dict.fromkeys(sids, 100)) == dict.fromkeys(sids, 100)
+    _archive(tmp_path / "changed", topic, 250, changed={1: 149})
+    _archive(tmp_path / "holed", topic, 250, skip={0: range(120, 121)})
+    cases = [  # (job, archive, check_offsets, refusal expected in the error)
+        ("edge", "changed", 50, f"{topic}:1 offset 149: the records differ"),
+        ("past", "changed", 49, None),
+        ("hole", "holed", 1000, f"{topic}:0 offset 120: Kafka has a record the archive lacks"),
+    ]
+    for name, archive, check_offsets, refusal in cases:
+        d = daemon_factory([topic], [job_spec(name, tmp_path)], state_root=tmp_path / f"state-{name}",
+                           archive={"path": str(tmp_path / archive), "check_offsets": check_offsets},
+                           starting_offsets="latest")
+        if refusal is None:
+            want = sorted((p, o, f"v{o * PARTITIONS + p}") for p in range(PARTITIONS) for o in range(300))
+            wait_for(lambda n=name, w=want: finished(d, n) and _table_records(tmp_path / n) == w, timeout=120,
+                     what=f"{name}: the archive below the log start, Kafka's records above it")
+            assert d.registry.get(name).error is None
+        else:
+            wait_for(lambda n=name: d.registry.get(n).error, what=f"{name}: the archive refused")
+            error = d.registry.get(name).error
+            assert refusal in error and "differs from Kafka" in error, error
+            assert job_of(d, name) is None
+        d.stop()

@@ -184,6 +184,7 @@ def test_an_archive_is_the_source_s_and_a_job_only_chooses_to_use_it(tmp_path):
     s = load_settings(write(tmp_path, ARCHIVE))
     archive = s.source("events").archive
     assert archive is not None and archive.path == "/data/bronze" and archive.trusted is False
+    assert archive.check_offsets == 1000  # an untrusted archive is compared with Kafka where both hold
     assert s.jobs[0].history_source == "auto"
     with_job = ARCHIVE.replace("rate_limit = 500", 'rate_limit = 500\nhistory_source = "archive"')
     assert load_settings(write(tmp_path, with_job)).jobs[0].history_source == "archive"
@@ -200,6 +201,10 @@ def test_an_archive_is_the_source_s_and_a_job_only_chooses_to_use_it(tmp_path):
         (ARCHIVE.replace('path = "/data/bronze"', 'path = ""'), "path"),
         (ARCHIVE.replace('path = "/data/bronze"', 'path = "/b", trusted = "yes please"'), "trusted"),
         (ARCHIVE.replace('path = "/data/bronze"', 'path = "/b", extra = 1'), "extra"),
+        (ARCHIVE.replace('path = "/data/bronze"', 'path = "/b", check_offsets = -1'), "check_offsets"),
+        (ARCHIVE.replace('path = "/data/bronze"', 'path = "/b", check_offsets = 1e12'), "check_offsets"),
+        (ARCHIVE.replace('path = "/data/bronze"', 'path = "/b", check_offsets = "all"'), "check_offsets"),
+        (ARCHIVE.replace('path = "/data/bronze"', 'path = "/b", check_offsets = 10_000_001'), "check_offsets"),
     ],
 )
 def test_archive_settings_attacked_are_refused_saying_which(tmp_path, text, needle):

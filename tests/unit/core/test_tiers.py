@@ -103,3 +103,29 @@ def test_a_second_archive_fills_the_first_one_s_hole_and_the_rest_is_kafka():
     assert [(s.tier, s.start, s.end, s.archive) for s in segments] == [
         (Tier.ARCHIVE, 0, 10, 0), (Tier.ARCHIVE, 10, 15, 1), (Tier.GAP, 15, 20, 0),
         (Tier.ARCHIVE, 20, 30, 0), (Tier.LOSS, 30, 90, 0), (Tier.KAFKA, 90, 100, 0)]
+
+
+@given(held=ranges, log_start=st.integers(0, 70), offsets=st.integers(0, 30))
+def test_the_overlap_window_is_the_first_offsets_of_the_archive_s_span_kafka_still_holds(held, log_start,
+                                                                                       offsets):
+    """Against the rule spelled out offset by offset: the offsets ``o >= log_start`` inside the archive's
+    span (from its first held offset to the end of its last range), the first ``offsets`` of them."""
+    from source_backfill.core.tiers import overlap_window
+
+    ranges_ = normalized(held)
+    span = range(ranges_[0][0], ranges_[-1][1]) if ranges_ else range(0)
+    want = [o for o in span if o >= log_start][:offsets]
+    window = overlap_window(held, log_start, offsets)
+    assert (list(range(*window)) if window else []) == want
+    assert window is None or window[1] > window[0]
+
+
+def test_the_overlap_window_at_its_edges():
+    from source_backfill.core.tiers import overlap_window
+
+    assert overlap_window([(0, 300)], 200, 1000) == (200, 300)  # to the archive's end
+    assert overlap_window([(0, 300)], 200, 50) == (200, 250)  # check_offsets of it
+    assert overlap_window([(0, 200)], 200, 50) is None  # ends at the log start: nothing overlaps
+    assert overlap_window([(0, 300)], 200, 0) is None  # check_offsets = 0: not compared
+    assert overlap_window([(250, 300)], 100, 1000) == (250, 300)  # the archive starts above the log start
+    assert overlap_window([(0, 100), (250, 300)], 200, 1000) == (200, 300)  # a hole at the log start: in it
