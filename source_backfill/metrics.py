@@ -133,6 +133,13 @@ JOB_HISTORY_TIER_OFFSETS = Counter(
     "after a failure counts again.",
     ["job", "tier"],
 )
+JOB_HISTORY_BROKER_BYTES = Counter(
+    PREFIX + "job_history_broker_bytes",
+    "Bytes of the records (key + value) the job's history reads fetched from Kafka, the live stream aside: "
+    "0 for what its source's archive served. Counted as each read's records are copied (a read cut short "
+    "counts what it read).",
+    ["job"],
+)
 JOB_REPAIRS = Counter(
     PREFIX + "job_repairs",
     "Repairs of the job's rows (POST /jobs/{name}/repair) by outcome: done (committed, or nothing of the "

@@ -86,11 +86,12 @@ class KafkaConnector(ABC):
     @abstractmethod
     def stage(self, sink: Stager, ranges: Sequence[HistoryRange], after_epoch: int,
               on_folder: Callable[[Path], None] | None, *, tasks: int, niceness: int,
-              ) -> tuple[StagedFiles, dict[str, int]]:
+              on_bytes: Callable[[int], None] | None = None) -> tuple[StagedFiles, dict[str, int]]:
         """Copy the records of ``ranges`` into staged files of ``sink``: the files, records per split.
 
         ``tasks``: Spark tasks of the copy; ``niceness``: the CPU niceness of a copy that runs in
-        Python workers. Splits that copied no record are left out of the counts.
+        Python workers. Splits that copied no record are left out of the counts. ``on_bytes(n)``: the
+        records' bytes the copy fetched (:func:`connectors.kafka.ranges.record_bytes`), told once it is done.
         """
 
     # -- what is the same ------------------------------------------------------------------------------

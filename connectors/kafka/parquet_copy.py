@@ -35,8 +35,10 @@ def write_ranges_parquet(
     fail_on_data_loss: bool = True,
     poll_timeout_s: float = DEFAULT_POLL_TIMEOUT_MS / 1000.0,
     niceness: int = 0,
-) -> dict[str, int]:
-    """Copy the records of ``ranges`` into Parquet files in ``folder`` (one per range); rows per split.
+) -> tuple[dict[str, int], int]:
+    """Copy the records of ``ranges`` into Parquet files in ``folder`` (one per range); rows per split, bytes.
+
+    The bytes are the records' ``len(key) + len(value)`` (:func:`connectors.kafka.ranges.record_bytes`).
 
     The files have the source's Arrow schema (what Spark would write for its rows, headers left out).
     Meant to run in a Spark task: reading and writing stay in Arrow and pyarrow's Parquet writer, a
@@ -45,11 +47,13 @@ def write_ranges_parquet(
     (transaction markers, compaction) writes no file.
     """
 
-    def copy() -> Iterator[dict[str, int]]:
+    def copy() -> Iterator[tuple[dict[str, int], int]]:
         import pyarrow as pa
+        import pyarrow.compute as pc
         import pyarrow.parquet as pq
 
         rows: dict[str, int] = {}
+        fetched = 0
         for rng in ranges:
             path = f"{folder}/part-{rng.topic}-{rng.partition}-{rng.start}-{uuid.uuid4().hex[:8]}.parquet"
             writer = None
@@ -61,6 +65,8 @@ def write_ranges_parquet(
                     pending.append(batch)
                     pending_rows += batch.num_rows
                     rows[rng.split_id] = rows.get(rng.split_id, 0) + batch.num_rows
+                    for column in ("key", "value"):
+                        fetched += pc.sum(pc.binary_length(batch.column(column))).as_py() or 0
                     if pending_rows >= ROW_GROUP_ROWS:
                         writer = writer or pq.ParquetWriter(path, batch.schema, compression="snappy")
                         writer.write_table(pa.Table.from_batches(pending))
@@ -71,7 +77,7 @@ def write_ranges_parquet(
             finally:
                 if writer is not None:
                     writer.close()
-        yield rows
+        yield rows, fetched
 
     produced = list(niced(copy, niceness)) if niceness > 0 else list(copy())
     return produced[0]

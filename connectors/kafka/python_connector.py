@@ -65,7 +65,7 @@ class PythonKafkaConnector(KafkaConnector):
 
     def stage(self, sink: Stager, ranges: Sequence[HistoryRange], after_epoch: int,
               on_folder: Callable[[Path], None] | None, *, tasks: int, niceness: int,
-              ) -> tuple[StagedFiles, dict[str, int]]:
+              on_bytes: Callable[[int], None] | None = None) -> tuple[StagedFiles, dict[str, int]]:
         """The connector's range reader and pyarrow's Parquet writer in ``tasks`` Spark tasks.
 
         The rows need no transform, so they skip Spark's row conversion (a third of the CPU of a
@@ -89,9 +89,11 @@ class PythonKafkaConnector(KafkaConnector):
                                                       poll_timeout_s=poll_timeout_s))
                 .collect()
             )
-            for rows in copied:
+            for rows, fetched in copied:
                 for split, n in rows.items():
                     counts[split] = counts.get(split, 0) + n
+                if on_bytes is not None:
+                    on_bytes(fetched)
 
         staged = sink.stage_files(write, after_epoch, on_folder)
         return staged, {s: n for s, n in counts.items() if n}

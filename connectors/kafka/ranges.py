@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from operator import is_not
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import (
@@ -35,6 +35,9 @@ from pyspark.sql.types import (
 )
 
 from source_backfill.errors import DataLossError, KafkaConnectorError, UnknownTopicError
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +66,17 @@ def kafka_schema(include_headers: bool = False) -> StructType:
         header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
         fields.append(StructField("headers", ArrayType(header)))
     return StructType(fields)
+
+
+def record_bytes() -> Column:
+    """A Kafka record's bytes as this service counts what it fetched: ``len(key) + len(value)`` (null: 0).
+
+    The payload, not the wire: the broker's batch headers and compression are not in it. The Arrow copy
+    counts the same (:func:`connectors.kafka.parquet_copy.write_ranges_parquet`).
+    """
+    from pyspark.sql import functions as F  # noqa: N812
+
+    return F.coalesce(F.octet_length("key"), F.lit(0)) + F.coalesce(F.octet_length("value"), F.lit(0))
 
 
 # -- partitions ----------------------------------------------------------------------------------------

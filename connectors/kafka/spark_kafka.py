@@ -25,14 +25,18 @@ Transactions: both connectors read with ``isolation.level = read_committed`` unl
 from __future__ import annotations
 
 import json
+import logging
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from connectors.kafka.connector import KafkaConnector, Stager, poll_timeout_ms
+from connectors.kafka.ranges import record_bytes
 from connectors.kafka.staged import StagedProgress
+from connectors.observe import observed
 from source_backfill.core.splits import parse_split_id
-from source_backfill.errors import DataLossError
+from source_backfill.errors import DataLossError, SourceBackfillError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -41,7 +45,11 @@ if TYPE_CHECKING:
     from source_backfill.config import SourceConfig
     from source_backfill.core import HistoryRange
 
+logger = logging.getLogger(__name__)
+
 SPARK_KAFKA_FORMAT = "kafka"
+#: How long a staged copy waits for its observed bytes after the copy (they only feed what is shown).
+STAGE_OBSERVE_TIMEOUT_S = 10.0
 #: Rows per second of the tick stream (all filtered out; it only makes every trigger a micro-batch).
 TICK_ROWS_PER_SECOND = 1
 #: Attempts of Spark's driver-side offset fetch (``fetchOffset.numRetries``, Spark's default).
@@ -105,12 +113,25 @@ class SparkKafkaConnector(KafkaConnector):
 
     def stage(self, sink: Stager, ranges: Sequence[HistoryRange], after_epoch: int,
               on_folder: Callable[[Path], None] | None, *, tasks: int, niceness: int,
-              ) -> tuple[StagedFiles, dict[str, int]]:
+              on_bytes: Callable[[int], None] | None = None) -> tuple[StagedFiles, dict[str, int]]:
         """Spark copies the rows of :meth:`read_ranges` in ``tasks`` tasks; the files tell the counts.
 
-        ``niceness`` is not used: the copy runs in Spark's JVM.
+        ``niceness`` is not used: the copy runs in Spark's JVM. The bytes are observed as it copies.
         """
-        staged = sink.stage_dataframe(self.read_ranges(ranges).coalesce(tasks), after_epoch, on_folder)
+        rows = self.read_ranges(ranges)
+        observation = None
+        if on_bytes is not None:
+            from pyspark.sql import Observation
+            from pyspark.sql import functions as F  # noqa: N812
+
+            observation = Observation(f"stage-bytes-{uuid.uuid4().hex}")
+            rows = rows.observe(observation, F.sum(record_bytes()).alias("bytes"))
+        staged = sink.stage_dataframe(rows.coalesce(tasks), after_epoch, on_folder)
+        if observation is not None and on_bytes is not None:
+            try:
+                on_bytes(int(observed(observation, STAGE_OBSERVE_TIMEOUT_S).get("bytes") or 0))
+            except SourceBackfillError:  # the copy is done; only the figure shown is missing
+                logger.debug("staged bytes not observed", exc_info=True)
         progress = StagedProgress()
         progress.folder = staged.folder
         return staged, {split: n for split, (n, _) in progress.read().items()}

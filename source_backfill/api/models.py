@@ -208,6 +208,9 @@ class JobView(BaseModel):
     #: planned per tier since the daemon started: ``archive``, ``kafka``, ``gap`` (below the log start,
     #: not held by the archive: read as nothing), ``loss``. ``null`` for the other jobs.
     history_tiers: dict[str, int] | None = None
+    #: Kafka jobs: bytes of the records (key + value) its history reads fetched from the broker since the
+    #: daemon started, the live stream aside (0 for what the source's archive served). ``null``: table jobs.
+    history_broker_bytes: int | None = None
     #: The job's repairs: pending ones, then the last finished ones since the daemon started.
     repairs: list[RepairView] = Field(default_factory=list)
 
@@ -253,6 +256,7 @@ class JobView(BaseModel):
             if progress is not None and progress.live_latency else None,
             history_tiers=dict(progress.history_tiers)
             if progress is not None and progress.history_tiers is not None else None,
+            history_broker_bytes=progress.history_broker_bytes if progress is not None else None,
             repairs=[RepairView(**r) for r in repairs or []],
         )
 

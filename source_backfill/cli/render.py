@@ -88,11 +88,17 @@ def latency_text(job: dict[str, Any]) -> str | None:
 
 
 def tiers_text(job: dict[str, Any]) -> str | None:
-    """``history from archive 390, kafka 400, gap 10`` (a job reading its source's archive), else None."""
+    """Where a job reading its source's archive took its history from, else None.
+
+    ``history from archive 390, kafka 400, gap 10; 6,400 bytes from the broker``: offsets per tier, then
+    the record bytes its Kafka reads fetched.
+    """
     tiers = job.get("history_tiers")
     if not tiers:
         return None
-    return "history from " + _tiers_line(tiers)
+    fetched = job.get("history_broker_bytes")
+    broker = f"; {fetched:,} bytes from the broker" if fetched is not None else ""
+    return "history from " + _tiers_line(tiers) + broker
 
 
 def _tiers_line(tiers: dict[str, int]) -> str:

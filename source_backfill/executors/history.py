@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from connectors.kafka.staged import StagedProgress as StagedProgress  # a read ahead's progress
+from connectors.observe import arrived
+from connectors.observe import observed as observed  # reading an observation with a deadline
 from source_backfill import metrics
 from source_backfill.core import HistoryRange, parse_split_id
 from source_backfill.core.governor import pieces_for_tasks
@@ -45,10 +48,11 @@ logger = logging.getLogger(__name__)
 #: on a busy machine the live stream's work gets the CPU first; on an idle one the copy runs at full speed.
 #: bench_backfill, three runs each: niceness 10 kept live p99 at 1.05-1.15x, niceness 0 at 1.05-1.56x.
 READ_AHEAD_NICENESS = 10
-#: How long the observed history counts may take to arrive after the write finished (in an epoch; a
-#: read ahead waits less: its counts only feed the rows shown).
-OBSERVE_TIMEOUT_S = 60.0
+#: How long a read ahead waits for its observed counts (an epoch waits ``OBSERVE_TIMEOUT_S``): they only
+#: feed the rows shown.
 READ_AHEAD_OBSERVE_TIMEOUT_S = 10.0
+#: How long a history read's byte count may wait for its action; a read never run counts nothing after.
+PENDING_BYTES_S = 600.0
 
 
 class HistoryReader:
@@ -56,11 +60,12 @@ class HistoryReader:
 
     def __init__(self, spark: SparkSession, source: SourceConfig, admin: KafkaAdmin, *,
                  connector: KafkaConnector, on_data_loss: Callable[[str, int], None] | None = None,
-                 history_source: HistorySource = "auto") -> None:
+                 history_source: HistorySource = "auto", job: str | None = None) -> None:
         """``connector``: the source's (one per source: the kind is chosen once, by ``connector_for``).
 
         ``history_source``: the job's (``auto``, ``kafka``, ``archive``); with the source's archive the
         ranges are cut by tier (:mod:`source_backfill.executors.archive_tier`) before they are read.
+        ``job``: the job the reads are for (``job_history_broker_bytes_total`` counts under it).
         """
         self.spark = spark
         self.source = source
@@ -77,12 +82,62 @@ class HistoryReader:
         self._lost_to: dict[str, int] = {}
         #: History offsets planned per tier (with an archive), as the metric counts them.
         self._tiers_planned: dict[str, int] = {}
+        self.job = job
+        #: Record bytes the reads fetched from Kafka (:meth:`broker_bytes`), and the observations of
+        #: DataFrame reads whose action has not finished yet (with when they were made).
+        self._broker_bytes = 0
+        self._pending: list[tuple[float, Observation]] = []
+        self._bytes_lock = threading.Lock()
 
     def tier_offsets(self) -> dict[str, int] | None:
         """History offsets planned per tier since the reader was made; None without an archive."""
         if self.archive is None:
             return None
         return {tier: self._tiers_planned.get(tier, 0) for tier in ("archive", "kafka", "gap", "loss")}
+
+    def broker_bytes(self) -> int:
+        """Record bytes (key + value) the job's history reads fetched from Kafka so far (not the archive's).
+
+        A DataFrame read counts once its first action finished (an observation on its Kafka part, read
+        here without waiting); a read that never runs (dropped, failed) counts nothing after
+        :data:`PENDING_BYTES_S`.
+        """
+        now = time.monotonic()
+        with self._bytes_lock:
+            waiting = []
+            for made, observation in self._pending:
+                if arrived(observation):
+                    try:
+                        self._fetched(int(observation.get.get("bytes") or 0))
+                    except Exception:  # noqa: BLE001 - a failed action: nothing fetched to count
+                        logger.debug("history bytes not observed", exc_info=True)
+                elif now - made < PENDING_BYTES_S:
+                    waiting.append((made, observation))
+            self._pending = waiting
+            return self._broker_bytes
+
+    def _fetched(self, n: int) -> None:
+        """``n`` record bytes fetched from Kafka: counted (the caller holds the lock, or it is taken)."""
+        self._broker_bytes += n
+        if n and self.job is not None:
+            metrics.JOB_HISTORY_BROKER_BYTES.labels(self.job).inc(n)
+
+    def _staged_bytes(self, n: int) -> None:
+        with self._bytes_lock:
+            self._fetched(n)
+
+    def _kafka_rows(self, ranges: Sequence[HistoryRange], session: SparkSession) -> DataFrame:
+        """Kafka's records of ``ranges`` (the source's connector), their bytes observed as they are read."""
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F  # noqa: N812
+
+        from connectors.kafka.ranges import record_bytes
+
+        rows = self.connector.read_ranges(ranges, session)
+        observation = Observation(f"history-bytes-{uuid.uuid4().hex}")
+        with self._bytes_lock:
+            self._pending.append((time.monotonic(), observation))
+        return rows.observe(observation, F.sum(record_bytes()).alias("bytes"))
 
     def earliest_offsets(self, splits: Sequence[str]) -> dict[str, int]:
         """Each split's first offset history can be read from: Kafka's log start, or the archive's first.
@@ -104,8 +159,9 @@ class HistoryReader:
         and is skipped without (counted when planned, :meth:`count_data_loss`).
         """
         session = session or self.spark
+        self.broker_bytes()  # what earlier reads fetched, counted now that they ran
         if self.archive is None:
-            return self.connector.read_ranges(ranges, session)
+            return self._kafka_rows(ranges, session)
         return self._plan_rows(self._tiers(ranges), session)
 
     def tier_plan(self, ranges: Sequence[HistoryRange]) -> TierPlan | None:
@@ -117,7 +173,7 @@ class HistoryReader:
         assert self.archive is not None  # noqa: S101 - callers check
         parts = []
         if plan.kafka:
-            parts.append(self.connector.read_ranges(plan.kafka, session))
+            parts.append(self._kafka_rows(plan.kafka, session))
         if plan.archive or not parts:
             parts.append(self.archive.rows(plan, session))
         rows = parts[0]
@@ -162,7 +218,7 @@ class HistoryReader:
             return self._stage_transformed(sink, self.rows(pieces), pieces, after_epoch, on_folder, transform,
                                            tasks)
         return self.connector.stage(sink, pieces, after_epoch, on_folder, tasks=tasks,
-                                    niceness=READ_AHEAD_NICENESS)
+                                    niceness=READ_AHEAD_NICENESS, on_bytes=self._staged_bytes)
 
     def _stage_transformed(
         self, sink: DeltaEpochSink, rows: DataFrame, ranges: Sequence[HistoryRange], after_epoch: int,
@@ -268,27 +324,3 @@ def count_per_split(rows: DataFrame, ranges: Sequence[HistoryRange],
         cond = (F.col("topic") == topic) & (F.col("partition") == partition)
         per_split.append(F.count_if(cond).alias(split))
     return rows.observe(observation, *per_split), observation
-
-
-def observed(observation: Observation, timeout_s: float = OBSERVE_TIMEOUT_S) -> dict[str, Any]:
-    """``observation.get`` (which has no deadline) bounded by ``timeout_s``.
-
-    Past it :class:`~source_backfill.errors.SourceBackfillError` (not a JobError: the job is fine).
-    """
-    box: dict[str, Any] = {}
-
-    def get() -> None:
-        try:
-            box["value"] = observation.get
-        except Exception as exc:  # noqa: BLE001 - handed to the caller
-            box["error"] = exc
-
-    waiter = threading.Thread(target=get, name="observation-get", daemon=True)
-    waiter.start()
-    waiter.join(timeout_s)
-    if "error" in box:
-        raise box["error"]
-    if "value" not in box:
-        msg = f"history row counts not observed within {timeout_s:.0f}s after the write"
-        raise SourceBackfillError(msg)
-    return dict(box["value"])

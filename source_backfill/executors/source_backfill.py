@@ -191,7 +191,8 @@ class SourceBackfillJob:
         self.latency = LatencyWindow()
         self._interval_s = source.trigger_interval_s
         self.history = HistoryReader(spark, source, admin, connector=connector,
-                                     on_data_loss=self._metrics.data_loss, history_source=spec.history_source)
+                                     on_data_loss=self._metrics.data_loss, history_source=spec.history_source,
+                                     job=spec.name)
         self.sink = DeltaEpochSink(spec.sink_path, spec.name, self.output_schema(), writer=spec.writer,
                                    on_conflict=metrics.COMMIT_CONFLICTS.labels(spec.name).inc)
         self.reads_ahead = spec.read_ahead and self.sink.writes_before_commit()

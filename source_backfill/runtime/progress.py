@@ -111,6 +111,9 @@ class JobProgress:
     #: Kafka jobs reading their source's archive: history offsets planned per tier (``archive``,
     #: ``kafka``, ``gap``, ``loss``) since the daemon started; None for the others.
     history_tiers: dict[str, int] | None = None
+    #: Kafka jobs: record bytes (key + value) the history reads fetched from Kafka since the daemon
+    #: started (what the archive served is not in it); None for table jobs.
+    history_broker_bytes: int | None = None
 
 
 def live_latency(window: LatencyWindow, now: float | None = None) -> LiveLatency:
@@ -171,6 +174,7 @@ def to_job_progress(job: SourceBackfillJob) -> JobProgress:
         last_error=job.last_error,
         live_latency=live_latency(job.latency),
         history_tiers=job.history.tier_offsets(),
+        history_broker_bytes=job.history.broker_bytes(),
     )
 
 

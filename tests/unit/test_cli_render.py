@@ -119,6 +119,8 @@ def test_a_job_reading_an_archive_shows_its_history_tiers_and_others_nothing():
     nothing = {"archive": 0, "kafka": 0, "gap": 0, "loss": 0}
     assert render_jobs([job(history_tiers=nothing)]).splitlines()[1] == "  history from nothing yet"
     assert len(render_jobs([job(history_tiers=None)]).splitlines()) == 1
+    fetched = render_jobs([job(history_tiers=tiers, history_broker_bytes=12_345)]).splitlines()[1]
+    assert fetched == "  history from archive 390, kafka 400, gap 10; 12,345 bytes from the broker"
 
 
 def test_a_dry_run_of_a_job_reading_an_archive_shows_each_split_s_tiers_and_the_total():

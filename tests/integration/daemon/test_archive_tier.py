@@ -112,6 +112,18 @@ def test_history_below_the_log_start_comes_from_the_archive_then_kafka_then_live
     want_tiers = {"archive": 390, "kafka": 400, "gap": 10, "loss": 0}
     wait_for(lambda: tiers("auto") == want_tiers, timeout=30, what=f"history_tiers {want_tiers}")
     assert tiers("kafka") is None
+    # bytes from the broker: the history's Kafka part (200..399), key + value, for both jobs (the kafka
+    # job reads the same offsets: it starts at the log start); the archive's part and live rows not in it
+    kafka_bytes = sum(2 * len(str(o * PARTITIONS + p)) + 1  # key "i", value "vi"
+                      for p in range(PARTITIONS) for o in range(200, 400))
+
+    def fetched(name: str) -> int | None:
+        return JobView.of(d.registry.get(name), d.registry.progress(name)).history_broker_bytes
+
+    for name in ("auto", "kafka"):
+        wait_for(lambda n=name: fetched(n) == kafka_bytes, timeout=30,
+                 what=f"{name}: {kafka_bytes} bytes from the broker (now {fetched(name)})")
+        assert metric_total(metrics.JOB_HISTORY_BROKER_BYTES, job=name) == kafka_bytes
 
     # verify across tiers: the archive stands for the log below the log start, Kafka's log above it
     import pyarrow as pa

@@ -225,8 +225,11 @@ def test_copy_to_parquet_writes_exactly_the_rows_the_source_reads(
     ends = KafkaAdmin(kafka_bootstrap).end_offsets([f"{topic}:0", f"{tx}:0"])
     ranges = [KafkaRange(topic, 0, 0, ends[f"{topic}:0"]), KafkaRange(topic, 1, 5, 17),
               KafkaRange(tx, 0, 0, ends[f"{tx}:0"])]
-    counts = write_ranges_parquet(ranges, kafka_bootstrap, {}, str(tmp_path), niceness=5)
+    counts, fetched = write_ranges_parquet(ranges, kafka_bootstrap, {}, str(tmp_path), niceness=5)
     assert counts == {f"{topic}:0": 30, f"{topic}:1": 12, f"{tx}:0": 3}
+    # key + value bytes of the records copied: b"k" and b"p<part>-<i>" (aborted records not among them)
+    want = sum(1 + len(f"p0-{i}") for i in range(30)) + sum(1 + len(f"p1-{i}") for i in range(5, 17))
+    assert fetched == want + len(b"c1-0c1-1c2-0")
     assert len(list(tmp_path.glob("*.parquet"))) == 3
 
     copied = spark.read.parquet(str(tmp_path))

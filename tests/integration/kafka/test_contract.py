@@ -58,6 +58,8 @@ def test_history_rows_are_exactly_the_records_of_the_ranges(spark, kafka_bootstr
                   if f"{topic}:{p}" == r.split and r.start <= o < r.end)
     assert _rows(df) == want
     assert len(want) == 20 + 4 + 3
+    # the read's bytes, counted once its action ran (key + value; these records have no key)
+    assert reader.broker_bytes() == sum(len(v) for *_, v in want)
 
 
 @pytest.mark.parametrize("connector", CONNECTORS)
@@ -119,6 +121,9 @@ def test_a_read_ahead_stages_exactly_the_rows_of_its_ranges(spark, kafka_bootstr
     ranges = (HistoryRange(f"{topic}:0", 3, 30), HistoryRange(f"{topic}:1", 0, 11))
     staged, counts = reader.stage(sink, ranges, after_epoch=-1)
     assert counts == {f"{topic}:0": 27, f"{topic}:1": 11}
+    # the records' key + value bytes fetched, once (no key; values "<part>-<i>"), the same for both connectors
+    fetched = sum(len(f"0-{i}") for i in range(3, 30)) + sum(len(f"1-{i}") for i in range(11))
+    assert reader.broker_bytes() == fetched
     assert staged.rows == 38
     files = sorted(staged.folder.rglob("*.parquet"))
     table = pq.ParquetDataset(files).read()

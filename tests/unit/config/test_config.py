@@ -204,7 +204,7 @@ def test_an_archive_is_the_source_s_and_a_job_only_chooses_to_use_it(tmp_path):
         (ARCHIVE.replace('path = "/data/bronze"', 'path = "/b", check_offsets = -1'), "check_offsets"),
         (ARCHIVE.replace('path = "/data/bronze"', 'path = "/b", check_offsets = 1e12'), "check_offsets"),
         (ARCHIVE.replace('path = "/data/bronze"', 'path = "/b", check_offsets = "all"'), "check_offsets"),
-        (ARCHIVE.replace('path = "/data/bronze"', 'path = "/b", check_offsets = 10_000_001'), "check_offsets"),
+        (ARCHIVE.replace('"/data/bronze"', '"/b", check_offsets = 10_000_001'), "check_offsets"),
     ],
 )
 def test_archive_settings_attacked_are_refused_saying_which(tmp_path, text, needle):
