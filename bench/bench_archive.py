@@ -11,7 +11,10 @@ for all of them). Timed from create to Finished (the same trigger phase: just af
 * ``archive.kafka_s``, ``archive.archive_s`` (medians), ``archive.ratio_vs_kafka`` = kafka / archive
   (goal >= 2.0: a columnar table should beat fetching from the broker);
 * ``archive.kafka_tier_offsets``: history offsets the archive job planned from Kafka (goal 0: its history
-  issues no broker read; the broker's own byte counters are not read here);
+  issues no broker read);
+* ``archive.broker_bytes``: record bytes (key + value) the archive copies' history reads fetched from the
+  broker (``job_history_broker_bytes_total``; goal 0), beside ``archive.kafka_broker_bytes``, the Kafka
+  copies' (each copy's, the median);
 * ``archive.kafka_read_s``, ``archive.archive_read_s``, ``archive.read_ratio_vs_kafka``: the seconds of
   the copies' reads ahead alone (without the epoch boundaries a copy waits for).
 
@@ -60,6 +63,7 @@ def main() -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="bench-archive-"))
     times: dict[str, list[float]] = {"kafka": [], "auto": []}
     reads: dict[str, list[float]] = {"kafka": [], "auto": []}
+    broker: dict[str, list[int]] = {"kafka": [], "auto": []}
     kafka_tier = 0.0
     read_s = ReadSeconds()
     try:
@@ -87,6 +91,7 @@ def main() -> dict[str, Any]:
                 try:
                     read_s.start()
                     seconds = _copy(daemon, f"h{i}", work / f"table-{tag}", history_source=source)
+                    fetched = daemon.sources["bench"].jobs[f"h{i}"].history.broker_bytes()
                 finally:
                     daemon.stop()
                 copied = DeltaTable(str(work / f"table-{tag}")).to_pyarrow_dataset().count_rows()
@@ -96,6 +101,7 @@ def main() -> dict[str, Any]:
                 if i < 2:
                     continue
                 times[source].append(round(seconds, 2))
+                broker[source].append(fetched)
                 reads[source].append(round(read_s.total, 2))
                 if source == "auto":
                     kafka_tier += sum(s.value for m in metrics.JOB_HISTORY_TIER_OFFSETS.collect()
@@ -118,6 +124,8 @@ def main() -> dict[str, Any]:
         "archive.kafka_runs_s": times["kafka"],
         "archive.archive_runs_s": times["auto"],
         "archive.kafka_tier_offsets": int(kafka_tier),
+        "archive.broker_bytes": int(statistics.median(broker["auto"])),
+        "archive.kafka_broker_bytes": int(statistics.median(broker["kafka"])),
         "archive.kafka_read_s": statistics.median(reads["kafka"]),
         "archive.archive_read_s": statistics.median(reads["auto"]),
         "archive.read_ratio_vs_kafka": round(statistics.median(reads["kafka"])
@@ -126,7 +134,9 @@ def main() -> dict[str, Any]:
     result.update(half)
     print(f"  history from the archive {archive_s:.1f}s vs from Kafka {kafka_s:.1f}s: ratio "
           f"{result['archive.ratio_vs_kafka']} (goal >= 2.0); Kafka offsets planned by the archive job: "
-          f"{result['archive.kafka_tier_offsets']} (goal 0)", flush=True)
+          f"{result['archive.kafka_tier_offsets']} (goal 0); bytes from the broker: archive copy "
+          f"{result['archive.broker_bytes']:,} (goal 0), Kafka copy {result['archive.kafka_broker_bytes']:,}",
+          flush=True)
     return result
 
 

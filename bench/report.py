@@ -89,6 +89,8 @@ GOALS = (
          "Kafka, same width", "≥ 2.0", _at_least(2.0)),
     Goal("archive.kafka_tier_offsets", "history offsets that archive copy planned from Kafka", "0",
          lambda v, _: v == 0),
+    Goal("archive.broker_bytes", "record bytes that archive copy's history reads fetched from the broker "
+         "(`job_history_broker_bytes_total`)", "0", lambda v, _: v == 0),
     Goal("archive.half.exactly_once", "a job whose history's first half is only in the archive and second "
          "half only in Kafka, under a live producer: exactly once across the tiers (1)", "1",
          lambda v, _: v == 1),
