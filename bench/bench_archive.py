@@ -63,7 +63,7 @@ def main() -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="bench-archive-"))
     times: dict[str, list[float]] = {"kafka": [], "auto": []}
     reads: dict[str, list[float]] = {"kafka": [], "auto": []}
-    broker: dict[str, list[int]] = {"kafka": [], "auto": []}
+    from_broker: dict[str, list[int]] = {"kafka": [], "auto": []}
     kafka_tier = 0.0
     read_s = ReadSeconds()
     try:
@@ -101,7 +101,7 @@ def main() -> dict[str, Any]:
                 if i < 2:
                     continue
                 times[source].append(round(seconds, 2))
-                broker[source].append(fetched)
+                from_broker[source].append(fetched)
                 reads[source].append(round(read_s.total, 2))
                 if source == "auto":
                     kafka_tier += sum(s.value for m in metrics.JOB_HISTORY_TIER_OFFSETS.collect()
@@ -124,8 +124,8 @@ def main() -> dict[str, Any]:
         "archive.kafka_runs_s": times["kafka"],
         "archive.archive_runs_s": times["auto"],
         "archive.kafka_tier_offsets": int(kafka_tier),
-        "archive.broker_bytes": int(statistics.median(broker["auto"])),
-        "archive.kafka_broker_bytes": int(statistics.median(broker["kafka"])),
+        "archive.broker_bytes": int(statistics.median(from_broker["auto"])),
+        "archive.kafka_broker_bytes": int(statistics.median(from_broker["kafka"])),
         "archive.kafka_read_s": statistics.median(reads["kafka"]),
         "archive.archive_read_s": statistics.median(reads["auto"]),
         "archive.read_ratio_vs_kafka": round(statistics.median(reads["kafka"])

@@ -278,13 +278,17 @@ class Daemon:
         archives = config.archives if spec.history_source != "kafka" else []
 
         def run() -> Any:  # noqa: ANN401 - a VerifyResult
-            held = None
+            held = for_timestamp = None
             if archives:  # the archive tier: the archives stand for the log below the log start
-                from connectors.delta.archive import archive_holdings
+                from connectors.delta.archive import archive_holdings, offsets_for_timestamp
                 from source_backfill.core.tiers import merged
 
                 held = merged(archive_holdings(a.path, unique_offsets=a.trusted).held for a in archives)
-            return verify_job(spec.sink_path, name, admin, bootstrap, options, start=spec.start, archive=held)
+
+                def for_timestamp(splits: list[str], ts_ms: int) -> dict[str, int]:  # as the attach did
+                    return offsets_for_timestamp(admin, [(a.path, None) for a in archives], splits, ts_ms)
+            return verify_job(spec.sink_path, name, admin, bootstrap, options, start=spec.start, archive=held,
+                              for_timestamp=for_timestamp)
 
         return run
 

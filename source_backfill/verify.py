@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -366,6 +366,7 @@ def verify_job(
     batch_rows: int = 65_536,
     timeout_s: float = 600.0,
     archive: Mapping[str, Sequence[tuple[int, int]]] | None = None,
+    for_timestamp: Callable[[list[str], int], dict[str, int]] | None = None,
 ) -> VerifyResult:
     """Check a Kafka job's table against the log, offset by offset, up to the job's committed positions.
 
@@ -379,7 +380,9 @@ def verify_job(
     ``archive``: the offsets per split the job's source archive holds (a job reading it: the archive
     tier). Below the log start the archive stands for the log: from its first offset, each offset it
     holds must be in the table once and no other (its gaps hold none); from the log start on, Kafka's
-    log as above.
+    log as above. ``for_timestamp(splits, ts_ms)``: how the job resolved a timestamp start (default
+    Kafka's ListOffsets; a job reading an archive: the archive's first offset at or after it below the log
+    start, when it holds one).
 
     Nothing is loaded whole: the table is scanned in record batches of its three offset columns (one
     version, the one the positions come from) into one count per offset of ``[lo, hi)`` (a byte each,
@@ -399,16 +402,16 @@ def verify_job(
     if isinstance(start, OffsetsStart):
         wanted = {s: start.offsets.get(s, firsts[s]) for s in splits}
     elif isinstance(start, TimestampStart):
-        wanted = admin.offsets_for_timestamp(splits, start.timestamp_ms)
+        wanted = (for_timestamp or admin.offsets_for_timestamp)(splits, start.timestamp_ms)
     else:
         wanted = dict(firsts)
     # the table streamed once: counts per offset of [lo, hi), and offsets outside kept per split
     lows = {s: max(firsts[s], wanted.get(s, firsts[s])) for s in splits}
     held = {s: [(a, b) for a, b in (archive or {}).get(s, ()) if a < firsts[s]] for s in splits}
     for s in splits:  # the archive's part, below the log start: from its first offset or the start asked
-        if held[s] and not isinstance(start, TimestampStart | LatestStart):  # (those resolve in Kafka)
+        if held[s] and not isinstance(start, LatestStart):  # (a latest start is found in the table)
             first = held[s][0][0]
-            asked = start.offsets.get(s, first) if isinstance(start, OffsetsStart) else first
+            asked = wanted.get(s, first) if isinstance(start, OffsetsStart | TimestampStart) else first
             lows[s] = min(lows[s], max(asked, first))
     outside: dict[str, list[Any]] = {s: [] for s in splits}
     counts: dict[str, Any] = {}

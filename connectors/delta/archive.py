@@ -21,13 +21,13 @@ its plan came from).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from source_backfill.core.splits import split_id
-from source_backfill.core.tiers import normalized
+from source_backfill.core.splits import parse_split_id, split_id
+from source_backfill.core.tiers import at_timestamp, normalized
 from source_backfill.errors import DeltaSinkError
 
 #: The columns an archive must have (Kafka's, as Spark's Kafka source names them).
@@ -81,6 +81,59 @@ def archive_holdings(path: str | Path, version: int | None = None, *, unique_off
     total = sum(hi - lo for r in runs.values() for lo, hi in r)
     distinct = sum(hi - lo for r in held.values() for lo, hi in r)
     return ArchiveHoldings(table.version(), held, from_stats, read, total - distinct)
+
+
+def first_offsets_at(path: str | Path, ts_ms: int, below: Mapping[str, int],
+                     version: int | None = None) -> dict[str, int]:
+    """Per split of ``below``, the first offset under ``below[split]`` timestamped at or after ``ts_ms``.
+
+    Kafka's ListOffsets rule for a timestamp, on the archive's records; splits with none are left out.
+
+    Streamed in record batches of four columns, files outside the timestamp filter skipped by their
+    statistics: the driver holds one batch at a time. ``version``: the one the archive is pinned at.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+    from deltalake import DeltaTable
+
+    wanted = {sid: end for sid, end in below.items() if end > 0}
+    if not wanted:
+        return {}
+    dataset = DeltaTable(str(path), version=version).to_pyarrow_dataset()
+    at = pa.scalar(ts_ms * 1000, pa.timestamp("us", tz="UTC")).cast(dataset.schema.field("timestamp").type)
+    by_split = None
+    for sid, end in wanted.items():
+        topic, partition = parse_split_id(sid)
+        cond = (ds.field("topic") == topic) & (ds.field("partition") == partition) & (
+            ds.field("offset") < end)
+        by_split = cond if by_split is None else by_split | cond
+    found: dict[str, int] = {}
+    for batch in dataset.to_batches(columns=list(ARCHIVE_COLUMNS),
+                                    filter=(ds.field("timestamp") >= at) & by_split):
+        if batch.num_rows == 0:
+            continue
+        firsts = pa.Table.from_batches([batch]).group_by(["topic", "partition"]).aggregate(
+            [("offset", "min")])
+        lowest = pc.cast(firsts.column("offset_min"), "int64").to_pylist()
+        for topic, partition, first in zip(firsts.column("topic").to_pylist(),
+                                           firsts.column("partition").to_pylist(), lowest, strict=True):
+            sid = split_id(topic, int(partition))
+            found[sid] = min(found.get(sid, first), first)
+    return found
+
+
+def offsets_for_timestamp(admin: Any, archives: Iterable[tuple[str, int | None]], splits: list[str],  # noqa: ANN401
+                          ts_ms: int) -> dict[str, int]:
+    """A timestamp start per split with ``archives`` (path, version; None: the newest).
+
+    Kafka's first offset at or after ``ts_ms``, or an archive's below the log start
+    (:func:`core.tiers.at_timestamp`): the one rule the attach, the dry run and the daemon's verify
+    resolve a timestamp start by.
+    """
+    log_start = admin.earliest_offsets(splits)
+    firsts = [first_offsets_at(path, ts_ms, log_start, version) for path, version in archives]
+    return at_timestamp(admin.offsets_for_timestamp(splits, ts_ms), firsts)
 
 
 def _run_from_stats(action: dict[str, Any]) -> tuple[str, int, int] | None:

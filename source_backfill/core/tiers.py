@@ -162,6 +162,22 @@ def earliest(log_start: int, held: Iterable[tuple[int, int]], source: HistorySou
     return ranges[0][0] if source == "archive" else min(ranges[0][0], log_start)
 
 
+def at_timestamp(kafka: Mapping[str, int], archives: Iterable[Mapping[str, int]]) -> dict[str, int]:
+    """A timestamp start per split with archives: the first offset whose timestamp is at or after it.
+
+    ``kafka``: Kafka's answer (ListOffsets for the timestamp: among the records it still holds);
+    ``archives``: each archive's first such offset below the log start, per split that has one. Below the
+    log start only the archives know the records, and their offsets are below all of Kafka's: the lowest
+    answer is the start, else Kafka's.
+    """
+    chosen = dict(kafka)
+    for firsts in archives:
+        for split, offset in firsts.items():
+            if split in chosen:
+                chosen[split] = min(chosen[split], offset)
+    return chosen
+
+
 def tier_of(offset: int, held: Iterable[tuple[int, int]], log_start: int,
             source: HistorySource = "auto") -> Tier:
     """One offset's tier by the module's table (the reference :func:`plan_tiers` is checked against)."""

@@ -220,6 +220,17 @@ class ArchiveTier:
                 plan.add(r.split, segment)
         return plan
 
+    def offsets_for_timestamp(self, splits: Sequence[str], ts_ms: int) -> dict[str, int]:
+        """A timestamp start per split: the first offset at or after ``ts_ms``, the archives' or Kafka's.
+
+        The archives' below the log start, at their pinned versions, or else Kafka's
+        (:func:`core.tiers.at_timestamp`).
+        """
+        from connectors.delta.archive import offsets_for_timestamp
+
+        return offsets_for_timestamp(self.admin, [(t.config.path, t.holdings().version) for t in self.tables],
+                                     list(splits), ts_ms)
+
     def rows(self, plan: TierPlan, session: SparkSession | None = None) -> DataFrame:
         """The records of ``plan``'s archive part, each range from its archive (one DataFrame)."""
         parts = [self.tables[i].rows(ranges, session) for i, ranges in sorted(plan.by_archive.items())]

@@ -151,6 +151,16 @@ class HistoryReader:
         held = self.archive.held()
         return {s: earliest(starts[s], held.get(s, []), self.history_source) for s in splits}
 
+    def offsets_for_timestamp(self, splits: Sequence[str], ts_ms: int) -> dict[str, int]:
+        """A timestamp start per split: the first offset at or after ``ts_ms``.
+
+        Kafka's, or the archive's below the log start when it holds such records there (a job reading its
+        source's archive).
+        """
+        if self.archive is None:
+            return self.admin.offsets_for_timestamp(splits, ts_ms)
+        return self.archive.offsets_for_timestamp(splits, ts_ms)
+
     def rows(self, ranges: Sequence[HistoryRange], session: SparkSession | None = None) -> DataFrame:
         """The records of ``ranges`` as a DataFrame of ``session`` (default: the reader's).
 

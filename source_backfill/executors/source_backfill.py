@@ -287,7 +287,7 @@ class SourceBackfillJob:
         elif isinstance(start, OffsetsStart):
             chosen = {s: max(start.offsets.get(s, earliest[s]), earliest[s]) for s in splits}
         elif isinstance(start, TimestampStart):
-            chosen = self.admin.offsets_for_timestamp(splits, start.timestamp_ms)
+            chosen = self.history.offsets_for_timestamp(splits, start.timestamp_ms)  # the archive's too
         elif isinstance(start, LatestStart):
             chosen = dict(positions)  # the live stream covers everything from here
         else:  # pragma: no cover - the config union is closed

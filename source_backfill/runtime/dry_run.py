@@ -238,7 +238,7 @@ def plan_kafka_job(spec: JobSpec, source: SourceConfig, admin: Any, rates: Histo
     all_held = {} if archives is None else tiers.merged(held for held, _ in archives)
     first = log_starts if archives is None else {
         s: tiers.earliest(log_starts[s], all_held.get(s, []), spec.history_source) for s in splits}
-    starts = start_offsets(spec, splits, first, ends, admin.offsets_for_timestamp)
+    starts = start_offsets(spec, splits, first, ends, _for_timestamp(admin, source, archives))
     plans = [SplitPlan(s, starts[s], ends[s], log_starts[s]) for s in splits]
     by_tier = None if archives is None else {p.split: _tier_sizes(p, archives, spec) for p in plans}
     total = sum(p.offsets for p in plans)
@@ -306,6 +306,20 @@ def _archive_holdings(spec: JobSpec, source: SourceConfig, warnings: list[str],
             held = {}
         found.append((held, archive.trusted))
     return found
+
+
+def _for_timestamp(admin: Any, source: SourceConfig, archives: list[Any] | None,  # noqa: ANN401
+                   ) -> Callable[[list[str], int], dict[str, int]]:
+    """A timestamp start as the job's attach resolves it: Kafka's, or its archives' below the log start.
+
+    Only the archives that could be read (the others are a warning already).
+    """
+    if archives is None:
+        return admin.offsets_for_timestamp  # type: ignore[no-any-return]
+    from connectors.delta.archive import offsets_for_timestamp
+
+    readable = [(a.path, None) for a, (held, _) in zip(source.archives, archives, strict=True) if held]
+    return lambda splits, ts_ms: offsets_for_timestamp(admin, readable, splits, ts_ms)
 
 
 def _tier_sizes(plan: SplitPlan, archives: list[tuple[dict[str, list[tuple[int, int]]], bool]],

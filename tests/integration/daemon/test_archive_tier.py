@@ -11,6 +11,7 @@ as gaps, never as data loss; a live job's growing table as a trusted archive han
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -26,12 +27,14 @@ TS_MS = 1_700_000_000_000
 
 
 def _archive(path: Path, topic: str, upto: int, *, skip: dict[int, range] | None = None,
-             twice: dict[int, int] | None = None, changed: dict[int, int] | None = None) -> None:
+             twice: dict[int, int] | None = None, changed: dict[int, int] | None = None,
+             ts_ms: Callable[[int], int] = lambda offset: TS_MS) -> None:
     """The records ``Producer.send(n, 2, timestamp_ms=TS_MS)`` wrote, offsets ``[0, upto)`` per partition.
 
     Record ``i`` went to partition ``i % 2`` at offset ``i // 2`` (key ``i``, value ``v<i>``). ``skip``:
     offsets left out per partition (a gap, as transaction markers leave); ``twice``: an offset per
-    partition written a second time; ``changed``: an offset per partition whose value is not Kafka's.
+    partition written a second time; ``changed``: an offset per partition whose value is not Kafka's;
+    ``ts_ms(offset)``: the records' timestamps (default ``TS_MS``).
     """
     import pyarrow as pa
     from deltalake import write_deltalake
@@ -44,7 +47,7 @@ def _archive(path: Path, topic: str, upto: int, *, skip: dict[int, range] | None
         value = f"x{i}" if (changed or {}).get(partition) == offset else f"v{i}"
         for column, value in (("key", str(i).encode()), ("value", value.encode()), ("topic", topic),
                               ("partition", partition), ("offset", offset),
-                              ("timestamp", TS_MS * 1000), ("timestampType", 0)):
+                              ("timestamp", ts_ms(offset) * 1000), ("timestampType", 0)):
             rows[column].append(value)
 
     for partition in range(PARTITIONS):
@@ -342,3 +345,43 @@ def test_an_untrusted_archive_is_compared_with_kafka_where_both_hold_offsets_and
             assert refusal in error and "differs from Kafka" in error, error
             assert job_of(d, name) is None
         d.stop()
+
+
+def test_a_timestamp_start_older_than_the_log_start_starts_in_the_archive(
+    daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path
+):
+    """Offsets 0..99 per partition at time A, 100..199 at B, 200..299 at C; Kafka keeps 150..; the archive
+    holds 0..199. A job from timestamp B starts at 100 (the archive's first record at or after B, below the
+    log start), not at the log start Kafka's ListOffsets answers: 100..149 from the archive, the rest from
+    Kafka. The dry run plans the same start, and the daemon's verify checks from there."""
+    import httpx
+
+    from connectors.kafka.admin import KafkaAdmin
+
+    a, b, c = TS_MS, TS_MS + 60_000, TS_MS + 120_000
+    topic = new_topic(PARTITIONS)
+    producer = producer_for(topic)
+    for i, ts in enumerate((a, b, c)):  # 100 offsets per partition each
+        producer.send(200, PARTITIONS, start=200 * i, timestamp_ms=ts)
+    sids = [f"{topic}:{p}" for p in range(PARTITIONS)]
+    admin = KafkaAdmin(kafka_bootstrap)
+    assert admin.delete_records(dict.fromkeys(sids, 150)) == dict.fromkeys(sids, 150)
+    assert admin.offsets_for_timestamp(sids, b) == dict.fromkeys(sids, 150)  # Kafka knows only from 150
+    _archive(tmp_path / "archive", topic, 200, ts_ms=lambda o: a if o < 100 else b)
+    start = {"kind": "timestamp", "timestamp_ms": b}
+    d = daemon_factory([topic], [], archive={"path": str(tmp_path / "archive")}, starting_offsets="latest")
+    spec = job_spec("since_b", tmp_path, start=start)
+    planned = httpx.post(f"{d.api_url}/jobs?dry_run=true", json=spec).json()
+    assert [s["from_offset"] for s in planned["splits"]] == [100, 100], planned
+    assert planned["tiers_total"] == {"archive": 100, "kafka": 300, "gap": 0, "loss": 0}, planned
+    from source_backfill.config import JobSpec
+
+    d.registry.create(JobSpec(**spec))
+    want = sorted((p, o, f"v{o * PARTITIONS + p}") for p in range(PARTITIONS) for o in range(100, 300))
+    wait_for(lambda: finished(d, "since_b") and _table_records(tmp_path / "since_b") == want, timeout=120,
+             what="from B: the archive's 100..149, then Kafka, each record once")
+    run = httpx.post(f"{d.api_url}/jobs/since_b/verify").json()
+    run = wait_for(lambda: (r := httpx.get(f"{d.api_url}/jobs/since_b/verify/{run['id']}").json())["status"]
+                   != "running" and r, timeout=120, what="the daemon's verify run")
+    assert run["status"] == "done" and run["ok"], run
+    assert run["result"]["records"] == 2 * 200, run

@@ -57,3 +57,32 @@ def test_a_table_without_the_kafka_columns_is_refused(tmp_path):
     write_deltalake(path, pa.table({"value": [b"x"]}))
     with pytest.raises(DeltaSinkError, match="no topic, partition, offset column"):
         archive_holdings(path)
+
+
+def _timed(topic: str, partition: int, offsets: list[int], ts_ms: list[int]) -> pa.Table:
+    table = records(topic, partition, offsets)
+    return table.append_column("timestamp", pa.array([t * 1000 for t in ts_ms], pa.timestamp("us", tz="UTC")))
+
+
+def test_the_first_offset_at_a_timestamp_below_the_log_start_kafka_s_rule_on_the_archive(tmp_path):
+    from connectors.delta.archive import first_offsets_at
+
+    path = str(tmp_path / "archive")
+    # t:0 offsets 0..9 at 100, 110, ..., 190 ms; t:1 out of order (CreateTime): 5 at 500, 6 at 300, 7 at 600
+    write_deltalake(path, _timed("t", 0, list(range(10)), [100 + 10 * o for o in range(10)]))
+    write_deltalake(path, _timed("t", 1, [5, 6, 7], [500, 300, 600]), mode="append")
+    below = {"t:0": 8, "t:1": 100}
+    assert first_offsets_at(path, 130, below) == {"t:0": 3, "t:1": 5}  # the first offset at or after it
+    assert first_offsets_at(path, 135, below) == {"t:0": 4, "t:1": 5}
+    assert first_offsets_at(path, 550, below) == {"t:1": 7}  # t:0 has none below 8 at or after 550
+    assert first_offsets_at(path, 185, below) == {"t:1": 5}  # 8 and 9 are at the log start or above
+    assert first_offsets_at(path, 0, {"t:0": 0, "u:0": 5}) == {}  # nothing below, a split it lacks
+    assert first_offsets_at(path, 130, below, version=0) == {"t:0": 3}  # the pinned version's records
+
+
+def test_a_timestamp_start_takes_the_archive_s_offset_where_it_has_one_else_kafka_s():
+    from source_backfill.core.tiers import at_timestamp
+
+    kafka = {"t:0": 150, "t:1": 150, "t:2": 400}
+    assert at_timestamp(kafka, [{"t:0": 100}, {"t:0": 120, "t:1": 90}]) == {"t:0": 100, "t:1": 90, "t:2": 400}
+    assert at_timestamp(kafka, [{"u:0": 1}]) == kafka  # a split the job does not read is not added
