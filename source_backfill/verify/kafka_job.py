@@ -1,177 +1,24 @@
-"""Exactly-once checker: compare a job's Delta table with the Kafka log, offset by offset.
+"""A Kafka job's table checked against the log up to what the job committed (``source-backfill verify``).
 
-For every split, the table must hold each offset of the log (from the job's start) exactly once, and
-nothing else: no missing offset, no duplicate, no offset the log does not have (an aborted transaction's
-record, say). Works on tables whose rows keep the ``topic``, ``partition`` and ``offset`` columns (the
-identity transform does). Reads the table with delta-rs and the log with confluent-kafka: no Spark.
+Streamed on both sides (the table in record batches of its offset columns, the log through a consumer),
+so a table of any size is checked in bounded memory; below the log start a job reading its source's
+archive is checked against the archive's holdings.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from source_backfill.core.splits import split_id
 from source_backfill.errors import VerifyRefusedError
+from source_backfill.verify.common import EXAMPLES, local_path
 
-
-@dataclass(frozen=True)
-class SplitCheck:
-    """One split compared: offsets missing from the table, duplicated in it, or unknown to the log."""
-
-    split: str
-    log_records: int
-    table_rows: int
-    missing: tuple[int, ...] = ()
-    duplicates: tuple[int, ...] = ()
-    unexpected: tuple[int, ...] = ()
-
-    @property
-    def ok(self) -> bool:
-        """True when the table holds the log's offsets exactly once."""
-        return not (self.missing or self.duplicates or self.unexpected)
-
-
-@dataclass(frozen=True)
-class Report:
-    """Per-split results; ``ok`` only if every split is."""
-
-    splits: dict[str, SplitCheck] = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        """True when every split is exactly once."""
-        return all(s.ok for s in self.splits.values())
-
-    def summary(self) -> str:
-        """One line per failing split (or an all-good line)."""
-        total = sum(s.log_records for s in self.splits.values())
-        if self.ok:
-            return f"exactly once: {len(self.splits)} splits, {total} records"
-        lines = []
-        for s in self.splits.values():
-            if not s.ok:
-                lines.append(
-                    f"{s.split}: missing={len(s.missing)} {list(s.missing[:5])} "
-                    f"duplicates={len(s.duplicates)} {list(s.duplicates[:5])} "
-                    f"unexpected={len(s.unexpected)} {list(s.unexpected[:5])}"
-                )
-        return "\n".join(lines)
-
-
-def table_offsets(path: str) -> dict[str, list[int]]:
-    """The ``(topic, partition) -> offsets`` held by the Delta table at ``path`` (latest version)."""
-    from deltalake import DeltaTable
-
-    table = DeltaTable(path).to_pyarrow_table(columns=["topic", "partition", "offset"])
-    out: dict[str, list[int]] = {}
-    topics = table.column("topic").to_pylist()
-    partitions = table.column("partition").to_pylist()
-    offsets = table.column("offset").to_pylist()
-    for topic, partition, offset in zip(topics, partitions, offsets, strict=True):
-        out.setdefault(split_id(topic, partition), []).append(int(offset))
-    return out
-
-
-def log_offsets(
-    bootstrap: str,
-    topics: Iterable[str],
-    *,
-    start: Mapping[str, int] | None = None,
-    end: Mapping[str, int] | None = None,
-    timeout_s: float = 60.0,
-) -> dict[str, list[int]]:
-    """Offsets of the committed records of every partition of ``topics``, from ``start`` to ``end``."""
-    import time
-
-    from confluent_kafka import Consumer, TopicPartition
-
-    from connectors.kafka.admin import KafkaAdmin, consume_available
-
-    admin = KafkaAdmin(bootstrap)
-    splits = admin.list_splits(list(topics))
-    ids = [split_id(t, p) for t, p in splits]
-    ends = dict(end) if end is not None else admin.end_offsets(ids)
-    firsts = admin.earliest_offsets(ids)
-    out: dict[str, list[int]] = {s: [] for s in ids}
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap,
-        "group.id": f"source-backfill-verify-{uuid.uuid4()}",
-        "enable.auto.commit": False,
-        "isolation.level": "read_committed",
-        "enable.partition.eof": True,
-        "fetch.queue.backoff.ms": 0,
-    })
-    try:
-        todo = {}
-        assignment = []
-        for (topic, partition), split in zip(splits, ids, strict=True):
-            lo = max(firsts[split], (start or {}).get(split, firsts[split]))
-            if lo < ends[split]:
-                todo[(topic, partition)] = ends[split]
-                assignment.append(TopicPartition(topic, partition, lo))
-        consumer.assign(assignment)
-        deadline = time.monotonic() + timeout_s
-        while todo and time.monotonic() < deadline:
-            for msg in consume_available(consumer, 10_000, 0.5):
-                key = (msg.topic(), msg.partition())
-                if msg.error() is not None:
-                    if msg.error().code() == -191:  # _PARTITION_EOF: the log is read to its end
-                        todo.pop(key, None)
-                    continue
-                if key in todo and msg.offset() < todo[key]:
-                    out[split_id(*key)].append(msg.offset())
-                if key in todo and msg.offset() >= todo[key] - 1:
-                    todo.pop(key, None)
-            for tp in consumer.position([TopicPartition(t, p) for t, p in list(todo)]):
-                if tp.offset >= 0 and tp.offset >= todo.get((tp.topic, tp.partition), 1 << 62):
-                    todo.pop((tp.topic, tp.partition), None)
-        if todo:
-            msg = f"log not read to its end within {timeout_s}s: {sorted(todo)}"
-            raise TimeoutError(msg)
-    finally:
-        consumer.close()
-    return out
-
-
-def compare(log: Mapping[str, list[int]], table: Mapping[str, list[int]]) -> Report:
-    """Compare the log's offsets with the table's, split by split."""
-    checks: dict[str, SplitCheck] = {}
-    for split in sorted(set(log) | set(table)):
-        expected = set(log.get(split, ()))
-        counts = Counter(table.get(split, ()))
-        checks[split] = SplitCheck(
-            split=split,
-            log_records=len(expected),
-            table_rows=sum(counts.values()),
-            missing=tuple(sorted(expected - counts.keys())),
-            duplicates=tuple(sorted(o for o, n in counts.items() if n > 1)),
-            unexpected=tuple(sorted(counts.keys() - expected)),
-        )
-    return Report(checks)
-
-
-def check_exactly_once(
-    table_path: str,
-    bootstrap: str,
-    topics: Iterable[str],
-    *,
-    start: Mapping[str, int] | None = None,
-    end: Mapping[str, int] | None = None,
-) -> Report:
-    """Check that the table at ``table_path`` holds the log of ``topics`` exactly once (from ``start``)."""
-    return compare(log_offsets(bootstrap, topics, start=start, end=end), table_offsets(table_path))
-
-
-# -- a job's table, checked up to what the job committed (``source-backfill verify``) ---------------------
 #: Columns a Kafka job's table must keep for its offsets to be checked (the identity transform keeps them).
 OFFSET_COLUMNS = ("topic", "partition", "offset")
-#: Offsets named per kind of difference in a result (the counts are always whole).
-EXAMPLES = 5
 
 
 @dataclass
@@ -268,7 +115,7 @@ def committed_positions(table: Any, job: str) -> dict[str, tuple[int | None, int
     from connectors.delta.log import KEY_JOB, KEY_PLAN, commits_back
     from source_backfill.core.splits import Stage
 
-    commit = next((c for c in commits_back(_local_path(table), int(table.version()))
+    commit = next((c for c in commits_back(local_path(table), int(table.version()))
                    if c.get(KEY_JOB) is not None), None)
     if commit is None:
         msg = f'the table holds no commit of job "{job}" yet: nothing to check'
@@ -306,7 +153,7 @@ def _job_state(
     from source_backfill.core.codec import END, SPLITS, decode_state, rebuild, splits_from_rows
     from source_backfill.errors import StateFormatError
 
-    path = _local_path(table)
+    path = local_path(table)
 
     def read(version: int) -> Any:
         found = read_commit(path, version)
@@ -322,12 +169,6 @@ def _job_state(
         raise VerifyRefusedError(msg) from exc
     ends = sections.get(END)
     return states, None if ends is None else {k: int(v) for k, v in ends.items()}
-
-
-def _local_path(table: Any) -> str:
-    """The local folder of a DeltaTable (its commit files are read one by one)."""
-    uri = str(table.table_uri)
-    return uri[len("file://"):] if uri.startswith("file://") else uri
 
 
 def check_verifiable(table_path: str, job: str) -> None:
@@ -555,105 +396,3 @@ def _stream_log(bootstrap: str, kafka_options: Mapping[str, Any] | None, tallies
         left = np.flatnonzero(counts[s])
         if len(left):
             t.note("unexpected", left + t.lo, len(left))
-
-
-# -- a table job (a delta source): its table against the source at the version it has caught up to ----------
-@dataclass
-class TableVerifyResult:
-    """A merge-mode table job's table compared row for row with its source at one version."""
-
-    job: str
-    source_version: int
-    rows: int
-    missing: int
-    duplicated: int
-    unexpected: int
-    different: int
-    examples: dict[str, list[Any]]
-
-    @property
-    def ok(self) -> bool:
-        """The table holds the source's rows at ``source_version``, each once, equal."""
-        return not (self.missing or self.duplicated or self.unexpected or self.different)
-
-    def summary(self) -> str:
-        """``copy: exactly once, N records, 0 missing, 0 duplicated`` (rows of the source version)."""
-        head = (f"{self.job}: {'exactly once' if self.ok else 'NOT exactly once'}, {self.rows} records, "
-                f"{self.missing} missing, {self.duplicated} duplicated")
-        if self.unexpected or self.different:
-            head += f", {self.unexpected} not in the source, {self.different} different"
-        if self.ok:
-            return head
-        ex = "; ".join(f"{k} {v}" for k, v in self.examples.items() if v)
-        return f"{head}\n  keys: {ex} (source version {self.source_version})"
-
-    def to_json(self) -> dict[str, Any]:
-        """The API's view of the result."""
-        return {"job": self.job, "ok": self.ok, "summary": self.summary(),
-                "source_version": self.source_version, "records": self.rows, "missing": self.missing,
-                "duplicated": self.duplicated, "unexpected": self.unexpected, "different": self.different,
-                "examples": self.examples}
-
-
-def table_job_version(table_path: str, job: str) -> int:
-    """The source version a merge-mode table job's table holds, once it follows the source live.
-
-    VerifyRefusedError while it is still copying (its table is then a part of the source by design).
-    """
-    from deltalake import DeltaTable
-
-    from connectors.delta.log import KEY_JOB, KEY_STATE, commits_back
-
-    if not DeltaTable.is_deltatable(table_path):
-        msg = f'job "{job}" has no table yet (nothing committed): nothing to check'
-        raise VerifyRefusedError(msg)
-    dt = DeltaTable(table_path)
-    commit = next((c for c in commits_back(_local_path(dt), int(dt.version())) if c.get(KEY_JOB) is not None),
-                  None)
-    if commit is None or commit.get(KEY_JOB) != job:
-        msg = f'the table holds no commit of job "{job}"'
-        raise VerifyRefusedError(msg)
-    state = json.loads(commit[KEY_STATE]).get("table_backfill") or {}
-    if state.get("phase") != "consume_upstream" or state.get("cursor") is None:
-        msg = (f'job "{job}" is still copying its table (phase {state.get("phase")}): verify it once it '
-               "follows the source live")
-        raise VerifyRefusedError(msg)
-    return int(state["cursor"])
-
-
-def verify_table_job(table_path: str, job: str, source_path: str, key: list[str]) -> TableVerifyResult:
-    """Compare a merge-mode table job's table with its source at the version the job caught up to, by key.
-
-    Arrow joins, not Python rows: every key of the source version once in the table with equal values
-    (missing, duplicated, unexpected keys and rows whose other columns differ are counted, a few keys kept).
-    """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    from deltalake import DeltaTable
-
-    version = table_job_version(table_path, job)
-    src = DeltaTable(source_path, version=version).to_pyarrow_table()
-    got = DeltaTable(table_path).to_pyarrow_table(columns=src.column_names)
-    counts = got.group_by(key).aggregate([([], "count_all")])
-    dup = counts.filter(pc.greater(counts.column("count_all"), 1))
-    missing = src.join(got.select(key), key, join_type="left anti")
-    unexpected = got.select(key).join(src.select(key), key, join_type="left anti")
-    values = [c for c in src.column_names if c not in key]
-    left = src.rename_columns([c if c in key else f"s.{c}" for c in src.column_names])
-    pairs = left.join(got, key, join_type="inner")
-    same = pa.array([True] * pairs.num_rows)
-    for c in values:
-        a, b = pairs.column(f"s.{c}"), pairs.column(c)
-        eq = pc.fill_null(pc.equal(a, b), False)
-        both_null = pc.and_(pc.is_null(a), pc.is_null(b))
-        same = pc.and_(same, pc.or_(eq, both_null))
-    different = pairs.filter(pc.invert(same))
-
-    def keys(t: pa.Table) -> list[Any]:
-        rows = t.select(key).slice(0, EXAMPLES).to_pylist()
-        return [tuple(r.values()) if len(key) > 1 else r[key[0]] for r in rows]
-
-    return TableVerifyResult(job, version, src.num_rows, missing.num_rows, dup.num_rows,
-                             unexpected.num_rows, different.num_rows,
-                             {"missing": keys(missing), "duplicated": keys(dup),
-                              "unexpected": keys(unexpected), "different": keys(different)})
