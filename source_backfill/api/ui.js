@@ -218,6 +218,14 @@
       facts.push(["latency", `latency p50 ${lat.p50_s.toFixed(2)} s / p99 ${lat.p99_s.toFixed(2)} s ` +
                              `(last ${lat.window_s} s)`]);
     }
+    const tiers = job.history_tiers; // a job reading its source's archive: offsets per tier, as the CLI
+    if (tiers) {
+      const held = ["archive", "kafka", "gap", "loss"].filter((k) => tiers[k])
+        .map((k) => `${k} ${num(tiers[k])}`);
+      facts.push(["tiers", `history from ${held.length ? held.join(", ") : "nothing yet"}` +
+                           (job.history_broker_bytes == null ? ""
+                             : `; ${num(job.history_broker_bytes)} bytes from the broker`)]);
+    }
     if (job.pending_mutations) facts.push(["pending", `${job.pending_mutations} change(s) pending`]);
     if (job.transform) facts.push(["transform", `transform: ${job.transform}`]);
     p.facts.replaceChildren(...facts.flatMap(([k, v], i) => [i ? " · " : "", el("span", { className: k }, v)]));

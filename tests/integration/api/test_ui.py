@@ -255,6 +255,20 @@ def test_latency_percentage_paused_and_read_ahead_show_as_in_the_cli(page, live_
     assert any("read ahead to" in c for c in cells) and any("read ahead)" in c for c in cells), cells
 
 
+def test_a_job_reading_an_archive_shows_its_tiers_and_broker_bytes_as_in_the_cli(page, live_api) -> None:
+    spec = JobSpec(name="tiered", source="events", sink_path="/t/tiered")
+    live_api.registry.create(spec)
+    live_api.registry.publish_progress("tiered", JobProgress(
+        epoch=5, status="finished", rows_history=790, rows_live=0, splits=[],
+        history_tiers={"archive": 390, "kafka": 400, "gap": 10, "loss": 0}, history_broker_bytes=12345))
+    section = job(page, "tiered")
+    until(lambda: "history from" in section.find_element(By.CLASS_NAME, "facts").text)
+    facts = section.find_element(By.CLASS_NAME, "facts").text
+    assert "history from archive 390, kafka 400, gap 10; 12,345 bytes from the broker" in facts, facts
+    # a job that reads no archive shows no such line
+    assert "history from" not in job(page, "orders-copy").find_element(By.CLASS_NAME, "facts").text
+
+
 #: Where the page's screenshots are kept (the checkout's var/, ignored by git), for a person to look at.
 SCREENSHOTS = Path(__file__).resolve().parents[3] / "var" / "test-screenshots"
 
