@@ -45,6 +45,14 @@ def observed(observation: Observation, timeout_s: float = OBSERVE_TIMEOUT_S) -> 
 
 
 def arrived(observation: Observation) -> bool:
-    """The observation's figures are there (its first action finished): :func:`observed` will not wait."""
+    """The observation's figures are there (its first action finished): :func:`observed` will not wait.
+
+    False too when the JVM cannot be asked (it died: the figures never come).
+    """
     java = getattr(observation, "_jo", None)  # set by DataFrame.observe; the JVM's Observation
-    return java is not None and bool(java.future().isCompleted())
+    if java is None:
+        return False
+    try:
+        return bool(java.future().isCompleted())
+    except Exception:  # noqa: BLE001 - py4j's errors when the JVM is gone
+        return False

@@ -117,12 +117,13 @@ class HistoryReader:
             return self._broker_bytes
 
     def _fetched(self, n: int) -> None:
-        """``n`` record bytes fetched from Kafka: counted (the caller holds the lock, or it is taken)."""
+        """``n`` record bytes fetched from Kafka: counted (the caller holds ``_bytes_lock``)."""
         self._broker_bytes += n
         if n and self.job is not None:
             metrics.JOB_HISTORY_BROKER_BYTES.labels(self.job).inc(n)
 
     def _staged_bytes(self, n: int) -> None:
+        """A staged copy's bytes, told by the connector once it is done."""
         with self._bytes_lock:
             self._fetched(n)
 
