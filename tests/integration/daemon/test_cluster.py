@@ -26,6 +26,7 @@ def _daemon_on(cluster: Any, tmp_path: Path, bootstrap: str, topic: str, **conf:
     return daemon
 
 
+@pytest.mark.slow  # ~20 s; make test-slow (CI) runs it beside the two-worker test, make test stays < 20 min
 def test_a_job_backfills_exactly_once_through_a_standalone_cluster(tmp_path, kafka_bootstrap, kafka_admin):
     from confluent_kafka import Producer
 
