@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from source_backfill.core import HistoryRange, parse_split_id
+from source_backfill.core import HistoryRange, parse_split_id, split_id
 from source_backfill.core.tiers import (
     HistorySource,
     Segment,
@@ -271,8 +271,6 @@ def _differences(archive: DataFrame, kafka: DataFrame) -> list[tuple[str, int, s
     The first :data:`DIFFERENCES_SHOWN` times 20, by split and offset (one Spark job, a full outer join).
     """
     from pyspark.sql import functions as F  # noqa: N812
-
-    from source_backfill.core.splits import split_id
 
     columns = [*COMPARED] + [c for c in ("headers",) if c in archive.columns and c in kafka.columns]
     keys = ["topic", "partition", "offset"]

@@ -24,8 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from connectors.kafka.staged import StagedProgress as StagedProgress  # a read ahead's progress
-from connectors.observe import arrived
-from connectors.observe import observed as observed  # reading an observation with a deadline
+from connectors.observe import arrived, observed
 from source_backfill import metrics
 from source_backfill.core import HistoryRange, parse_split_id
 from source_backfill.core.governor import pieces_for_tasks

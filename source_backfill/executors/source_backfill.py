@@ -44,6 +44,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from connectors.observe import observed
 from source_backfill import metrics
 from source_backfill.config import (
     EarliestStart,
@@ -89,7 +90,6 @@ from source_backfill.executors.history import (
     HistoryReader,
     count_per_split,
     is_data_loss,
-    observed,
     range_sizes,
 )
 from source_backfill.executors.job_log import JobLog
