@@ -1,17 +1,20 @@
 """A table larger than the driver: a 20M-row table backfill against a 1M-row one (issue 30, ``scale.``).
 
 Each size is a static Delta table (``id`` and a ~50-byte ``payload``, written in 1M-row slices so this
-process never holds it), copied by one snapshot job of a daemon process (a 1 s trigger). The daemon's
-process tree is sampled every 0.25 s from job creation until the job reports ``finished``: a daemon of
-delta sources alone reads them with delta-rs and starts no Spark JVM, so that is the Python process. The
-baseline, in the same run, is what a user does once by hand: a plain Spark read of the same version
-written into a new Delta table (in this process's Spark, stopped before the daemons start, its first read
-untimed). Keys:
+process never holds it), copied by one snapshot job of a daemon process (a 1 s trigger) that runs Spark
+for its tables (``spark.tables = true``, ``local[2]``): both versions are at least ``spark_copy_rows``
+(1M by default), so both go by files on Spark. The daemon's process tree (Python and its Spark JVM) is
+sampled every 0.25 s from job creation until the job reports ``finished``. The baseline, in the same
+run, is what a user does once by hand: a plain Spark read of the same version written into a new Delta
+table (in this process's Spark, stopped before the daemons start, its first read untimed). The 1M table
+is also copied on the driver with delta-rs (``spark_copy_rows`` off), for where the threshold lies. Keys:
 
 * ``scale.table_rss_ratio_20m_vs_1m``: peak RSS of the daemon's process tree, 20M over 1M (goal ≤ 1.3:
-  the version is spilled by vnode past ``table_index_rows``, the copy's memory does not grow with it);
+  the copy's memory does not grow with the table);
 * ``scale.table20m.ratio_vs_plain_read``: plain-read seconds ÷ the job's (create to finished; goal ≥ 0.9);
-* ``scale.table1m.*``, ``scale.table20m.*``: each size's seconds, rows/s, peak RSS.
+* ``scale.table1m.*``, ``scale.table20m.*``: each size's seconds, rows/s, peak RSS;
+* ``scale.table1m.delta_rs_copy_s``, ``scale.table1m.spark_vs_delta_rs``: the 1M copy on the driver, and
+  its seconds over the copy by Spark's.
 
 A soak-sized run (~4 min): it runs when named (``make bench BENCH_ARGS=scale_table``).
 ``BENCH_SCALE_TABLE_ROWS`` sets the large size (20M; 2M with ``--quick``).
@@ -56,13 +59,14 @@ def _plain_read(spark: Any, src: Path, version: int, dst: Path) -> float:  # noq
     return time.monotonic() - t0
 
 
-def _config(work: Path, src: Path, port: int) -> Path:
+def _config(work: Path, src: Path, port: int, *, spark: bool) -> Path:
     config = work / "config.toml"
     config.write_text(f"""
 [daemon]
 state_root = "{work / 'state'}"
 [spark]
 master = "local[2]"
+tables = {str(spark).lower()}
 [api]
 port = {port}
 [metrics]
@@ -73,16 +77,18 @@ kind = "delta"
 table_path = "{src}"
 primary_key = ["id"]
 trigger_interval_s = 1.0
+{"" if spark else "spark_copy_rows = false"}
 """)
     return config
 
 
-def _copy(work: Path, src: Path, rows: int) -> dict[str, float]:
+def _copy(work: Path, src: Path, rows: int, *, spark: bool = True) -> dict[str, float]:
     """One snapshot job of a fresh daemon copies ``src``: seconds (create to finished), peak tree RSS."""
     from source_backfill.testing.process import DaemonProcess, free_port
 
     port = free_port()
-    daemon = DaemonProcess(_config(work, src, port), port, work / "daemon.log")
+    shutil.rmtree(work / "copy", ignore_errors=True)
+    daemon = DaemonProcess(_config(work, src, port, spark=spark), port, work / "daemon.log")
     daemon.start()
     try:
         daemon.wait_ready(240)
@@ -131,6 +137,9 @@ def main() -> dict[str, Any]:
         plain = {key: _plain_read(spark, root / key / "src", versions[key], root / key / "plain")
                  for key in sizes}
         spark.stop()
+        driver = _copy(root / "table1m", root / "table1m" / "src", SMALL, spark=False)
+        print(f"  {SMALL:>11,} rows on the driver (delta-rs): {driver['seconds']:.1f}s", flush=True)
+        result["scale.table1m.delta_rs_copy_s"] = round(driver["seconds"], 2)
         for key, rows in sizes.items():
             shutil.rmtree(root / key / "plain", ignore_errors=True)
             run = _copy(root / key, root / key / "src", rows)
@@ -146,6 +155,8 @@ def main() -> dict[str, Any]:
             print(f"  {rows:>11,} rows: copied in {seconds:.1f}s ({rows / seconds:,.0f} rows/s) vs a plain "
                   f"Spark read {plain[key]:.1f}s; peak RSS {rss:,.0f} MiB", flush=True)
             shutil.rmtree(root / key, ignore_errors=True)
+        result["scale.table1m.spark_vs_delta_rs"] = round(
+            driver["seconds"] / result["scale.table1m.copy_s"], 3)
         result["scale.table_rss_ratio_20m_vs_1m"] = round(
             result["scale.table20m.peak_rss_mib"] / result["scale.table1m.peak_rss_mib"], 3)
         print(f"  rss ratio 20m/1m: {result['scale.table_rss_ratio_20m_vs_1m']} (goal <= 1.3); 20m vs plain "

@@ -240,6 +240,13 @@ class SourceConfig(_Frozen):
     #: vnode sorted by key, and its chunks read from there (the driver holds one vnode's rows at a time);
     #: up to it, the version is sorted in the driver's memory (faster).
     table_index_rows: int = Field(default=1_000_000, ge=0)
+    #: A snapshot or chain job whose pinned version holds at least this many rows (by the log's file
+    #: statistics) copies it with Spark, by data file, when the daemon runs Spark (it does with a
+    #: ``kafka`` source, or with ``spark.tables``); None: always on the driver with delta-rs.
+    spark_copy_rows: int | None = Field(default=1_000_000, ge=0, le=10**15, strict=True)
+    #: A copy by Spark takes at most this many rows (whole files) an epoch: its unit of progress, and
+    #: what a crash redoes.
+    spark_copy_epoch_rows: int = Field(default=20_000_000, gt=0, le=10**15, strict=True)
     #: ``host:port,...``, ``embedded``, or ``${VAR}``: the value of environment variable ``VAR`` (a
     #: container image's config names ``${KAFKA_BOOTSTRAP_SERVERS}`` and the deployment sets it).
     bootstrap_servers: str = EMBEDDED
@@ -291,6 +298,17 @@ class SourceConfig(_Frozen):
         if self.archive is None:
             return []
         return list(self.archive) if isinstance(self.archive, list) else [self.archive]
+
+    @field_validator("spark_copy_rows", mode="before")
+    @classmethod
+    def _spark_copy_off(cls, value: object) -> object:
+        """``false`` (or "off") turns the copy by Spark off; a bool is never a row count."""
+        if value is False or (isinstance(value, str) and value.strip().lower() in _OFF):
+            return None
+        if isinstance(value, bool):
+            msg = "spark_copy_rows is a row count (0: every copy), or false: never on Spark"
+            raise ValueError(msg)
+        return value
 
     @field_validator("bootstrap_servers")
     @classmethod
@@ -454,6 +472,9 @@ class SparkConfig(_Frozen):
 
     master: str = "local[*]"
     conf: dict[str, str] = Field(default_factory=dict)
+    #: Start Spark in a daemon of ``delta`` sources alone, so that their large snapshot and chain copies
+    #: run on it (``sources[].spark_copy_rows``); a daemon with a ``kafka`` source always runs Spark.
+    tables: bool = False
 
 
 #: Names the API always serves: a browser names them only for a page on this machine's loopback.

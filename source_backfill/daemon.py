@@ -104,7 +104,9 @@ class Daemon:
                                spec.name, exc)
         ledger = WorkLedger(root / LEDGER_DIR)
         self._quarantine(ledger)
-        if any(s.kind == "kafka" for s in cfg.sources):  # delta sources read with delta-rs: no Spark
+        # delta sources read with delta-rs: no Spark, unless their large copies are to run on it
+        if any(s.kind == "kafka" for s in cfg.sources) or (
+                cfg.spark.tables and any(s.kind == "delta" for s in cfg.sources)):
             python = any(s.kind == "kafka" and connector_class(s).python_workers for s in cfg.sources)
             self.spark = build_spark(cfg.spark.master, "source-backfill", cfg.spark.conf,
                                      python_sources=python)
@@ -120,7 +122,7 @@ class Daemon:
             if source.kind == "delta":
                 from source_backfill.runtime.table_source import TableLiveSource
 
-                table_source = TableLiveSource(source, self.registry)
+                table_source = TableLiveSource(source, self.registry, self.spark)
                 self.sources[source.name] = table_source
                 table_source.start()
                 continue

@@ -47,15 +47,37 @@ class DeltaTableSource:
 
     def read_snapshot(self, spark: SparkSession, version: int | None = None) -> DataFrame:
         """The table's rows at ``version`` (latest when None), read by Spark from that version's files."""
+        table = self._table(version)
+        return self._read(spark, table, table.file_uris())
+
+    def read_files(self, spark: SparkSession, version: int, uris: Sequence[str]) -> DataFrame:
+        """The rows of some of ``version``'s data files (:meth:`data_files`), read by Spark's executors."""
+        return self._read(spark, self._table(version), uris)
+
+    def _read(self, spark: SparkSession, table: DeltaTable, uris: Sequence[str]) -> DataFrame:
         import pyarrow as pa
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        table = self._table(version)
         schema = from_arrow_schema(pa.schema(table.schema().to_arrow()))
-        files = table.file_uris()
-        if not files:
+        if not uris:
             return spark.createDataFrame([], schema)
-        return spark.read.schema(schema).option("basePath", self.path).parquet(*files)
+        return spark.read.schema(schema).option("basePath", self.path).parquet(*uris)
+
+    def data_files(self, version: int) -> list[tuple[str, int]] | None:
+        """``version``'s data files in path order, each with its row count (None: a file without it).
+
+        A version's files never change, so the list (and a copy's progress through it) is the same
+        after a restart.
+        """
+        table = self._table(version)
+        actions = table.get_add_actions(flatten=True)
+        if "num_records" not in actions.schema.names:
+            return None
+        counts = actions.column("num_records").to_pylist()
+        uris = table.file_uris()  # the same snapshot's files, in the same order as its add actions
+        if len(uris) != len(counts) or any(c is None for c in counts):
+            return None
+        return sorted((uri, int(n)) for uri, n in zip(uris, counts, strict=True))
 
     def arrow_schema(self, version: int | None = None) -> pa.Schema:
         """The table's columns at ``version`` (latest when None), in the plain Arrow types Spark reads."""

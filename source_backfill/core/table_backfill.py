@@ -193,6 +193,33 @@ def forwards_version(cursor: int, version: int) -> bool:
     return version > cursor
 
 
+# -- the copy by files (Spark): a large pinned version ---------------------------------------------------
+def plan_files(rows: Sequence[int], done: int, budget_rows: int | None, *, max_rows: int) -> int:
+    """The files a copy by files takes this epoch: ``rows[done:end]``, returns ``end``.
+
+    ``rows``: each data file's row count, the pinned version's files in path order (fixed for a version,
+    so the same list after a restart); ``done``: how many are copied. The epoch takes whole files while
+    their rows stay within ``budget_rows`` (the rate limit's share; None: unlimited) and ``max_rows``
+    (what one epoch copies at most: the unit a crash redoes), and at least one file unless the budget is
+    0 (paused). A file larger than the budget is still taken whole: a file is the unit of progress, so
+    over time the copy spends its allowance (the rate limit then waits for it to accrue again).
+    """
+    if not 0 <= done <= len(rows):
+        msg = f"{done} files copied of {len(rows)}"
+        raise ValueError(msg)
+    if max_rows < 1:
+        msg = f"max_rows must be >= 1, got {max_rows}"
+        raise ValueError(msg)
+    if budget_rows == 0 or done == len(rows):
+        return done
+    limit = max_rows if budget_rows is None else min(budget_rows, max_rows)
+    end, taken = done + 1, rows[done]
+    while end < len(rows) and taken + rows[end] <= limit:
+        taken += rows[end]
+        end += 1
+    return end
+
+
 # -- the modules' persisted state ---------------------------------------------------------------------------
 class Strategy(StrEnum):
     """The three table-backfill modules."""
@@ -216,7 +243,9 @@ class TableBackfillState:
 
     ``pinned``: the snapshot's version (snapshot and chain; None for arrangement); ``cursor``: versions up
     to it are emitted (replay and live); ``vnodes``: per-vnode copy progress (snapshot of ``pinned`` for
-    the snapshot module, the moving table for arrangement; unused by chain).
+    the snapshot module, the moving table for arrangement; unused by chain); ``files``: the snapshot or
+    chain copy by files instead (:func:`plan_files`, by Spark): how many of ``pinned``'s data files, in
+    path order, are copied (None: not a copy by files).
     """
 
     strategy: Strategy
@@ -224,11 +253,22 @@ class TableBackfillState:
     pinned: int | None = None
     cursor: int | None = None
     vnodes: VnodeSet = field(default_factory=VnodeSet)
+    files: int | None = None
 
     def __post_init__(self) -> None:
         if self.strategy is not Strategy.ARRANGEMENT and self.pinned is None:
             msg = f"a {self.strategy} backfill pins a version"
             raise ValueError(msg)
+        if self.files is not None and (self.strategy is Strategy.ARRANGEMENT or self.files < 0):
+            msg = f"a copy by files is of a pinned version, {self.files} files copied ({self.strategy})"
+            raise ValueError(msg)
+
+    def by_files(self) -> TableBackfillState:
+        """The snapshot copy goes by files (:func:`plan_files`), from the first; only before it started."""
+        if self.phase is not Phase.CONSUMING_SNAPSHOT or self.vnodes.vnodes or self.files is not None:
+            msg = "a copy turns to files only before it copied anything"
+            raise ValueError(msg)
+        return replace(self, files=0)
 
     @classmethod
     def attach(cls, strategy: Strategy, delivered: int) -> TableBackfillState:
@@ -259,8 +299,9 @@ class TableBackfillState:
 
     # -- JSON ------------------------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
-        """The state as a JSON object (pks as lists)."""
-        return {
+        """The state as a JSON object (pks as lists; ``files`` only for a copy by files)."""
+        files = {} if self.files is None else {"files": self.files}
+        return files | {
             "strategy": self.strategy.value,
             "phase": self.phase.value,
             "pinned": self.pinned,
@@ -281,7 +322,7 @@ class TableBackfillState:
                 msg = f"vnode out of range 0..{count - 1}"
                 raise ValueError(msg)
             return cls(Strategy(data["strategy"]), Phase(data["phase"]), _opt_int(data["pinned"]),
-                       _opt_int(data["cursor"]), VnodeSet(vnodes, count))
+                       _opt_int(data["cursor"]), VnodeSet(vnodes, count), _opt_int(data.get("files")))
         except (KeyError, TypeError, ValueError) as exc:
             msg = f"table backfill state is malformed: {exc}"
             raise StateFormatError(msg) from exc

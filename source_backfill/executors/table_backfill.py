@@ -4,7 +4,8 @@ One job, one strategy (``snapshot``, ``arrangement`` or ``chain``; docs/architec
 :mod:`source_backfill.core.table_backfill`). Every epoch the source hands the job the versions the live
 stream delivered (``delivered``) and the change feed rows after the slowest job's cursor; the job decides
 what to emit with the pure rules, reads what they ask for (snapshot chunks, a bounded replay) with
-delta-rs on the driver, and commits its output and its new state in one Delta commit
+delta-rs on the driver (or, for a large pinned version, by data file with Spark's executors: the copy by
+files), and commits its output and its new state in one Delta commit
 (``Transaction(job, epoch)``, the Kafka jobs' exactly-once protocol). A restarted job resumes from the
 state in its table's last commit: nothing is buffered in memory, the source table's log is the log store.
 
@@ -37,15 +38,18 @@ from source_backfill.core.table_backfill import (
     VnodeSet,
     arrangement_step,
     plan_chunks,
+    plan_files,
     replay_end,
     step_budget,
 )
 from source_backfill.core.vnode import VNODE_COUNT, key_vnode
+from source_backfill.errors import JobError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
 
     from connectors.delta.spill import SpilledIndex
     from connectors.delta.table_source import DeltaTableSource, VersionIndex
@@ -65,7 +69,7 @@ class TableBackfillJob:
     """One job on a ``delta`` source: its sink, its committed state and its control flags."""
 
     def __init__(self, spec: JobSpec, source: SourceConfig, table: DeltaTableSource,
-                 *, vnode_count: int = VNODE_COUNT) -> None:
+                 *, vnode_count: int = VNODE_COUNT, spark: SparkSession | None = None) -> None:
         import pyarrow as pa
 
         from connectors.delta.sink import DeltaEpochSink
@@ -81,6 +85,14 @@ class TableBackfillJob:
         self.chunk_rows = source.chunk_rows
         self.index_rows = source.table_index_rows
         self.replay_versions = source.replay_versions_per_epoch
+        #: The copy by files (:meth:`_copy_files`): Spark, from how many rows of the pinned version on,
+        #: and at most how many rows an epoch.
+        self.spark = spark
+        self.spark_copy_rows = source.spark_copy_rows
+        self.spark_copy_epoch_rows = source.spark_copy_epoch_rows
+        #: The pinned version's data files and row counts (a copy by files), and the epoch's files read.
+        self._files: tuple[int, list[tuple[str, int]]] | None = None
+        self._bulk: tuple[DataFrame, int] | None = None
         self.interval_s = source.trigger_interval_s
         self.vnode_count = vnode_count
         self.table = table
@@ -190,6 +202,7 @@ class TableBackfillJob:
         the epoch was committed (False: it was committed before, a replay, or nothing changed).
         """
         state = self.state or TableBackfillState.attach(self.strategy, before)
+        self._bulk = None
         allowance = self._allowance.available(self.rate_limit, self.interval_s, time.monotonic())
         budget = table_budget(paused=self.paused, allowance=allowance,
                               max_rows_per_epoch=self.spec.max_rows_per_epoch)
@@ -224,7 +237,15 @@ class TableBackfillJob:
 
     def _copy(self, state: TableBackfillState, budget: int | None, delivered: int, live: pa.Table | None,
               parts: list[_Part]) -> TableBackfillState:
-        """The snapshot phase, by strategy: chain reads in one pass, snapshot and arrangement by vnode."""
+        """The snapshot phase, by strategy: chain reads in one pass, snapshot and arrangement by vnode.
+
+        A snapshot or chain copy of a large pinned version goes by files instead (:meth:`_copy_files`),
+        chosen before it copies anything and kept in its state.
+        """
+        if state.files is None and self._copies_by_files(state):
+            state = state.by_files()
+        if state.files is not None:
+            return self._copy_files(state, budget)
         if state.strategy is Strategy.CHAIN:
             return self._copy_chain(state, budget, parts)
         if state.strategy is Strategy.SNAPSHOT:
@@ -245,6 +266,51 @@ class TableBackfillJob:
         parts.append(_Part(Phase.CONSUMING_SNAPSHOT.value, _inserts(index.rows), new_keys=True))
         self._drop_index()
         return state.snapshot_done()
+
+    def _copies_by_files(self, state: TableBackfillState) -> bool:
+        """Whether a copy not started yet goes by files.
+
+        It does for a pinned version of ``spark_copy_rows`` or more rows (by the log's statistics),
+        with Spark at hand.
+        """
+        if (self.spark is None or self.spark_copy_rows is None or state.pinned is None
+                or state.phase is not Phase.CONSUMING_SNAPSHOT or state.vnodes.vnodes):
+            return False
+        rows = self.table.row_count(state.pinned)
+        return rows is not None and rows >= self.spark_copy_rows
+
+    def _copy_files(self, state: TableBackfillState, budget: int | None) -> TableBackfillState:
+        """The copy by files: the next whole data files of the pinned version, read and written by Spark.
+
+        Their rows are every key of the version once (a version's files hold disjoint rows), inserts
+        the job's table does not hold yet, so any order of files is a valid copy; progress is how many
+        files, in path order (:func:`plan_files`), are committed. Live changes wait in the source's log
+        as for the snapshot by vnode; chain's copy becomes resumable.
+        """
+        assert state.pinned is not None and state.files is not None
+        if self.spark is None:
+            msg = (f'job "{self.name}" copies version {state.pinned} by files with Spark, but this daemon '
+                   "runs no Spark (a daemon of delta sources alone needs spark.tables = true)")
+            raise JobError(msg)
+        if self._files is None or self._files[0] != state.pinned:
+            files = self.table.data_files(state.pinned)
+            if files is None:
+                msg = f'job "{self.name}": a data file of version {state.pinned} has no row count'
+                raise RuntimeError(msg)
+            self._files = (state.pinned, files)
+        files = self._files[1]
+        self.snapshot_rows = sum(n for _, n in files)
+        end = plan_files([n for _, n in files], state.files, budget, max_rows=self.spark_copy_epoch_rows)
+        if end > state.files:
+            chunk = files[state.files:end]
+            rows = sum(n for _, n in chunk)
+            self._bulk = (self.table.read_files(self.spark, state.pinned, [u for u, _ in chunk]), rows)
+            self._allowance.spend(rows)
+        state = replace(state, files=end)
+        if end == len(files):
+            self._files = None
+            return state.snapshot_done()
+        return state
 
     def _copy_snapshot(self, state: TableBackfillState, budget: int | None,
                        parts: list[_Part]) -> TableBackfillState:
@@ -402,23 +468,30 @@ class TableBackfillJob:
         rows: Counter[str] = Counter()
         for part in parts:
             rows[part.stage] += part.rows.num_rows
+        bulk, self._bulk = self._bulk, None
+        if bulk is not None:
+            rows[Phase.CONSUMING_SNAPSHOT.value] += bulk[1]
         rows = +rows
         if self._unchanged(state, rows):
             self.delivered = delivered
             return "unchanged"
-        out = None
+        out: pa.Table | DataFrame | None = None
         kept = [p for p in parts if p.rows.num_rows]
         # every change is of a key the job's table does not hold yet (chunk rows and the changes after
         # them): in merge mode they are folded into the rows' last values and appended, not merged
         new_keys_only = self.mode == "merge" and all(p.new_keys for p in kept)
-        if kept:
+        if bulk is not None:  # a copy by files' epoch emits its files' rows alone
+            assert not kept
+            out = self._bulk_rows(bulk[0], epoch)
+        elif kept:
             columns = [*self.columns, CHANGE_TYPE]
-            out = pa.concat_tables([p.rows.select(columns) for p in kept], promote_options="permissive")
+            table = pa.concat_tables([p.rows.select(columns) for p in kept], promote_options="permissive")
             if new_keys_only:
-                out = _folded(out, self.primary_key)
+                table = _folded(table, self.primary_key)
             if self.mode == "changelog":
-                out = out.append_column("_epoch", pa.array([epoch] * out.num_rows, pa.int64()))
-                out = out.append_column("_seq", pa.array(range(out.num_rows), pa.int64()))
+                table = table.append_column("_epoch", pa.array([epoch] * table.num_rows, pa.int64()))
+                table = table.append_column("_seq", pa.array(range(table.num_rows), pa.int64()))
+            out = table
         total = self.rows + rows
         result = self.sink.commit_epoch(epoch, out, {STATE_KEY: state.to_json(), "rows": dict(total)},
                                         new_keys_only=new_keys_only)
@@ -442,6 +515,20 @@ class TableBackfillJob:
         if lag is not None:
             metrics.TABLE_BACKFILL_LAG.labels(self.name).set(lag)
         return "committed"
+
+    def _bulk_rows(self, df: DataFrame, epoch: int) -> DataFrame:
+        """A copy by files' rows as the job's table takes them: inserts (changelog: ``_epoch``, ``_seq``).
+
+        ``_seq`` is unique within the epoch, not contiguous (Spark numbers each task's rows apart): the
+        rows are inserts of distinct keys, so any order of them replays the same.
+        """
+        from pyspark.sql import functions as F  # noqa: N812
+
+        df = df.select(*[F.col(f"`{c}`") for c in self.columns]).withColumn(CHANGE_TYPE, F.lit("insert"))
+        if self.mode == "changelog":
+            df = (df.withColumn("_epoch", F.lit(epoch).cast("long"))
+                  .withColumn("_seq", F.monotonically_increasing_id()))
+        return df
 
     @property
     def columns(self) -> list[str]:

@@ -24,6 +24,7 @@ from source_backfill.runtime.jobs import JobHost
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from pyspark.sql import SparkSession
 
     from source_backfill.config import JobSpec, SourceConfig
     from source_backfill.executors.table_backfill import TableBackfillJob
@@ -38,12 +39,15 @@ class TableLiveSource(JobHost["TableBackfillJob"]):
 
     failing_what = "table source"
 
-    def __init__(self, config: SourceConfig, registry: JobRegistry) -> None:
+    def __init__(self, config: SourceConfig, registry: JobRegistry,
+                 spark: SparkSession | None = None) -> None:
         from connectors.delta.table_source import DeltaTableSource
 
         assert config.table_path is not None
         super().__init__(config, registry)
         self.table = DeltaTableSource(config.table_path)
+        #: The daemon's Spark, if it runs one: large snapshot and chain copies go by files on it.
+        self.spark = spark
         self.delivered: int | None = None
         self._epoch = 0
         self._lock = threading.Lock()
@@ -138,7 +142,7 @@ class TableLiveSource(JobHost["TableBackfillJob"]):
     def _new_job(self, spec: JobSpec) -> TableBackfillJob:
         from source_backfill.executors.table_backfill import TableBackfillJob
 
-        return TableBackfillJob(spec, self.config, self.table)
+        return TableBackfillJob(spec, self.config, self.table, spark=self.spark)
 
     def _progress(self, job: TableBackfillJob) -> JobProgress:
         from source_backfill.runtime.progress import table_job_progress

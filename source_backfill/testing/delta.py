@@ -27,13 +27,19 @@ class ChangingTable:
         self.versions = 0
 
     @classmethod
-    def create(cls, path: str, rows: int, seed: int = 0) -> ChangingTable:
-        """A new table of ``rows`` rows (even ids, so inserts can land between them), CDF on."""
+    def create(cls, path: str, rows: int, seed: int = 0, *, files: int = 1) -> ChangingTable:
+        """A new table of ``rows`` rows (even ids, so inserts can land between them), CDF on.
+
+        ``files``: written in that many slices, a data file each (one version per slice).
+        """
         from deltalake import write_deltalake
 
         table = cls(path, seed)
         ids = list(range(0, rows * 2, 2))
-        write_deltalake(path, _rows(ids, 0), configuration={"delta.enableChangeDataFeed": "true"})
+        size = -(-len(ids) // files)
+        for i in range(0, max(1, len(ids)), size or 1):
+            write_deltalake(path, _rows(ids[i:i + size], 0), mode="append" if i else "error",
+                            configuration=None if i else {"delta.enableChangeDataFeed": "true"})
         table.next_id = rows * 2
         return table
 

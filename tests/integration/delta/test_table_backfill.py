@@ -24,10 +24,10 @@ pytestmark = pytest.mark.integration
 ROWS = 20_000
 
 
-def _source(tmp_path, registry, **kw):
+def _source(tmp_path, registry, spark=None, **kw):
     cfg = SourceConfig(name="t", kind="delta", table_path=str(tmp_path / "src"), primary_key=["id"],
                        trigger_interval_s=0.5, **({"chunk_rows": 8, "replay_versions_per_epoch": 2} | kw))
-    source = TableLiveSource(cfg, registry)
+    source = TableLiveSource(cfg, registry, spark)
     source.open()
     return source
 
@@ -52,19 +52,25 @@ def _until_live(source, limit=2000):
 
 @pytest.mark.parametrize(("strategy", "index"), [("snapshot", "memory"), ("arrangement", "memory"),
                                                   ("chain", "memory"), ("snapshot", "spilled"),
-                                                  ("arrangement", "spilled")])
-def test_each_strategy_ends_equal_to_the_changing_source(tmp_path, strategy, index, monkeypatch):
+                                                  ("arrangement", "spilled"), ("snapshot", "files"),
+                                                  ("chain", "files")])
+def test_each_strategy_ends_equal_to_the_changing_source(tmp_path, strategy, index, monkeypatch, request):
     """``spilled``: every version indexed on disk by vnode (``table_index_rows = 0``), the spill removed
-    once the copy is done."""
+    once the copy is done. ``files``: the copy by files with Spark (``spark_copy_rows = 0``), a data file
+    of 2,500 rows an epoch (``spark_copy_epoch_rows``)."""
     import tempfile
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
-    up = ChangingTable.create(str(tmp_path / "src"), ROWS, seed=7)
+    by_files = index == "files"
+    up = ChangingTable.create(str(tmp_path / "src"), ROWS, seed=7, files=8 if by_files else 1)
     registry = JobRegistry(tmp_path / "state", ["t"])
     _job(registry, tmp_path, "merged", strategy, "merge")
     _job(registry, tmp_path, "log", strategy, "changelog", rate_limit=4000.0)
-    source = _source(tmp_path, registry, table_index_rows=0 if index == "spilled" else 1_000_000)
+    spark = request.getfixturevalue("spark") if by_files else None
+    files = {"spark_copy_rows": 0, "spark_copy_epoch_rows": 3_000} if by_files else {}
+    source = _source(tmp_path, registry, spark, table_index_rows=0 if index == "spilled" else 1_000_000,
+                     **files)
     thread, stop = up.writer_thread(0.01)
     copying_while_writing = 0
     try:  # 12 epochs at least, and until the writer has made 10 versions (a busy machine slows it)
@@ -89,6 +95,11 @@ def test_each_strategy_ends_equal_to_the_changing_source(tmp_path, strategy, ind
     progress = registry.progress("merged")
     assert progress.status == "finished" and progress.table.phase == Phase.CONSUME_UPSTREAM.value
     assert progress.table.lag_versions == 0 and progress.rows_history > 0
+    for job in source.jobs.values():  # by files: every data file of the pinned version, one an epoch
+        assert job.state.files == (8 if by_files else None), job.name
+    if by_files:
+        copied = [n for _, n in _rows_copied_per_commit(tmp_path / "merged") if n]
+        assert copied == [ROWS // 8] * 8, copied
     if strategy == "arrangement":  # the copy overlapped changes to copied rows, yet no chunk was merged
         copied = _rows_copied_per_commit(tmp_path / "merged")
         merged = [n for op, n in copied if op == "MERGE"]
@@ -201,3 +212,56 @@ def test_a_job_on_a_table_without_change_feed_or_with_a_bad_key_fails_clearly(tm
     source.run_epoch()
     assert "j" not in source.jobs
     assert "nope" in registry.get("j").error
+
+
+@pytest.mark.parametrize("strategy", ["snapshot", "chain"])
+def test_a_copy_by_files_resumes_after_restarts_and_a_replayed_epoch(tmp_path, spark, strategy):
+    """Restarted after every two epochs of a copy by files (a new source: state from the tables only),
+    one epoch run again after its commit (skipped by the table's transaction), the changes of the
+    pinned version's later versions replayed after it: each job's table equals the source's latest
+    version, each changelog replayed strictly (a file copied twice would insert its keys twice). A
+    daemon without Spark then cannot go on with it and fails the job saying why."""
+    up = ChangingTable.create(str(tmp_path / "src"), 8_000, seed=11, files=8)
+    registry = JobRegistry(tmp_path / "state", ["t"])
+    _job(registry, tmp_path, "m", strategy, "merge")
+    _job(registry, tmp_path, "c", strategy, "changelog")
+    opts = {"spark_copy_rows": 1, "spark_copy_epoch_rows": 1_000}
+    source = _source(tmp_path, registry, spark, **opts)
+    source.run_epoch()
+    job = source.jobs["c"]
+    assert job.state.files == 1 and job.state.phase is Phase.CONSUMING_SNAPSHOT
+    before, epoch = job.state, source._epoch + 1  # noqa: SLF001
+    source.run_epoch()
+    version = DeltaTable(job.sink.path).version()
+    job.state = before  # the epoch again, from the state it started with: committed, so skipped
+    assert not job.run_epoch(epoch, source.delivered, source.delivered, None)
+    assert DeltaTable(job.sink.path).version() == version and job.state.files == 2
+    for _ in range(2):
+        up.commit()
+        source.run_epoch()
+        source.stop()
+        source = _source(tmp_path, registry, spark, **opts)
+        source.run_epoch()
+    assert 2 < source.jobs["c"].state.files < 8
+    _until_live(source)
+    want = up.expected()
+    for job in source.jobs.values():
+        assert _content(job) == want, job.name
+        assert job.state.files == 8
+    assert registry.failed() == []
+
+
+def test_a_copy_by_files_fails_clearly_where_the_daemon_runs_no_spark(tmp_path, spark):
+    ChangingTable.create(str(tmp_path / "src"), 2_000, seed=2, files=4)
+    registry = JobRegistry(tmp_path / "state", ["t"])
+    _job(registry, tmp_path, "s", "snapshot", "merge")
+    opts = {"spark_copy_rows": 1, "spark_copy_epoch_rows": 500}
+    source = _source(tmp_path, registry, spark, **opts)
+    source.run_epoch()
+    assert source.jobs["s"].state.files == 1
+    source.stop()
+    source = _source(tmp_path, registry, None, **opts)  # restarted without Spark: cannot go on
+    source.run_epoch()
+    (failed,) = registry.failed()
+    assert failed.name == "s" and "runs no Spark" in failed.error and "spark.tables" in failed.error
+    source.stop()

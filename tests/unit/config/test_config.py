@@ -269,3 +269,23 @@ def test_a_source_s_archives_one_or_several_in_order_never_empty_or_twice() -> N
     for bad, words in (([], "empty"), ([{"path": "/a"}, {"path": "/a"}], "twice")):
         with pytest.raises(ValidationError, match=words):
             SourceConfig(name="s", topics=["t"], archive=bad)
+
+
+@pytest.mark.parametrize(("value", "expected"), [("false", None), ('"off"', None), ("0", 0),
+                                                 ("2000000", 2_000_000), (None, 1_000_000)])
+def test_a_delta_source_copies_by_spark_from_a_row_count_or_never(tmp_path, value, expected):
+    line = "" if value is None else f"spark_copy_rows = {value}\n"
+    text = ('[[sources]]\nname = "t"\nkind = "delta"\ntable_path = "/tmp/t"\nprimary_key = ["id"]\n'
+            + line + "[spark]\ntables = true\n")
+    s = load_settings(write(tmp_path, text))
+    assert s.source("t").spark_copy_rows == expected and s.spark.tables is True
+
+
+@pytest.mark.parametrize("line", ["spark_copy_rows = true", "spark_copy_rows = -1", "spark_copy_rows = 1.5",
+                                  'spark_copy_rows = "12"', "spark_copy_rows = 10_000_000_000_000_000",
+                                  "spark_copy_epoch_rows = 0", "spark_copy_epoch_rows = true",
+                                  'spark_copy_epoch_rows = "5"', "spark_copy_epoch_rows = 2.0"])
+def test_a_copy_by_spark_refuses_what_is_not_a_row_count(tmp_path, line):
+    text = f'[[sources]]\nname = "t"\nkind = "delta"\ntable_path = "/tmp/t"\nprimary_key = ["id"]\n{line}\n'
+    with pytest.raises(ConfigError, match="spark_copy"):
+        load_settings(write(tmp_path, text))

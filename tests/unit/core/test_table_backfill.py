@@ -31,6 +31,7 @@ from source_backfill.core.table_backfill import (
     arrangement_step,
     forwards_version,
     plan_chunks,
+    plan_files,
     replay_end,
     step_budget,
 )
@@ -346,3 +347,62 @@ def test_integer_keys_hashed_in_numpy_have_the_vnode_of_the_key_alone(values, dt
     got = key_vnodes([array], count)
     assert isinstance(got, np.ndarray)
     assert got.tolist() == [key_vnode([int(v)], count) for v in array]
+
+
+@settings(max_examples=400, deadline=None)
+@given(rows=st.lists(st.integers(0, 50), max_size=30),
+       budgets=st.lists(st.one_of(st.none(), st.integers(0, 120)), min_size=1, max_size=40),
+       max_rows=st.integers(1, 100), crashes=st.lists(st.booleans(), max_size=40))
+def test_a_copy_by_files_takes_each_file_once_in_order_within_the_budget(rows, budgets, max_rows, crashes):
+    """Row by row: every file copied exactly once, in path order, across epochs with any budgets and
+    crashed epochs (their files thrown away, the committed count kept); each epoch within its budget and
+    ``max_rows`` unless it takes a single file, and a paused epoch (budget 0) takes nothing."""
+    copied: list[int] = []
+    done = 0
+    state = TableBackfillState(Strategy.SNAPSHOT, pinned=3, cursor=3).by_files()
+    for i in range(200):
+        budget = budgets[i % len(budgets)]
+        end = plan_files(rows, done, budget, max_rows=max_rows)
+        assert done <= end <= len(rows)
+        taken = rows[done:end]
+        if budget == 0 or done == len(rows):
+            assert end == done
+        else:
+            assert end > done  # a file at least: the copy never stalls
+            limit = max_rows if budget is None else min(budget, max_rows)
+            assert len(taken) == 1 or sum(taken) <= limit
+            # and no more could have been taken within the limit
+            assert end == len(rows) or sum(taken) + rows[end] > limit
+        if crashes and crashes[i % len(crashes)]:
+            continue  # thrown away: the committed state is the one before
+        copied.extend(range(done, end))
+        state = TableBackfillState.from_json(json.loads(json.dumps(replace_files(state, end).to_json())))
+        done = state.files
+    assert copied == list(range(len(copied)))  # each file once, in path order, none skipped
+    if any(b != 0 for b in budgets) and not any(crashes):
+        assert copied == list(range(len(rows)))  # 200 epochs copy up to 30 files
+
+
+def replace_files(state: TableBackfillState, files: int) -> TableBackfillState:
+    from dataclasses import replace
+
+    return replace(state, files=files)
+
+
+def test_a_copy_by_files_is_chosen_before_it_starts_and_survives_the_state_round_trip():
+    state = TableBackfillState.attach(Strategy.CHAIN, 7)
+    assert "files" not in state.to_json()  # states of copies by vnode stay as they were
+    by_files = state.by_files()
+    assert by_files.files == 0 and TableBackfillState.from_json(by_files.to_json()) == by_files
+    with pytest.raises(ValueError, match="before it copied"):
+        by_files.by_files()
+    with pytest.raises(ValueError, match="before it copied"):
+        state.snapshot_done().by_files()
+    with pytest.raises(ValueError, match="pinned version"):
+        TableBackfillState.attach(Strategy.ARRANGEMENT, 7).by_files()
+    with pytest.raises(StateFormatError):
+        TableBackfillState.from_json(by_files.to_json() | {"files": -1})
+    with pytest.raises(StateFormatError):
+        TableBackfillState.from_json(by_files.to_json() | {"files": "3"})
+    with pytest.raises(ValueError, match="files copied of"):
+        plan_files([1, 2], 3, None, max_rows=10)
