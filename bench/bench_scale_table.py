@@ -87,7 +87,6 @@ def _copy(work: Path, src: Path, rows: int, *, spark: bool = True) -> dict[str, 
     from source_backfill.testing.process import DaemonProcess, free_port
 
     port = free_port()
-    shutil.rmtree(work / "copy", ignore_errors=True)
     daemon = DaemonProcess(_config(work, src, port, spark=spark), port, work / "daemon.log")
     daemon.start()
     try:
@@ -137,7 +136,9 @@ def main() -> dict[str, Any]:
         plain = {key: _plain_read(spark, root / key / "src", versions[key], root / key / "plain")
                  for key in sizes}
         spark.stop()
-        driver = _copy(root / "table1m", root / "table1m" / "src", SMALL, spark=False)
+        (root / "driver").mkdir()
+        driver = _copy(root / "driver", root / "table1m" / "src", SMALL, spark=False)
+        shutil.rmtree(root / "driver", ignore_errors=True)
         print(f"  {SMALL:>11,} rows on the driver (delta-rs): {driver['seconds']:.1f}s", flush=True)
         result["scale.table1m.delta_rs_copy_s"] = round(driver["seconds"], 2)
         for key, rows in sizes.items():

@@ -82,7 +82,7 @@ class Daemon:
         from source_backfill.executors.spark_work import LEDGER_DIR, SparkWork, WorkLedger
         from source_backfill.runtime.registry import JobRegistry
         from source_backfill.runtime.source import LiveSource
-        from source_backfill.runtime.spark import build_spark, warm_history_copy
+        from source_backfill.runtime.spark import build_spark, warm_history_copy, warm_table_copy
         from source_backfill.runtime.watchdog import JvmWatchdog
 
         cfg = self.settings
@@ -112,6 +112,8 @@ class Daemon:
                                      python_sources=python)
             if python:
                 warm_history_copy(self.spark)  # the Python connector's read ahead runs in Python workers
+            if any(s.kind == "delta" and s.spark_copy_rows is not None for s in cfg.sources):
+                warm_table_copy(self.spark)  # their large copies run on Spark
             self.watchdog = JvmWatchdog(self.spark, self._jvm_died)
             self.work = SparkWork(self.spark, ledger, alive=self.watchdog.alive)
             self.watchdog.ticks = (self.work.tick,)

@@ -286,11 +286,20 @@ class TableBackfillState:
         """Arrangement: the epoch read its chunks and forwarded the live changes up to ``delivered``."""
         return replace(self, cursor=delivered)
 
-    def snapshot_done(self, vnodes: VnodeSet | None = None) -> TableBackfillState:
-        """The snapshot is copied (for arrangement: every vnode complete, so upstream flows through)."""
+    def snapshot_done(self, vnodes: VnodeSet | None = None, *,
+                      delivered: int | None = None) -> TableBackfillState:
+        """The snapshot is copied (for arrangement: every vnode complete, so upstream flows through).
+
+        Snapshot and chain then replay the versions after the pinned one, unless the live stream has
+        delivered none (``delivered``, this epoch's, at the cursor): nothing waits in the log store, and
+        the job follows the live stream from the next epoch (the empty replay's epoch saved).
+        """
         if self.strategy is Strategy.ARRANGEMENT:
             return replace(self, phase=Phase.CONSUME_UPSTREAM, vnodes=vnodes or self.vnodes)
-        return replace(self, phase=Phase.CONSUMING_LOG_STORE, vnodes=vnodes or self.vnodes)
+        assert self.cursor is not None
+        caught_up = delivered is not None and delivered <= self.cursor
+        return replace(self, phase=Phase.CONSUME_UPSTREAM if caught_up else Phase.CONSUMING_LOG_STORE,
+                       vnodes=vnodes or self.vnodes)
 
     def replayed(self, end: int, delivered_end: int) -> TableBackfillState:
         """The replay emitted versions up to ``end``; caught up once it reaches ``delivered_end``."""

@@ -245,14 +245,14 @@ class TableBackfillJob:
         if state.files is None and self._copies_by_files(state):
             state = state.by_files()
         if state.files is not None:
-            return self._copy_files(state, budget)
+            return self._copy_files(state, budget, delivered)
         if state.strategy is Strategy.CHAIN:
-            return self._copy_chain(state, budget, parts)
+            return self._copy_chain(state, budget, delivered, parts)
         if state.strategy is Strategy.SNAPSHOT:
-            return self._copy_snapshot(state, budget, parts)
+            return self._copy_snapshot(state, budget, delivered, parts)
         return self._copy_arrangement(state, budget, delivered, live, parts)
 
-    def _copy_chain(self, state: TableBackfillState, budget: int | None,
+    def _copy_chain(self, state: TableBackfillState, budget: int | None, delivered: int,
                     parts: list[_Part]) -> TableBackfillState:
         """Chain: the pinned version's rows in one read (no per-vnode progress), unless paused."""
         if budget == 0:
@@ -265,7 +265,7 @@ class TableBackfillJob:
         self.snapshot_rows = index.num_rows
         parts.append(_Part(Phase.CONSUMING_SNAPSHOT.value, _inserts(index.rows), new_keys=True))
         self._drop_index()
-        return state.snapshot_done()
+        return state.snapshot_done(delivered=delivered)
 
     def _copies_by_files(self, state: TableBackfillState) -> bool:
         """Whether a copy not started yet goes by files.
@@ -279,7 +279,8 @@ class TableBackfillJob:
         rows = self.table.row_count(state.pinned)
         return rows is not None and rows >= self.spark_copy_rows
 
-    def _copy_files(self, state: TableBackfillState, budget: int | None) -> TableBackfillState:
+    def _copy_files(self, state: TableBackfillState, budget: int | None,
+                    delivered: int) -> TableBackfillState:
         """The copy by files: the next whole data files of the pinned version, read and written by Spark.
 
         Their rows are every key of the version once (a version's files hold disjoint rows), inserts
@@ -309,17 +310,17 @@ class TableBackfillJob:
         state = replace(state, files=end)
         if end == len(files):
             self._files = None
-            return state.snapshot_done()
+            return state.snapshot_done(delivered=delivered)
         return state
 
-    def _copy_snapshot(self, state: TableBackfillState, budget: int | None,
+    def _copy_snapshot(self, state: TableBackfillState, budget: int | None, delivered: int,
                        parts: list[_Part]) -> TableBackfillState:
         """Snapshot: the next chunk of each unfinished vnode of the pinned version; live changes wait."""
         assert state.pinned is not None
         index = self._snapshot(state.pinned)
         self._step = ArrangementStep.FOLLOW
         vnodes = self._read_chunks(state, index, budget, parts)
-        return self._copied(replace(state, vnodes=vnodes))
+        return self._copied(replace(state, vnodes=vnodes), delivered)
 
     def _copy_arrangement(self, state: TableBackfillState, budget: int | None, delivered: int,
                           live: pa.Table | None, parts: list[_Part]) -> TableBackfillState:
@@ -358,7 +359,7 @@ class TableBackfillJob:
         state = replace(state, vnodes=vnodes)
         if step is not ArrangementStep.COPY_AT_CURSOR:
             state = state.followed(delivered)
-        return self._copied(state)
+        return self._copied(state, delivered)
 
     def _read_chunks(self, state: TableBackfillState, index: VersionIndex | SpilledIndex, budget: int | None,
                      parts: list[_Part]) -> VnodeSet:
@@ -378,11 +379,11 @@ class TableBackfillJob:
                                new_keys=True))
         return state.vnodes.with_chunks(chunks)
 
-    def _copied(self, state: TableBackfillState) -> TableBackfillState:
+    def _copied(self, state: TableBackfillState, delivered: int) -> TableBackfillState:
         """After an epoch's chunks: the snapshot phase ends once every vnode is complete."""
         if state.vnodes.done:
             self._drop_index()
-            return state.snapshot_done()
+            return state.snapshot_done(delivered=delivered)
         return state
 
     def _arranged(self, state: TableBackfillState) -> VersionIndex | SpilledIndex:

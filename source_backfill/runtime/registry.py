@@ -141,6 +141,16 @@ class JobRegistry:
         #: The last finished repairs per job (memory only: the repairs' commits are in the job's table).
         self._repairs_done: dict[str, builtins.list[dict[str, Any]]] = {}
         self._next_id = 1
+        #: Per source, called (under the lock: it must not block) when a mutation of its jobs is queued.
+        self._wakers: dict[str, Callable[[], None]] = {}
+
+    def on_mutation(self, source: str, wake: Callable[[], None]) -> None:
+        """Have ``wake()`` called whenever a mutation of ``source``'s jobs is queued.
+
+        Its epoch loop may then run at once instead of at its next trigger.
+        """
+        with self._lock:
+            self._wakers[source] = wake
 
     def close(self) -> None:
         """Close the log file (further mutations fail)."""
@@ -430,6 +440,9 @@ class JobRegistry:
         self._next_id += 1
         self._apply_mutation(mutation, now)
         logger.info('mutation accepted id=%d kind="%s" job="%s" source="%s"', mutation.id, kind, job, source)
+        wake = self._wakers.get(source)
+        if wake is not None:
+            wake()
         self._maybe_compact()
         return mutation
 

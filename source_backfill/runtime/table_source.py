@@ -1,6 +1,7 @@
 """A ``delta`` source: one live stream of a Delta table's change feed, shared by its table-backfill jobs.
 
-The daemon drives the epochs itself: every ``trigger_interval_s`` it reads the table's newest version
+The daemon drives the epochs itself: every ``trigger_interval_s`` (at once when a mutation of its jobs is
+queued: a new job starts copying without waiting for the trigger) it reads the table's newest version
 ``b`` (the live stream's position), reads the change feed once for the versions after the slowest
 following job's cursor, and runs each job's epoch over ``(a, b]`` (``a``: what the previous epoch
 delivered). A quiet table still yields epochs (``a == b``), so backfills progress and finish without new
@@ -52,11 +53,15 @@ class TableLiveSource(JobHost["TableBackfillJob"]):
         self._epoch = 0
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        #: Set when a mutation of the source's jobs is queued (or the source stops): the next epoch runs
+        #: at once, so a job created, paused or throttled does not wait for the trigger.
+        self._wake = threading.Event()
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def start(self) -> None:
         """Check the table, recover the jobs from their tables, start the epochs."""
         self.open()
+        self.registry.on_mutation(self.name, self._wake.set)
         self._thread = threading.Thread(target=self._loop, name=f"table-source-{self.name}", daemon=True)
         self._thread.start()
 
@@ -81,6 +86,7 @@ class TableLiveSource(JobHost["TableBackfillJob"]):
     def stop(self, timeout_s: float = 30.0) -> None:
         """Stop after the running epoch; a later one never starts."""
         self._stopping.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
             if self._thread.is_alive():
@@ -94,6 +100,7 @@ class TableLiveSource(JobHost["TableBackfillJob"]):
         delay = 1.0
         while not self._stopping.is_set():
             t0 = time.monotonic()
+            self._wake.clear()  # a mutation queued from here on wakes the wait after this epoch
             try:
                 self.run_epoch()
                 delay = 1.0
@@ -107,7 +114,7 @@ class TableLiveSource(JobHost["TableBackfillJob"]):
                     return
                 delay = min(delay * 2, 60.0)
                 continue
-            self._stopping.wait(max(0.0, interval - (time.monotonic() - t0)))
+            self._wake.wait(max(0.0, interval - (time.monotonic() - t0)))
 
     # -- the epoch -------------------------------------------------------------------------------------
     def run_epoch(self) -> None:

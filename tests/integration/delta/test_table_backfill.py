@@ -82,8 +82,9 @@ def test_each_strategy_ends_equal_to_the_changing_source(tmp_path, strategy, ind
     finally:
         stop.set()
         thread.join()
-    # the copy really overlapped the changes (chain reads its snapshot in one pass, then replays)
-    assert up.versions >= 10 and copying_while_writing >= (1 if strategy == "chain" else 8)
+    # the copy really overlapped the changes (chain in memory reads its snapshot in one pass, and follows
+    # the stream from the next epoch when no version arrived during it)
+    assert up.versions >= 10 and copying_while_writing >= (0 if (strategy, index) == ("chain", "memory") else 8)
     spills = list((tmp_path / "tmp").glob("source-backfill-spill-*"))
     assert bool(spills) == (index == "spilled")
     _until_live(source)
@@ -176,13 +177,11 @@ def test_a_replayed_log_store_epoch_is_applied_once(tmp_path):
     registry = JobRegistry(tmp_path / "state", ["t"])
     _job(registry, tmp_path, "s", "snapshot", "changelog")
     source = _source(tmp_path, registry, chunk_rows=1024, replay_versions_per_epoch=1)
-    source.run_epoch()  # the whole snapshot, pinned before the changes below
-    registry.pause("s")
     for _ in range(6):
         up.commit()
-    source.run_epoch()  # delivered while paused: six versions pending in the log store
-    registry.resume("s")
+    source.run_epoch()  # the whole snapshot, pinned before the six versions now pending in the log store
     job = source.jobs["s"]
+    assert job.state.phase is Phase.CONSUMING_LOG_STORE and source.delivered == job.state.cursor + 6
     before, epoch = job.state, source._epoch + 1  # noqa: SLF001
     source.run_epoch()
     assert job.state.phase is Phase.CONSUMING_LOG_STORE and job.state.cursor == before.cursor + 1

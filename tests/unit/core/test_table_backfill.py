@@ -130,7 +130,7 @@ def _epoch(state: TableBackfillState, up: Upstream, a: int, b: int, budget: int 
                 assert state.pinned is not None
                 for vn in range(VNODES):
                     out += [("insert", k, v) for k, v in up.chunk(state.pinned, vn, None, 10**9)]
-                state = state.snapshot_done()
+                state = state.snapshot_done(delivered=b)
             return state, out
         version = state.pinned if state.strategy is Strategy.SNAPSHOT else state.cursor
         assert version is not None
@@ -147,7 +147,7 @@ def _epoch(state: TableBackfillState, up: Upstream, a: int, b: int, budget: int 
         if state.strategy is Strategy.ARRANGEMENT:
             state = state.followed(b)
         if vnodes.done:
-            state = state.snapshot_done()
+            state = state.snapshot_done(delivered=b)
         return state, out
     if state.strategy is Strategy.ARRANGEMENT:  # every vnode complete: upstream flows through
         return state.followed(b), [(kind, k, v) for _, kind, k, v in live]
