@@ -162,16 +162,30 @@ class DaemonProcess:
             return ""
 
     def tree_rss_bytes(self) -> int:
-        """Resident memory of the daemon and every process below it (Spark's JVM), from ``/proc``."""
+        """Resident memory of the daemon and every process below it (Spark's JVM), from ``/proc``.
+
+        Each process counts its proportional share (``Pss`` of ``smaps_rollup``: a page shared by n
+        processes counts 1/n in each), so the tree's pages count once: a child the JVM forks to run a
+        command (Hadoop's local file system does, without its native library) shares the JVM's pages
+        until it execs, and its VmRSS alone would count the whole heap again. VmRSS where the kernel
+        has no ``smaps_rollup``.
+        """
         root = self.pid
         if root is None:
             return 0
         total = 0
         for pid in [root] + [pid for pid, _ in processes_below(root)]:
-            try:
-                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1]) * 1024
-            except OSError:
-                continue
+            total += _resident_bytes(pid)
         return total
+
+
+def _resident_bytes(pid: int) -> int:
+    """One process's proportional resident memory (``Pss``), else its VmRSS; 0 once it is gone."""
+    for name, key in (("smaps_rollup", "Pss:"), ("status", "VmRSS:")):
+        try:
+            for line in Path(f"/proc/{pid}/{name}").read_text().splitlines():
+                if line.startswith(key):
+                    return int(line.split()[1]) * 1024
+        except OSError:
+            continue
+    return 0
