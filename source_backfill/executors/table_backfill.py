@@ -23,6 +23,8 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -494,8 +496,9 @@ class TableBackfillJob:
                 table = table.append_column("_seq", pa.array(range(table.num_rows), pa.int64()))
             out = table
         total = self.rows + rows
-        result = self.sink.commit_epoch(epoch, out, {STATE_KEY: state.to_json(), "rows": dict(total)},
-                                        new_keys_only=new_keys_only)
+        with self._spark_group(bulk is not None):
+            result = self.sink.commit_epoch(epoch, out, {STATE_KEY: state.to_json(), "rows": dict(total)},
+                                            new_keys_only=new_keys_only)
         self.delivered = delivered
         if not result.committed:  # committed before (a replay): the table's state is the truth
             self._recover()
@@ -516,6 +519,28 @@ class TableBackfillJob:
         if lag is not None:
             metrics.TABLE_BACKFILL_LAG.labels(self.name).set(lag)
         return "committed"
+
+    @contextmanager
+    def _spark_group(self, on: bool) -> Iterator[None]:
+        """Run a copy by files' Spark jobs in group ``table-copy-<job>``, in the pool of history copies.
+
+        Spark's status and UI name them by the group; the FAIR pool gives a source's live stream free
+        slots first.
+        """
+        if not on or self.spark is None:
+            yield
+            return
+        from source_backfill.executors.read_ahead import HISTORY_POOL
+
+        sc = self.spark.sparkContext
+        sc.setJobGroup(f"table-copy-{self.name}", f"table copy by files of job {self.name}",
+                       interruptOnCancel=True)
+        sc.setLocalProperty("spark.scheduler.pool", HISTORY_POOL)
+        try:
+            yield
+        finally:
+            for key in ("spark.jobGroup.id", "spark.job.description", "spark.scheduler.pool"):
+                sc.setLocalProperty(key, None)  # type: ignore[arg-type]
 
     def _bulk_rows(self, df: DataFrame, epoch: int) -> DataFrame:
         """A copy by files' rows as the job's table takes them: inserts (changelog: ``_epoch``, ``_seq``).

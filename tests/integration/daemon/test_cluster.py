@@ -15,12 +15,20 @@ from tests.fixtures.spark_cluster import spark_standalone
 pytestmark = pytest.mark.integration
 
 
-def _daemon_on(cluster: Any, tmp_path: Path, bootstrap: str, topic: str, **conf: str) -> RunningDaemon:
-    """A daemon process started on ``cluster``'s master, one source on ``topic``; ``conf`` over the base."""
+def _daemon_on(cluster: Any, tmp_path: Path, bootstrap: str, topic: str, *,
+               table: Path | None = None, **conf: str) -> RunningDaemon:
+    """A daemon process started on ``cluster``'s master, one source on ``topic``; ``conf`` over the base.
+
+    ``table``: a delta source ``tbl`` too, whose snapshot copies go by files on Spark.
+    """
     base = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
             "spark.executor.memory": "1g", "spark.cores.max": "2"}
     (tmp_path / "daemon").mkdir()
-    daemon = RunningDaemon(tmp_path / "daemon", bootstrap, [{"name": "src", "topics": [topic]}], [],
+    sources: list[dict[str, Any]] = [{"name": "src", "topics": [topic]}]
+    if table is not None:
+        sources.append({"name": "tbl", "kind": "delta", "table_path": str(table), "primary_key": ["id"],
+                        "spark_copy_rows": 0})
+    daemon = RunningDaemon(tmp_path / "daemon", bootstrap, sources, [],
                            {"spark": {"master": cluster.master, "conf": {**base, **conf}}})
     daemon.start()
     return daemon
@@ -71,15 +79,16 @@ def _registered_executors(ui: str) -> set[str]:
     return {e["id"] for e in _rest(ui, f"applications/{app}/executors")} - {"driver"}
 
 
-def _history_task_executors(ui: str) -> set[str]:
-    """The executors the daemon's history reads ahead ran tasks on, from its driver's REST API."""
+def _history_task_executors(ui: str, group: str = "history-") -> set[str]:
+    """The executors the daemon's history reads ahead (or other jobs of ``group``) ran tasks on, from its
+    driver's REST API."""
     def get(path: str) -> Any:
         return _rest(ui, path)
 
     app = get("applications")[0]["id"]
     executors: set[str] = set()
     for job in get(f"applications/{app}/jobs"):
-        if not str(job.get("jobGroup") or "").startswith("history-"):
+        if not str(job.get("jobGroup") or "").startswith(group):
             continue
         for stage in job["stageIds"]:
             for attempt in get(f"applications/{app}/stages/{stage}"):
@@ -93,7 +102,9 @@ def test_a_backfills_history_tasks_run_on_both_executors_of_a_two_worker_cluster
     tmp_path, kafka_bootstrap, kafka_admin
 ):
     """Two workers of one core each: the daemon's lone job copies its one partition in offset pieces, as
-    many tasks as the cluster's cores, and Spark's own status shows them on both executors; exactly once."""
+    many tasks as the cluster's cores, and Spark's own status shows them on both executors; exactly once.
+    Then a snapshot job of a delta source copies its 8-file table by files: its Spark tasks too ran on
+    both executors, and its table equals the source row for row."""
     from confluent_kafka import Producer
 
     from source_backfill.testing.process import free_port
@@ -108,9 +119,12 @@ def test_a_backfills_history_tasks_run_on_both_executors_of_a_two_worker_cluster
             assert producer.flush(60) == 0
     assert producer.flush(60) == 0
 
+    from source_backfill.testing.delta import ChangingTable, as_rows
+
+    table = ChangingTable.create(str(tmp_path / "table"), 80_000, seed=4, files=8)
     with spark_standalone(tmp_path / "cluster", cores=1, memory="1g", workers=2) as cluster:
         ui_port = free_port()
-        daemon = _daemon_on(cluster, tmp_path, kafka_bootstrap, topic, **{
+        daemon = _daemon_on(cluster, tmp_path, kafka_bootstrap, topic, table=tmp_path / "table", **{
             "spark.executor.memory": "768m", "spark.ui.enabled": "true", "spark.ui.port": str(ui_port)})
         try:
             daemon.wait_ready(240)
@@ -126,6 +140,13 @@ def test_a_backfills_history_tasks_run_on_both_executors_of_a_two_worker_cluster
             assert len(executors - {"driver"}) == 2, executors
             report = check_exactly_once(str(daemon.tables / "wide"), kafka_bootstrap, [topic])
             assert report.ok, report.summary()
+            daemon.create_job(name="copy", source="tbl", strategy="snapshot")
+            daemon.wait_finished("copy", timeout_s=300)
+            copied = _history_task_executors(f"http://127.0.0.1:{ui_port}", group="table-copy-copy")
+            assert len(copied - {"driver"}) == 2, copied
+            from deltalake import DeltaTable
+
+            assert as_rows(DeltaTable(str(daemon.tables / "copy")).to_pyarrow_table()) == table.expected()
         finally:
             daemon.stop()
 
