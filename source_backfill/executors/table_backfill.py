@@ -23,8 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import nullcontext
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -40,12 +39,11 @@ from source_backfill.core.table_backfill import (
     VnodeSet,
     arrangement_step,
     plan_chunks,
-    plan_files,
     replay_end,
     step_budget,
 )
 from source_backfill.core.vnode import VNODE_COUNT, key_vnode
-from source_backfill.errors import JobError
+from source_backfill.executors.table_files import FileChunk, FileCopy
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -87,14 +85,10 @@ class TableBackfillJob:
         self.chunk_rows = source.chunk_rows
         self.index_rows = source.table_index_rows
         self.replay_versions = source.replay_versions_per_epoch
-        #: The copy by files (:meth:`_copy_files`): Spark, from how many rows of the pinned version on,
-        #: and at most how many rows an epoch.
-        self.spark = spark
-        self.spark_copy_rows = source.spark_copy_rows
-        self.spark_copy_epoch_rows = source.spark_copy_epoch_rows
-        #: The pinned version's data files and row counts (a copy by files), and the epoch's files read.
-        self._files: tuple[int, list[tuple[str, int]]] | None = None
-        self._bulk: tuple[DataFrame, int] | None = None
+        #: The copy by files of a large pinned version (Spark), and the epoch's files.
+        self.file_copy = FileCopy(spec.name, table, spark, min_rows=source.spark_copy_rows,
+                                  epoch_rows=source.spark_copy_epoch_rows)
+        self._bulk: FileChunk | None = None
         self.interval_s = source.trigger_interval_s
         self.vnode_count = vnode_count
         self.table = table
@@ -241,10 +235,10 @@ class TableBackfillJob:
               parts: list[_Part]) -> TableBackfillState:
         """The snapshot phase, by strategy: chain reads in one pass, snapshot and arrangement by vnode.
 
-        A snapshot or chain copy of a large pinned version goes by files instead (:meth:`_copy_files`),
+        A snapshot or chain copy of a large pinned version goes by files instead (:class:`FileCopy`),
         chosen before it copies anything and kept in its state.
         """
-        if state.files is None and self._copies_by_files(state):
+        if self.file_copy.takes(state):
             state = state.by_files()
         if state.files is not None:
             return self._copy_files(state, budget, delivered)
@@ -269,51 +263,16 @@ class TableBackfillJob:
         self._drop_index()
         return state.snapshot_done(delivered=delivered)
 
-    def _copies_by_files(self, state: TableBackfillState) -> bool:
-        """Whether a copy not started yet goes by files.
-
-        It does for a pinned version of ``spark_copy_rows`` or more rows (by the log's statistics),
-        with Spark at hand.
-        """
-        if (self.spark is None or self.spark_copy_rows is None or state.pinned is None
-                or state.phase is not Phase.CONSUMING_SNAPSHOT or state.vnodes.vnodes):
-            return False
-        rows = self.table.row_count(state.pinned)
-        return rows is not None and rows >= self.spark_copy_rows
-
     def _copy_files(self, state: TableBackfillState, budget: int | None,
                     delivered: int) -> TableBackfillState:
-        """The copy by files: the next whole data files of the pinned version, read and written by Spark.
-
-        Their rows are every key of the version once (a version's files hold disjoint rows), inserts
-        the job's table does not hold yet, so any order of files is a valid copy; progress is how many
-        files, in path order (:func:`plan_files`), are committed. Live changes wait in the source's log
-        as for the snapshot by vnode; chain's copy becomes resumable.
-        """
-        assert state.pinned is not None and state.files is not None
-        if self.spark is None:
-            msg = (f'job "{self.name}" copies version {state.pinned} by files with Spark, but this daemon '
-                   "runs no Spark (a daemon of delta sources alone needs spark.tables = true)")
-            raise JobError(msg)
-        if self._files is None or self._files[0] != state.pinned:
-            files = self.table.data_files(state.pinned)
-            if files is None:
-                msg = f'job "{self.name}": a data file of version {state.pinned} has no row count'
-                raise RuntimeError(msg)
-            self._files = (state.pinned, files)
-        files = self._files[1]
-        self.snapshot_rows = sum(n for _, n in files)
-        end = plan_files([n for _, n in files], state.files, budget, max_rows=self.spark_copy_epoch_rows)
-        if end > state.files:
-            chunk = files[state.files:end]
-            rows = sum(n for _, n in chunk)
-            self._bulk = (self.table.read_files(self.spark, state.pinned, [u for u, _ in chunk]), rows)
-            self._allowance.spend(rows)
-        state = replace(state, files=end)
-        if end == len(files):
-            self._files = None
-            return state.snapshot_done(delivered=delivered)
-        return state
+        """The copy by files (:mod:`source_backfill.executors.table_files`): the epoch's next files."""
+        step = self.file_copy.step(state, budget)
+        self.snapshot_rows = self.file_copy.total_rows
+        if step.chunk is not None:
+            self._bulk = step.chunk
+            self._allowance.spend(step.chunk.rows)
+        state = replace(state, files=step.files)
+        return state.snapshot_done(delivered=delivered) if step.done else state
 
     def _copy_snapshot(self, state: TableBackfillState, budget: int | None, delivered: int,
                        parts: list[_Part]) -> TableBackfillState:
@@ -473,7 +432,7 @@ class TableBackfillJob:
             rows[part.stage] += part.rows.num_rows
         bulk, self._bulk = self._bulk, None
         if bulk is not None:
-            rows[Phase.CONSUMING_SNAPSHOT.value] += bulk[1]
+            rows[Phase.CONSUMING_SNAPSHOT.value] += bulk.rows
         rows = +rows
         if self._unchanged(state, rows):
             self.delivered = delivered
@@ -485,7 +444,7 @@ class TableBackfillJob:
         new_keys_only = self.mode == "merge" and all(p.new_keys for p in kept)
         if bulk is not None:  # a copy by files' epoch emits its files' rows alone
             assert not kept
-            out = self._bulk_rows(bulk[0], epoch)
+            out = FileCopy.output(bulk.frame, self.columns, epoch, changelog=self.mode == "changelog")
         elif kept:
             columns = [*self.columns, CHANGE_TYPE]
             table = pa.concat_tables([p.rows.select(columns) for p in kept], promote_options="permissive")
@@ -496,7 +455,7 @@ class TableBackfillJob:
                 table = table.append_column("_seq", pa.array(range(table.num_rows), pa.int64()))
             out = table
         total = self.rows + rows
-        with self._spark_group(bulk is not None):
+        with self.file_copy.spark_jobs() if bulk is not None else nullcontext():
             result = self.sink.commit_epoch(epoch, out, {STATE_KEY: state.to_json(), "rows": dict(total)},
                                             new_keys_only=new_keys_only)
         self.delivered = delivered
@@ -519,42 +478,6 @@ class TableBackfillJob:
         if lag is not None:
             metrics.TABLE_BACKFILL_LAG.labels(self.name).set(lag)
         return "committed"
-
-    @contextmanager
-    def _spark_group(self, on: bool) -> Iterator[None]:
-        """Run a copy by files' Spark jobs in group ``table-copy-<job>``, in the pool of history copies.
-
-        Spark's status and UI name them by the group; the FAIR pool gives a source's live stream free
-        slots first.
-        """
-        if not on or self.spark is None:
-            yield
-            return
-        from source_backfill.executors.read_ahead import HISTORY_POOL
-
-        sc = self.spark.sparkContext
-        sc.setJobGroup(f"table-copy-{self.name}", f"table copy by files of job {self.name}",
-                       interruptOnCancel=True)
-        sc.setLocalProperty("spark.scheduler.pool", HISTORY_POOL)
-        try:
-            yield
-        finally:
-            for key in ("spark.jobGroup.id", "spark.job.description", "spark.scheduler.pool"):
-                sc.setLocalProperty(key, None)  # type: ignore[arg-type]
-
-    def _bulk_rows(self, df: DataFrame, epoch: int) -> DataFrame:
-        """A copy by files' rows as the job's table takes them: inserts (changelog: ``_epoch``, ``_seq``).
-
-        ``_seq`` is unique within the epoch, not contiguous (Spark numbers each task's rows apart): the
-        rows are inserts of distinct keys, so any order of them replays the same.
-        """
-        from pyspark.sql import functions as F  # noqa: N812
-
-        df = df.select(*[F.col(f"`{c}`") for c in self.columns]).withColumn(CHANGE_TYPE, F.lit("insert"))
-        if self.mode == "changelog":
-            df = (df.withColumn("_epoch", F.lit(epoch).cast("long"))
-                  .withColumn("_seq", F.monotonically_increasing_id()))
-        return df
 
     @property
     def columns(self) -> list[str]:
