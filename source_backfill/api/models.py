@@ -84,6 +84,10 @@ class TableView(BaseModel):
     #: Rows of the table version being copied (the pinned one; arrangement: its cursor's), and copied.
     rows_total: int | None = None
     rows_copied: int = 0
+    #: A copy by files (Spark; docs/architecture.md): data files of the pinned version copied, and how
+    #: many it has; null for a copy by vnode (or before the files are listed).
+    files_copied: int | None = None
+    files_total: int | None = None
 
     @classmethod
     def of(cls, t: TableProgress) -> TableView:
@@ -91,7 +95,8 @@ class TableView(BaseModel):
         return cls(strategy=t.strategy, phase=t.phase, vnodes_completed=t.vnodes_completed,
                    vnodes_total=t.vnodes_total, pinned_version=t.pinned_version,
                    cursor_version=t.cursor_version, lag_versions=t.lag_versions, rows=dict(t.rows),
-                   progress=t.progress, rows_total=t.rows_total, rows_copied=t.rows_copied)
+                   progress=t.progress, rows_total=t.rows_total, rows_copied=t.rows_copied,
+                   files_copied=t.files_copied, files_total=t.files_total)
 
 
 class LatencyView(BaseModel):

@@ -197,7 +197,9 @@
       t ? ["tablecopy", `${t.strategy}: ${t.phase}, ` +
                         (t.rows_total === null || t.rows_total === undefined ? ""
                           : `rows ${num(t.rows_copied)}/${num(t.rows_total)}, `) +
-                        `vnodes ${t.vnodes_completed}/${t.vnodes_total}, ` +
+                        (t.files_copied === null || t.files_copied === undefined
+                          ? `vnodes ${t.vnodes_completed}/${t.vnodes_total}, `
+                          : `files ${t.files_copied}/${t.files_total ?? "?"} (Spark), `) +
                         `lag ${num(t.lag_versions)} versions`]
         : ["splits", `splits ${job.splits_finished}/${job.splits_total} finished` +
           (job.splits.length ? ` (${Object.entries(stages).map(([k, v]) => `${k} ${v}`).join(", ")})` : "")],

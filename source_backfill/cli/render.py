@@ -55,7 +55,7 @@ def table_bar(table: dict[str, Any], width: int = BAR_WIDTH) -> str:
     """``snapshot  [#####-----]  52.0%  rows 520/1000  vnodes 133/256  consuming_snapshot  lag 4 versions``.
 
     The fraction is the API's ``progress`` (rows copied of the snapshot's row count); vnodes completed of
-    all when it has none.
+    all when it has none. A copy by files shows ``files 3/20`` instead of the vnodes.
     """
     total = int(table.get("vnodes_total") or 0)
     done = int(table.get("vnodes_completed") or 0)
@@ -67,8 +67,10 @@ def table_bar(table: dict[str, Any], width: int = BAR_WIDTH) -> str:
     lag = table.get("lag_versions")
     rows = "" if table.get("rows_total") is None else \
         f"rows {table.get('rows_copied', 0)}/{table['rows_total']}  "
+    files = table.get("files_copied")
+    units = f"vnodes {done}/{total}" if files is None else f"files {files}/{table.get('files_total') or '?'}"
     return (f"{table.get('strategy')}  [{'#' * filled}{'-' * (width - filled)}] {frac * 100:5.1f}%  "
-            f"{rows}vnodes {done}/{total}  {table.get('phase')}  lag {'?' if lag is None else lag} versions")
+            f"{rows}{units}  {table.get('phase')}  lag {'?' if lag is None else lag} versions")
 
 
 def eta_text(job: dict[str, Any]) -> str:

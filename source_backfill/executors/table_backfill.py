@@ -151,7 +151,8 @@ class TableBackfillJob:
         data = recovered.state.get(STATE_KEY)
         if data is not None:
             self.state = TableBackfillState.from_json(data)
-            self.rows.update({k: int(v) for k, v in recovered.state.get("rows", {}).items()})
+            # replaced, not added to: a replayed epoch recovers again into a job that counted already
+            self.rows = Counter({k: int(v) for k, v in recovered.state.get("rows", {}).items()})
 
     def close(self) -> None:
         """Nothing runs beside the epochs: only the cached snapshot is released (a spill removed)."""

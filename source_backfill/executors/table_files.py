@@ -94,6 +94,11 @@ class FileCopy:
             self._files = None
         return FileStep(end, chunk, done)
 
+    @property
+    def file_count(self) -> int | None:
+        """How many data files the version being copied has (None: not listed, or its copy is done)."""
+        return None if self._files is None else len(self._files[1])
+
     def _listed(self, version: int) -> list[tuple[str, int]]:
         if self._files is None or self._files[0] != version:
             files = self.table.data_files(version)

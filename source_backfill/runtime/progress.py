@@ -64,6 +64,10 @@ class TableProgress:
     #: Rows copied of them (``consuming_snapshot``), and the fraction (core.table_fraction).
     rows_copied: int = 0
     progress: float = 0.0
+    #: A copy by files (Spark): the pinned version's data files copied, and how many it has (None:
+    #: a copy by vnode, or not listed yet).
+    files_copied: int | None = None
+    files_total: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +216,8 @@ def table_job_progress(job: TableBackfillJob) -> JobProgress:
             vnodes_total=state.vnodes.count, pinned_version=state.pinned, cursor_version=state.cursor,
             lag_versions=job.lag_versions, rows=rows, rows_total=total, rows_copied=copied,
             progress=table_fraction(snapshot_done, copied, total, vnodes_done, state.vnodes.count),
+            files_copied=state.files,
+            files_total=state.files if snapshot_done else job.file_copy.file_count,
         )
     return JobProgress(
         epoch=_epoch(job),

@@ -268,6 +268,10 @@ def test_table_bar_and_create_options_of_a_table_job() -> None:
         "snapshot  [#####-----]  50.0%  vnodes 128/256  consuming_snapshot  lag 4 versions")
     rendered = cli.render_jobs([{"name": "t", "status": "backfilling", "epoch": 3, "table": table}])
     assert rendered.splitlines()[1] == "  " + cli.table_bar(table)
+    by_files = table | {"progress": 0.3, "rows_copied": 6_000, "rows_total": 20_000, "files_copied": 3,
+                        "files_total": 10}
+    assert cli.table_bar(by_files, width=10) == (
+        "snapshot  [###-------]  30.0%  rows 6000/20000  files 3/10  consuming_snapshot  lag 4 versions")
     # a strategy the daemon does not have is a usage error, refused before any request
     assert cli.main(["jobs", "create", "t", "--source", "s", "--sink", "/x", "--strategy", "sideways"]) == 2
 

@@ -99,6 +99,8 @@ def test_each_strategy_ends_equal_to_the_changing_source(tmp_path, strategy, ind
     assert progress.table.lag_versions == 0 and progress.rows_history > 0
     for job in source.jobs.values():  # by files: every data file of the pinned version, one an epoch
         assert job.state.files == (8 if by_files else None), job.name
+        table = registry.progress(job.name).table
+        assert (table.files_copied, table.files_total) == ((8, 8) if by_files else (None, None))
     if by_files:
         copied = [n for _, n in _rows_copied_per_commit(tmp_path / "merged") if n]
         assert copied == [ROWS // 8] * 8, copied
@@ -190,6 +192,7 @@ def test_a_replayed_log_store_epoch_is_applied_once(tmp_path):
     job.state = before  # the epoch again, from the state it started with
     assert not job.run_epoch(epoch, source.delivered, source.delivered, None)
     assert DeltaTable(job.sink.path).version() == replayed and job.state.cursor == before.cursor + 1
+    assert job.rows[Phase.CONSUMING_SNAPSHOT.value] == 500  # recovered from the table, not counted twice
     _until_live(source)
     assert _content(job) == up.expected()
 
@@ -243,6 +246,9 @@ def test_a_copy_by_files_resumes_after_restarts_and_a_replayed_epoch(tmp_path, s
         source = _source(tmp_path, registry, spark, **opts)
         source.run_epoch()
     assert 2 < source.jobs["c"].state.files < 8
+    table = registry.progress("c").table  # the copy by files, as the API shows it
+    assert table.files_copied == source.jobs["c"].state.files and table.files_total == 8
+    assert table.rows_total == 8_000 and table.rows_copied == 1_000 * table.files_copied
     _until_live(source)
     want = up.expected()
     for job in source.jobs.values():
