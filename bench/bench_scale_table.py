@@ -14,7 +14,9 @@ is also copied on the driver with delta-rs (``spark_copy_rows`` off), for where 
 * ``scale.table20m.ratio_vs_plain_read``: plain-read seconds ÷ the job's (create to finished; goal ≥ 0.9);
 * ``scale.table1m.*``, ``scale.table20m.*``: each size's seconds, rows/s, peak RSS;
 * ``scale.table1m.delta_rs_copy_s``, ``scale.table1m.spark_vs_delta_rs``: the 1M copy on the driver, and
-  its seconds over the copy by Spark's.
+  its seconds over the copy by Spark's;
+* ``scale.threshold.<rows>.spark_s`` / ``.delta_rs_s`` / ``.spark_vs_delta_rs``: smaller tables (100k,
+  300k rows) copied both ways, for where the default ``spark_copy_rows`` (1M) lies against the crossover.
 
 A soak-sized run (~4 min): it runs when named (``make bench BENCH_ARGS=scale_table``).
 ``BENCH_SCALE_TABLE_ROWS`` sets the large size (20M; 2M with ``--quick``).
@@ -32,6 +34,8 @@ from typing import Any
 QUICK = os.environ.get("BENCH_QUICK") == "1"
 SMALL = 100_000 if QUICK else 1_000_000
 LARGE = int(os.environ.get("BENCH_SCALE_TABLE_ROWS", "2000000" if QUICK else "20000000"))
+#: Smaller tables copied both ways (the threshold ``spark_copy_rows`` against the crossover).
+THRESHOLD_SIZES = (10_000,) if QUICK else (100_000, 300_000)
 #: Rows per slice the source table is written in.
 SLICE = 1_000_000
 COPY_TIMEOUT_S = 3600.0
@@ -77,7 +81,7 @@ kind = "delta"
 table_path = "{src}"
 primary_key = ["id"]
 trigger_interval_s = 1.0
-{"" if spark else "spark_copy_rows = false"}
+spark_copy_rows = {0 if spark else "false"}
 """)
     return config
 
@@ -119,6 +123,27 @@ def _copy(work: Path, src: Path, rows: int, *, spark: bool = True) -> dict[str, 
     return {"seconds": seconds, "peak_rss_mib": peak / 2**20}
 
 
+def _threshold(root: Path) -> dict[str, float]:
+    """Tables of ``THRESHOLD_SIZES`` rows copied by Spark (by files) and on the driver (delta-rs)."""
+    out: dict[str, float] = {}
+    for rows in THRESHOLD_SIZES:
+        src = root / f"t{rows}" / "src"
+        _source(src, rows)
+        seconds = {}
+        for engine, spark in (("spark", True), ("delta_rs", False)):
+            work = root / f"t{rows}" / engine
+            work.mkdir()
+            seconds[engine] = _copy(work, src, rows, spark=spark)["seconds"]
+        key = f"scale.threshold.{rows}"
+        out.update({f"{key}.spark_s": round(seconds["spark"], 2),
+                    f"{key}.delta_rs_s": round(seconds["delta_rs"], 2),
+                    f"{key}.spark_vs_delta_rs": round(seconds["delta_rs"] / seconds["spark"], 3)})
+        print(f"  {rows:>11,} rows: by Spark {seconds['spark']:.2f}s, on the driver "
+              f"{seconds['delta_rs']:.2f}s", flush=True)
+        shutil.rmtree(root / f"t{rows}", ignore_errors=True)
+    return out
+
+
 def main() -> dict[str, Any]:
     from source_backfill.runtime.spark import build_spark
 
@@ -141,6 +166,7 @@ def main() -> dict[str, Any]:
         shutil.rmtree(root / "driver", ignore_errors=True)
         print(f"  {SMALL:>11,} rows on the driver (delta-rs): {driver['seconds']:.1f}s", flush=True)
         result["scale.table1m.delta_rs_copy_s"] = round(driver["seconds"], 2)
+        result.update(_threshold(root))
         for key, rows in sizes.items():
             shutil.rmtree(root / key / "plain", ignore_errors=True)
             run = _copy(root / key, root / key / "src", rows)
