@@ -272,7 +272,7 @@ def test_a_source_s_archives_one_or_several_in_order_never_empty_or_twice() -> N
 
 
 @pytest.mark.parametrize(("value", "expected"), [("false", None), ('"off"', None), ("0", 0),
-                                                 ("2000000", 2_000_000), (None, 1_000_000)])
+                                                 ("2000000", 2_000_000), (None, 250_000)])
 def test_a_delta_source_copies_by_spark_from_a_row_count_or_never(tmp_path, value, expected):
     line = "" if value is None else f"spark_copy_rows = {value}\n"
     text = ('[[sources]]\nname = "t"\nkind = "delta"\ntable_path = "/tmp/t"\nprimary_key = ["id"]\n'
