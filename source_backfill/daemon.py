@@ -224,15 +224,19 @@ class Daemon:
                      failed=self.registry.get(spec.name).error is not None)
 
     def _dry_run(self, spec: JobSpec) -> dict[str, Any]:
-        """Every check of a create (nothing recorded), then the plan of a job on a Kafka source."""
-        from source_backfill.runtime.dry_run import plan_kafka_job
+        """Every check of a create (nothing recorded), then the plan of the job on its source."""
+        from source_backfill.runtime.dry_run import plan_kafka_job, plan_table_job
 
         self.registry.check_create(spec)
         source = self.sources.get(spec.source)
+        config = self.settings.source(spec.source)
+        table = getattr(source, "table", None)
+        if table is not None:
+            return plan_table_job(spec, config, table, spark=self.spark is not None)
         admin = getattr(source, "admin", None)
         if source is None or admin is None:
-            return {"measured_note": "a delta source: a table copy is not estimated"}
-        return plan_kafka_job(spec, self.settings.source(spec.source), admin, self.history_rates)
+            return {"measured_note": "the source is not running: nothing estimated"}
+        return plan_kafka_job(spec, config, admin, self.history_rates)
 
     def _watch_history_rates(self) -> None:
         """Feed :attr:`history_rates` with every source's epoch and job's history rows, 4 times a second."""

@@ -282,6 +282,21 @@ class SplitPlanView(BaseModel):
     tiers: dict[str, int] | None = None
 
 
+class TablePlanView(BaseModel):
+    """A dry run of a job on a ``delta`` source: the version it would copy now, and how."""
+
+    version: int
+    #: By the log's file statistics (null: a file without them).
+    rows: int | None
+    files: int | None
+    #: ``files`` (the copy by files, on Spark) or ``vnodes`` (by vnode and key, on the driver).
+    copy_by: str
+    engine: str
+    #: By vnode past ``table_index_rows``: the version is spilled to local disk by vnode.
+    spilled: bool
+    why: str
+
+
 class DryRunView(BaseModel):
     """``POST /jobs?dry_run=true``: every check of a create passed; what the job would do. Nothing changed."""
 
@@ -292,6 +307,8 @@ class DryRunView(BaseModel):
     offsets_total: int = 0
     #: A job reading its source's archive: all splits' offsets by tier.
     tiers_total: dict[str, int] | None = None
+    #: A job on a ``delta`` source: what it would copy, and how.
+    table: TablePlanView | None = None
     bytes_total: int | None = None
     bytes_note: str | None = None
     #: The job's history ceiling: its rate limit, and max_rows_per_epoch per trigger interval, read per

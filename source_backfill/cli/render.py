@@ -209,7 +209,10 @@ def _duration(seconds: float | None) -> str:
 
 
 def render_plan(plan: dict[str, Any]) -> str:
-    """A dry run's plan: per split offsets, total, the two time estimates, warnings."""
+    """A dry run's plan: per split offsets, total, the two time estimates, warnings.
+
+    A job on a delta source: the version it would copy and how (by files on Spark, or by vnode).
+    """
     job = plan["job"]
     lines = [f'dry run: job "{job["name"]}" on source "{job["source"]}" -> {job["sink_path"]}: every check '
              "passed; nothing was created"]
@@ -219,10 +222,18 @@ def render_plan(plan: dict[str, Any]) -> str:
                      f"{tiers}")
     if plan.get("tiers_total"):
         lines.append(f"  history from {_tiers_line(plan['tiers_total'])}")
-    total_bytes = plan.get("bytes_total")
-    lines.append(f"  total {plan.get('offsets_total', 0)} offsets, "
-                 + (f"{total_bytes} bytes" if total_bytes is not None else
-                    f"bytes {plan.get('bytes_note') or 'unknown'}"))
+    table = plan.get("table")
+    if table is not None:  # a job on a delta source: the version it would copy, and how
+        rows = "? rows" if table.get("rows") is None else f"{table['rows']:,} rows"
+        files = "" if table.get("files") is None else f" in {table['files']:,} files"
+        lines.append(f"  version {table['version']}: {rows}{files}; copied by {table['copy_by']} with "
+                     f"{table['engine']}{' (spilled to local disk by vnode)' if table.get('spilled') else ''}"
+                     f": {table['why']}")
+    else:
+        total_bytes = plan.get("bytes_total")
+        lines.append(f"  total {plan.get('offsets_total', 0)} offsets, "
+                     + (f"{total_bytes} bytes" if total_bytes is not None else
+                        f"bytes {plan.get('bytes_note') or 'unknown'}"))
     limit, asked = plan.get("rate_limit_rows_per_s"), job.get("rate_limit")
     startup = f" (startup {plan['startup_s']:g} s)" if plan.get("startup_s") else ""
     pace = f" ({limit:,.0f} at the source's epoch pace)" if limit is not None and limit != asked else ""

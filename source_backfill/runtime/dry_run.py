@@ -334,3 +334,43 @@ def _tier_sizes(plan: SplitPlan, archives: list[tuple[dict[str, list[tuple[int, 
 
 def _round(value: float | None) -> float | None:
     return None if value is None or value == float("inf") else round(value, 1)
+
+
+def plan_table_job(spec: JobSpec, source: SourceConfig, table: Any, *, spark: bool) -> dict[str, Any]:
+    """The dry run's plan of a job on a ``delta`` source: the version it would copy now, and how.
+
+    ``table``: the source's :class:`~connectors.delta.table_source.DeltaTableSource`; ``spark``: whether
+    the daemon runs Spark. The copy goes by files on Spark or by vnode on the driver by the rule the job
+    applies when it starts (:meth:`source_backfill.executors.table_files.FileCopy.takes`); rows come from
+    the log's file statistics (None: a file without them). The time is estimated at the job's rate limit
+    only (no table copy rate is measured on the source).
+    """
+    version = table.latest_version()
+    rows = table.row_count(version)
+    files = table.data_files(version)
+    pinned = spec.strategy in ("snapshot", "chain")
+    by_files = (spark and pinned and source.spark_copy_rows is not None and rows is not None
+                and rows >= source.spark_copy_rows)
+    if by_files:
+        why = (f"{rows:,} rows, at least spark_copy_rows ({source.spark_copy_rows:,}): whole data files "
+               "an epoch, on Spark's executors")
+    elif not pinned:
+        why = "arrangement copies by vnode and key on the driver (its live changes follow the key order)"
+    elif not spark:
+        why = "this daemon runs no Spark (spark.tables = false): by vnode on the driver"
+    elif source.spark_copy_rows is None:
+        why = "spark_copy_rows is off: by vnode on the driver"
+    else:
+        why = (f"{'unknown' if rows is None else f'{rows:,}'} rows, under spark_copy_rows "
+               f"({source.spark_copy_rows:,}): by vnode on the driver")
+    spilled = (not by_files and spec.strategy != "chain" and rows is not None
+               and rows > source.table_index_rows)
+    limit = effective_limit(spec, source.trigger_interval_s)
+    return {
+        "table": {"version": version, "rows": rows, "files": None if files is None else len(files),
+                  "copy_by": "files" if by_files else "vnodes", "engine": "spark" if by_files else "delta-rs",
+                  "spilled": spilled, "why": why},
+        "rate_limit_rows_per_s": limit,
+        "seconds_at_rate_limit": None if limit is None or rows is None else rows / limit,
+        "measured_note": "a table copy's rate is not measured on the source: no estimate without a limit",
+    }

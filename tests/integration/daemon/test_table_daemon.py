@@ -91,5 +91,20 @@ def test_kill_9_mid_snapshot_and_mid_replay_then_equal_to_the_source(tmp_path):
         metrics = scrape(daemon.url)  # counted since the last start: the replay went on after it
         assert total(metrics, "table_backfill_rows_total", job="snap", stage="consuming_log_store") > 0
         assert total(metrics, "table_backfill_lag_versions", job="snap") == 0
+        # a dry run of one more job: the version it would copy now, and how (no Spark here: by vnode)
+        body = {"name": "more", "source": "tbl", "sink_path": str(tmp_path / "more"), "strategy": "chain",
+                "rate_limit": 1000}
+        r = daemon.request("POST", "/jobs?dry_run=true", body)
+        assert r is not None and r.status_code == 200, r.text
+        plan = r.json()
+        assert plan["table"]["version"] == DeltaTable(str(tmp_path / "src")).version()
+        assert plan["table"]["rows"] == len(want) and plan["table"]["copy_by"] == "vnodes"
+        assert "runs no Spark" in plan["table"]["why"]
+        assert plan["seconds_at_rate_limit"] == pytest.approx(len(want) / 1000)
+        from source_backfill.cli.render import render_plan
+
+        text = render_plan(plan)
+        assert f"{len(want):,} rows" in text and "copied by vnodes with delta-rs" in text
+        assert _table(daemon, "snap")["status"] == "finished" and daemon.get("/jobs/more").status_code == 404
     finally:
         daemon.stop()

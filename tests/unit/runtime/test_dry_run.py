@@ -169,3 +169,50 @@ def test_an_archive_that_cannot_be_read_is_a_warning_of_the_plan(tmp_path) -> No
                           archive={"path": str(tmp_path / "nothing")})
     plan = plan_kafka_job(spec(), source, _Admin(), HistoryRates(since=0.0))
     assert any("cannot be read" in w for w in plan["warnings"]), plan["warnings"]
+
+
+class _Table:
+    """A delta source's table as the plan reads it: its newest version, row count and data files."""
+
+    def __init__(self, rows: int | None, files: int = 4) -> None:
+        self.rows, self.files = rows, files
+
+    def latest_version(self) -> int:
+        return 9
+
+    def row_count(self, version: int) -> int | None:
+        return self.rows
+
+    def data_files(self, version: int) -> list[tuple[str, int]]:
+        return [(f"f{i}", 1) for i in range(self.files)]
+
+
+def test_a_table_plan_says_how_the_copy_would_go_by_the_job_s_own_rule() -> None:
+    from source_backfill.config import SourceConfig
+    from source_backfill.runtime.dry_run import plan_table_job
+
+    source = SourceConfig(name="t", kind="delta", table_path="/t", primary_key=["id"], spark_copy_rows=1000,
+                          table_index_rows=5000)
+
+    def plan(strategy: str, rows: int | None, *, spark: bool = True, **kw: object) -> dict:
+        spec = JobSpec(name="j", source="t", sink_path="/x", strategy=strategy, **kw)
+        return plan_table_job(spec, source, _Table(rows), spark=spark)
+
+    big = plan("snapshot", 1000, rate_limit=100.0)
+    assert big["table"] | {"why": ""} == {"version": 9, "rows": 1000, "files": 4, "copy_by": "files",
+                                           "engine": "spark", "spilled": False, "why": ""}
+    assert "spark_copy_rows" in big["table"]["why"] and big["seconds_at_rate_limit"] == 10.0
+    assert plan("chain", 5000)["table"]["copy_by"] == "files"
+    small = plan("snapshot", 999)["table"]
+    assert (small["copy_by"], small["engine"], small["spilled"]) == ("vnodes", "delta-rs", False)
+    assert "under spark_copy_rows" in small["why"]
+    no_spark = plan("snapshot", 6000, spark=False)["table"]
+    assert no_spark["copy_by"] == "vnodes" and no_spark["spilled"] and "runs no Spark" in no_spark["why"]
+    arranged = plan("arrangement", 10**6)["table"]  # by vnode whatever its size: its rule needs key order
+    assert arranged["copy_by"] == "vnodes" and arranged["spilled"] and "arrangement" in arranged["why"]
+    unknown = plan("snapshot", None)  # a file without statistics: no rows, no estimate, by vnode
+    assert unknown["table"]["copy_by"] == "vnodes" and unknown["seconds_at_rate_limit"] is None
+    assert plan("chain", 10**6, spark=False)["table"]["spilled"] is False  # chain reads in one pass
+    off = plan_table_job(JobSpec(name="j", source="t", sink_path="/x", strategy="snapshot"),
+                         source.model_copy(update={"spark_copy_rows": None}), _Table(10**6), spark=True)
+    assert off["table"]["copy_by"] == "vnodes" and "off" in off["table"]["why"]
