@@ -16,7 +16,9 @@ Measured in one run, on the embedded broker, with the same connector and sink:
 
 Both the batch copy and the service read with the default connector (Spark's Kafka source) and the
 options the service passes it (``SparkKafkaConnector.reader_options``: ``max.poll.records`` = 10,000 among
-them); the fresh query is started as a user would, with Spark's defaults.
+them); the fresh query is started as a user would, with Spark's defaults but the same
+``kafka.max.poll.records`` (issue 30: the comparison is of the copy, not of a consumer setting a user can
+set too).
 
 ``BENCH_BACKFILL_RECORDS`` (default 1,000,000) sets the history size.
 """
@@ -71,12 +73,15 @@ def _fresh_query(spark, bootstrap: str, topic: str, splits: list[str], admin, wo
     """A new Structured Streaming query from ``earliest`` (Spark's Kafka source, Delta sink), timed until
     its committed offsets reach the live position it started at; (seconds, window start, end in ms,
     ``(seconds, rows committed so far)`` at the end of each of its batches)."""
+    from connectors.kafka.spark_kafka import SPARK_CONSUMER
+
     target = admin.end_offsets(splits)
     c0 = time.time() * 1000
     t = time.monotonic()
     query = (
         spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", topic).option("startingOffsets", "earliest").load()
+        .option("subscribe", topic).option("startingOffsets", "earliest")
+        .option("kafka.max.poll.records", SPARK_CONSUMER["max.poll.records"]).load()
         .writeStream.format("delta").option("checkpointLocation", str(work / "fresh-ckpt"))
         .trigger(processingTime="1 second").start(str(work / "fresh"))
     )
