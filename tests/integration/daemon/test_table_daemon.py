@@ -108,3 +108,46 @@ def test_kill_9_mid_snapshot_and_mid_replay_then_equal_to_the_source(tmp_path):
         assert _table(daemon, "snap")["status"] == "finished" and daemon.get("/jobs/more").status_code == 404
     finally:
         daemon.stop()
+
+
+@pytest.mark.slow  # two starts of a daemon with Spark (~40 s): make test-slow, so make test stays < 20 min
+def test_kill_9_mid_copy_by_files_then_equal_to_the_source(tmp_path):
+    """A daemon that runs Spark for its tables (``spark.tables``) copies a 12-file table by files, one
+    file an epoch at its rate limit; ``kill -9`` with some files committed, a restart: the copy goes on
+    from the committed count (not from the start), and the job's changelog, replayed strictly (a file
+    copied twice inserts its keys twice), equals the source after the writer's changes."""
+    up = ChangingTable.create(str(tmp_path / "src"), 24_000, seed=13, files=12)
+    port = free_port()
+    config = table_daemon_config(tmp_path, port, f"""spark_copy_rows = 0
+spark_copy_epoch_rows = 2000
+[spark]
+master = "local[2]"
+tables = true
+[[jobs]]
+name = "files"
+source = "tbl"
+sink_path = "{tmp_path / 'files'}"
+strategy = "snapshot"
+mode = "changelog"
+rate_limit = 4000
+""")
+    daemon = DaemonProcess(config, port, tmp_path / "daemon.log")
+    daemon.start()
+    try:
+        daemon.wait_ready(240)
+        mid = _wait(daemon, "files", lambda v: 2 <= (v["table"]["files_copied"] or 0) <= 8, timeout_s=240)
+        daemon.kill()
+        for _ in range(3):
+            up.commit()  # changes after the pinned version: replayed once the copy is done
+        daemon.start()
+        daemon.wait_ready(240)
+        again = _wait(daemon, "files", lambda v: v["epoch"] is not None and v["table"]["files_copied"]
+                      is not None, timeout_s=240)
+        assert again["table"]["files_copied"] >= mid["table"]["files_copied"]  # resumed, not restarted
+        latest = DeltaTable(str(tmp_path / "src")).version()
+        done = _wait(daemon, "files", lambda v: v["status"] == "finished"
+                     and v["table"]["cursor_version"] == latest, timeout_s=240)
+        assert done["table"]["files_copied"] == done["table"]["files_total"] == 12
+        assert replay_changelog(DeltaTable(str(tmp_path / "files")).to_pyarrow_table()) == up.expected()
+    finally:
+        daemon.stop()
