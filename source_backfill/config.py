@@ -304,12 +304,7 @@ class SourceConfig(_Frozen):
     @classmethod
     def _spark_copy_off(cls, value: object) -> object:
         """``false`` (or "off") turns the copy by Spark off; a bool is never a row count."""
-        if value is False or (isinstance(value, str) and value.strip().lower() in _OFF):
-            return None
-        if isinstance(value, bool):
-            msg = "spark_copy_rows is a row count (0: every copy), or false: never on Spark"
-            raise ValueError(msg)
-        return value
+        return _off_or(value, "spark_copy_rows is a row count (0: every copy), or false: never on Spark")
 
     @field_validator("bootstrap_servers")
     @classmethod
@@ -633,15 +628,21 @@ class MetricsConfig(_Frozen):
     @field_validator("port", mode="before")
     @classmethod
     def _off(cls, value: object) -> object:
-        if value is False or (isinstance(value, str) and value.strip().lower() in _OFF):
-            return None
-        if isinstance(value, bool):  # true would be port 1: say what is meant instead
-            msg = "metrics.port is a port number, or false to serve /metrics on the API port only"
-            raise ValueError(msg)
-        return value
+        # true would be port 1: say what is meant instead
+        return _off_or(value, "metrics.port is a port number, or false to serve /metrics on the API port "
+                              "only")
 
 
 _OFF = {"off", "none", "null", "false", "disabled", ""}
+
+
+def _off_or(value: object, true_is: str) -> object:
+    """``false`` or an "off" word as None (the setting off); ``true`` refused with ``true_is``; else as is."""
+    if value is False or (isinstance(value, str) and value.strip().lower() in _OFF):
+        return None
+    if isinstance(value, bool):
+        raise ValueError(true_is)
+    return value
 
 
 class DaemonConfig(_Frozen):
