@@ -194,6 +194,16 @@ def forwards_version(cursor: int, version: int) -> bool:
 
 
 # -- the copy by files (Spark): a large pinned version ---------------------------------------------------
+def copies_by_files(strategy: str, rows: int | None, min_rows: int | None, *, spark: bool) -> bool:
+    """Whether a copy of a version of ``rows`` rows (None: unknown) goes by files.
+
+    Only snapshot and chain (arrangement forwards live changes by key position, which needs the key
+    order), only with Spark at hand, and only from ``min_rows`` rows (None: never).
+    """
+    return (spark and strategy != Strategy.ARRANGEMENT and min_rows is not None and rows is not None
+            and rows >= min_rows)
+
+
 def plan_files(rows: Sequence[int], done: int, budget_rows: int | None, *, max_rows: int) -> int:
     """The files a copy by files takes this epoch: ``rows[done:end]``, returns ``end``.
 

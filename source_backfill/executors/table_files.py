@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, NamedTuple
 
 from connectors.delta.merge import CHANGE_TYPE
-from source_backfill.core.table_backfill import Phase, TableBackfillState, plan_files
+from source_backfill.core.table_backfill import Phase, TableBackfillState, copies_by_files, plan_files
 from source_backfill.errors import JobError
 
 if TYPE_CHECKING:
@@ -64,15 +64,18 @@ class FileCopy:
     def takes(self, state: TableBackfillState) -> bool:
         """Whether a copy not started yet goes by files.
 
-        It does for a pinned version of ``min_rows`` or more rows (by the log's statistics), with Spark
-        at hand.
+        It does by :func:`~source_backfill.core.table_backfill.copies_by_files`, the pinned version's rows
+        counted from its files' statistics (listed once: the copy's steps take the same list).
         """
-        if self.spark is None or self.min_rows is None or state.pinned is None or state.files is not None:
+        if state.pinned is None or state.files is not None:
             return False
         if state.phase is not Phase.CONSUMING_SNAPSHOT or state.vnodes.vnodes:
             return False
-        rows = self.table.row_count(state.pinned)
-        return rows is not None and rows >= self.min_rows
+        if self.spark is None or self.min_rows is None:
+            return False  # (so no log is read)
+        files = self._listed(state.pinned)
+        rows = None if files is None else sum(n for _, n in files)
+        return copies_by_files(state.strategy, rows, self.min_rows, spark=True)
 
     def step(self, state: TableBackfillState, budget: int | None) -> FileStep:
         """The epoch's files after ``state.files`` within ``budget`` rows (None: unlimited; 0: none)."""
@@ -82,6 +85,9 @@ class FileCopy:
                    "runs no Spark (a daemon of delta sources alone needs spark.tables = true)")
             raise JobError(msg)
         files = self._listed(state.pinned)
+        if files is None:
+            msg = f'job "{self.job}": a data file of version {state.pinned} has no row count'
+            raise JobError(msg)
         self.total_rows = sum(n for _, n in files)
         end = plan_files([n for _, n in files], state.files, budget, max_rows=self.epoch_rows)
         chunk = None
@@ -99,12 +105,12 @@ class FileCopy:
         """How many data files the version being copied has (None: not listed, or its copy is done)."""
         return None if self._files is None else len(self._files[1])
 
-    def _listed(self, version: int) -> list[tuple[str, int]]:
+    def _listed(self, version: int) -> list[tuple[str, int]] | None:
+        """``version``'s data files and row counts, read from the log once (None: a file without one)."""
         if self._files is None or self._files[0] != version:
             files = self.table.data_files(version)
             if files is None:
-                msg = f'job "{self.job}": a data file of version {version} has no row count'
-                raise JobError(msg)
+                return None
             self._files = (version, files)
         return self._files[1]
 

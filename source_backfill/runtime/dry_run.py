@@ -341,16 +341,17 @@ def plan_table_job(spec: JobSpec, source: SourceConfig, table: Any, *, spark: bo
 
     ``table``: the source's :class:`~connectors.delta.table_source.DeltaTableSource`; ``spark``: whether
     the daemon runs Spark. The copy goes by files on Spark or by vnode on the driver by the rule the job
-    applies when it starts (:meth:`source_backfill.executors.table_files.FileCopy.takes`); rows come from
+    applies when it starts (:func:`source_backfill.core.table_backfill.copies_by_files`); rows come from
     the log's file statistics (None: a file without them). The time is estimated at the job's rate limit
     only (no table copy rate is measured on the source).
     """
+    from source_backfill.core.table_backfill import copies_by_files
+
     version = table.latest_version()
-    rows = table.row_count(version)
     files = table.data_files(version)
+    rows = None if files is None else sum(n for _, n in files)
     pinned = spec.strategy in ("snapshot", "chain")
-    by_files = (spark and pinned and source.spark_copy_rows is not None and rows is not None
-                and rows >= source.spark_copy_rows)
+    by_files = copies_by_files(spec.strategy or "", rows, source.spark_copy_rows, spark=spark)
     if by_files:
         why = (f"{rows:,} rows, at least spark_copy_rows ({source.spark_copy_rows:,}): whole data files "
                "an epoch, on Spark's executors")

@@ -172,7 +172,7 @@ def test_an_archive_that_cannot_be_read_is_a_warning_of_the_plan(tmp_path) -> No
 
 
 class _Table:
-    """A delta source's table as the plan reads it: its newest version, row count and data files."""
+    """A delta source's table as the plan reads it: its newest version and data files (with row counts)."""
 
     def __init__(self, rows: int | None, files: int = 4) -> None:
         self.rows, self.files = rows, files
@@ -180,11 +180,11 @@ class _Table:
     def latest_version(self) -> int:
         return 9
 
-    def row_count(self, version: int) -> int | None:
-        return self.rows
-
-    def data_files(self, version: int) -> list[tuple[str, int]]:
-        return [(f"f{i}", 1) for i in range(self.files)]
+    def data_files(self, version: int) -> list[tuple[str, int]] | None:
+        if self.rows is None:  # a file without statistics
+            return None
+        share, extra = divmod(self.rows, self.files)
+        return [(f"f{i}", share + (i < extra)) for i in range(self.files)]
 
 
 def test_a_table_plan_says_how_the_copy_would_go_by_the_job_s_own_rule() -> None:
