@@ -207,6 +207,8 @@ class SourceBackfillJob:
         #: History was copied in the job's last epoch (read in it, or a read ahead running or adopted).
         self.copying = False
         self._reads = ReadsAhead(spec.name, spark, self.sink, work=self.spark_work)
+        #: The states a read started before the attach plans from (:meth:`read_early`); None once attached.
+        self._early: SplitTable | None = None
         #: What the job's commits carry of its state: the log chain, the live positions covered.
         self.log = JobLog(SnapshotPolicy(max_age_s=self.sink.log_retention_s() / 2))
         recovered = self.sink.recover()
@@ -271,12 +273,34 @@ class SourceBackfillJob:
         splits = sorted(inp.end)
         positions = {s: inp.start.get(s, 0) for s in splits}
         starts = self.start_offsets(splits, positions)
-        self.states = SplitTable.from_states(attach(splits, positions, starts))
+        with self._reads.lock:
+            self.states = SplitTable.from_states(attach(splits, positions, starts))
+            self._early = None
         finished = self.states.count(Stage.FINISHED)
         logger.info(
             'job attached job="%s" epoch=%d splits=%d nothing_to_backfill=%d',
             self.name, inp.epoch, len(splits), finished,
         )
+
+    def read_early(self, positions: Mapping[str, int]) -> None:
+        """Before the attach: start reading ahead the history below ``positions``.
+
+        ``positions``: where the live stream's next batch starts (its last batch's end offsets). The
+        epoch that attaches the job starts at or above them, so the offsets below them are history to it
+        whichever epoch that is: the read need not wait for the attach (one trigger interval). The attach
+        adopts what was read where it continues from each split's start and stays below its target
+        (:func:`core.adopt_history` checks it, as for every read ahead); a read that does not fit (the log
+        start moved meanwhile, say) is thrown away and read again.
+        """
+        if self.states is not None or not self.reads_ahead or not positions or self.failed is not None:
+            return
+        splits = sorted(positions)
+        starts = self.start_offsets(splits, positions)
+        with self._reads.lock:
+            if self.states is not None:  # attached meanwhile: its reads ahead start after its epoch
+                return
+            self._early = SplitTable.from_states(attach(splits, dict(positions), starts))
+        self._read_ahead()
 
     def start_offsets(self, splits: list[str], positions: Mapping[str, int]) -> dict[str, int]:
         """The job's first offset per split by its start, at most the live position ``positions``."""
@@ -556,10 +580,11 @@ class SourceBackfillJob:
     def _read_ahead(self) -> None:
         """Start the next history read ahead if the job may read history now and none is running."""
         with self._reads.lock:
-            if (self.failed is not None or self.states is None or self.alone or not self._reads.may_start()
+            states = self.states if self.states is not None else self._early
+            if (self.failed is not None or states is None or self.alone or not self._reads.may_start()
                     or self._pace.backing_off):
                 return
-            planned = ahead_of(self.states, self._reads.ranges())
+            planned = ahead_of(states, self._reads.ranges())
             epoch_budget = self._budget(self._interval_s)
             if _tail_fits(planned, epoch_budget):
                 # the next epoch reads the rest itself and finishes: a read ahead of a few offsets costs

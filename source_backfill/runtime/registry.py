@@ -338,6 +338,11 @@ class JobRegistry:
                 self._queue = [i for i in self._queue if i not in ids]
             return taken
 
+    def queued(self, source: str) -> builtins.list[Mutation]:
+        """The mutations of ``source``'s jobs queued and not drained yet, in log order (nothing changes)."""
+        with self._lock:
+            return [self._unapplied[i] for i in self._queue if self._unapplied[i].source == source]
+
     def mark_applied(self, mutation_ids: Iterable[int], epoch: int) -> None:
         """Record durably that ``mutation_ids`` took effect at ``epoch``; applied drops free their records."""
         ids = sorted(set(mutation_ids))

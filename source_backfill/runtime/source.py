@@ -35,6 +35,7 @@ from source_backfill.core import LiveStats, split_id
 from source_backfill.errors import SourceBackfillError, one_line
 from source_backfill.executors.source_backfill import EpochInput, SourceBackfillJob
 from source_backfill.executors.spark_work import EPOCH
+from source_backfill.runtime.early_start import EarlyJobs
 from source_backfill.runtime.jobs import JobHost
 from source_backfill.runtime.spark import task_slots
 from source_backfill.runtime.width import HistoryWidth
@@ -90,6 +91,12 @@ class LiveSource(JobHost[SourceBackfillJob]):
         #: How wide the jobs' history copies run, steered by the Finished jobs' live latency.
         self.width = HistoryWidth(config.name, config.history_width, functools.partial(task_slots, spark),
                                   config.trigger_interval_s)
+        #: Where the live stream's next batch starts: the end offsets of its last batch that completed.
+        self._next_start: dict[str, int] | None = None
+        #: Jobs created between epochs, built and reading history before the epoch that attaches them.
+        self.early = EarlyJobs(config.name, registry, self._build_job, lambda: self._next_start,
+                               lambda name: name not in self.jobs and not self._suspect(name),
+                               lambda: self.width.per_job(len(self._backfilling()) + 1))
 
     @property
     def bootstrap_servers(self) -> str:
@@ -103,6 +110,7 @@ class LiveSource(JobHost[SourceBackfillJob]):
         self._query = self._start_query()
         self._supervisor = threading.Thread(target=self._supervise, name=f"source-{self.name}", daemon=True)
         self._supervisor.start()
+        self.early.start()
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """Stop after the running epoch (if any) finishes; a later epoch is abandoned, never half-done."""
@@ -113,6 +121,7 @@ class LiveSource(JobHost[SourceBackfillJob]):
         else:
             logger.warning('epoch still running at shutdown, abandoning it source="%s"', self.name)
         self._close_pool()
+        self.early.stop(timeout_s)
         for job in list(self.jobs.values()):
             job.close()  # history read ahead and not committed is thrown away; it is read again later
         query = self._query
@@ -217,6 +226,7 @@ class LiveSource(JobHost[SourceBackfillJob]):
                 finished, self._repairs_finished = self._repairs_finished, []
             if applied or finished:
                 self.registry.mark_applied([m.id for m in applied] + finished, batch_id)
+            self._next_start = end  # the next batch starts where this one ended (Spark's offset log)
         finally:
             if read is not None and read[0] is None:
                 batch.unpersist()
@@ -285,6 +295,11 @@ class LiveSource(JobHost[SourceBackfillJob]):
         return start is not None or any(job.states is not None for job in self.jobs.values())
 
     def _new_job(self, spec: JobSpec) -> SourceBackfillJob:
+        """The job built early for a create (``runtime/early_start.py``), else built now."""
+        job = self.early.take(spec)
+        return job if job is not None else self._build_job(spec)
+
+    def _build_job(self, spec: JobSpec) -> SourceBackfillJob:
         return SourceBackfillJob(spec, self.config, self.spark, self.admin,
                                  connector=self.connector, work=self.work)
 

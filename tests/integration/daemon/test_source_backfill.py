@@ -142,6 +142,53 @@ def test_the_epoch_that_adopts_the_last_read_ahead_reads_the_tail_and_finishes(
     assert _history_offsets_per_commit(tmp_path / "tail") == [3000]
 
 
+def test_a_job_created_between_epochs_reads_its_history_before_the_epoch_that_attaches_it(
+    daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path, monkeypatch
+):
+    from source_backfill.config import JobSpec
+    from source_backfill.core import budget
+
+    # 3,000 offsets, more than an epoch's own budget (400): read ahead, in one read (FIRST_READ_AHEAD)
+    monkeypatch.setattr(budget, "FIRST_EPOCH_BUDGET", 400)
+    monkeypatch.setattr(budget, "FIRST_READ_AHEAD", 5000)
+    topic = new_topic(4)
+    producer_for(topic).send(3000, 4)
+    d = daemon_factory([topic], trigger_interval_s=3.0)  # 3 s between epochs: the read has time to end
+    source = d.sources["src"]
+    wait_for(lambda: source.last_epoch is not None and source.last_epoch >= 1, what="the source's epochs")
+    attached: list[bool] = []
+    started = _record_reads(monkeypatch, then=lambda: attached.append("early" in source.jobs))
+    epoch = source.last_epoch
+    wait_for(lambda: source.last_epoch != epoch, interval=0.02, what="an epoch")  # just after it
+    d.registry.create(JobSpec(name="early", source="src", sink_path=str(tmp_path / "early")))
+    wait_for(lambda: finished(d, "early"), what="finished")
+    exactly_once(tmp_path / "early", kafka_bootstrap, [topic])
+    # the read started before the job was attached (it was not one of the source's jobs yet) ...
+    assert started == [3000] and attached == [False]
+    # ... so the epoch that attached it adopted the whole history: its first commit finished it
+    first, *_ = _history_per_epoch(tmp_path / "early")
+    assert first[1] == 3000 and len(_history_offsets_per_commit(tmp_path / "early")) == 1
+    assert min(e for e, _ in _history_per_epoch(tmp_path / "early")) == first[0]
+
+
+def _history_per_epoch(table):
+    """``(epoch, history offsets)`` of each commit of a job's table, oldest first."""
+    import json
+
+    from deltalake import DeltaTable
+
+    from connectors.delta.log import KEY_EPOCH, KEY_PLAN
+
+    out = []
+    for commit in reversed(DeltaTable(str(table)).history()):
+        if commit.get(KEY_EPOCH) is None:
+            continue
+        plan = commit.get(KEY_PLAN)
+        history = sum(end - start for _, start, end in json.loads(plan)["history"]) if plan else 0
+        out.append((int(commit[KEY_EPOCH]), history))
+    return out
+
+
 def _history_offsets_per_commit(table):
     """Offsets of history each commit of a job's table took (its plan's ranges)."""
     import json
