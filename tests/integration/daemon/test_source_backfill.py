@@ -171,6 +171,38 @@ def test_a_job_created_between_epochs_reads_its_history_before_the_epoch_that_at
     assert min(e for e, _ in _history_per_epoch(tmp_path / "early")) == first[0]
 
 
+def test_a_job_built_early_then_dropped_or_left_at_stop_leaves_no_staged_files(
+    daemon_factory, new_topic, producer_for, tmp_path, monkeypatch
+):
+    from source_backfill.config import JobSpec
+    from source_backfill.core import budget
+
+    monkeypatch.setattr(budget, "FIRST_EPOCH_BUDGET", 400)
+    topic = new_topic(4)
+    producer_for(topic).send(3000, 4)
+    d = daemon_factory([topic], trigger_interval_s=3.0)
+    source = d.sources["src"]
+    wait_for(lambda: source.last_epoch is not None and source.last_epoch >= 1, what="the source's epochs")
+    started = _record_reads(monkeypatch)
+    epoch = source.last_epoch
+    wait_for(lambda: source.last_epoch != epoch, interval=0.02, what="an epoch")
+    # dropped before the epoch that applies its create: that epoch takes the job built early, then drops it
+    d.registry.create(JobSpec(name="gone", source="src", sink_path=str(tmp_path / "gone")))
+    wait_for(lambda: started, interval=0.02, what="the early read")
+    d.registry.drop("gone")
+    wait_for(lambda: source.last_epoch >= epoch + 2, what="two epochs")
+    assert "gone" not in source.jobs
+    assert not list((tmp_path / "gone" / STAGING).glob(f"*/{MARKER}"))  # its read ahead thrown away
+    # built early and still waiting for its epoch when the daemon stops: closed, its staged files removed
+    epoch = source.last_epoch
+    wait_for(lambda: source.last_epoch != epoch, interval=0.02, what="an epoch")
+    d.registry.create(JobSpec(name="left", source="src", sink_path=str(tmp_path / "left")))
+    wait_for(lambda: len(started) == 2, interval=0.02, what="the early read")
+    d.stop()
+    assert "left" not in source.jobs
+    assert not list((tmp_path / "left" / STAGING).glob(f"*/{MARKER}"))
+
+
 def _history_per_epoch(table):
     """``(epoch, history offsets)`` of each commit of a job's table, oldest first."""
     import json
