@@ -112,9 +112,10 @@ def _copy(daemon: Any, name: str, sink: Path, widths: list[tuple[float, int]] | 
     source = daemon.sources["bench"]
     epoch, t = source.last_epoch, time.monotonic()
     while source.last_epoch == epoch and time.monotonic() - t < 60:  # every copy is created at the same
-        time.sleep(0.02)  # phase of the trigger: just after an epoch (its attach waits ~1 interval)
+        time.sleep(0.02)  # phase of the trigger: just after an epoch
     t = time.monotonic()
     daemon.registry.create(JobSpec(name=name, source="bench", sink_path=str(sink), **spec))
+    sampled = t
     while True:
         job = source.jobs.get(name)
         if job is not None and job.failed is not None:
@@ -125,9 +126,10 @@ def _copy(daemon: Any, name: str, sink: Path, widths: list[tuple[float, int]] | 
         if time.monotonic() - t > COPY_TIMEOUT_S:
             msg = f"job {name} not Finished after {COPY_TIMEOUT_S:g}s"
             raise RuntimeError(msg)
-        if widths is not None and job is not None:
-            widths.append((time.monotonic() - t, source.width.width))
-        time.sleep(0.25)
+        if widths is not None and job is not None and time.monotonic() - sampled >= 0.25:
+            sampled = time.monotonic()
+            widths.append((sampled - t, source.width.width))
+        time.sleep(0.02)  # the Finished state is seen within 20 ms (it was 0.25 s: a coarse clock)
 
 
 def _fixed_copy(work: Path, tag: str, bootstrap: str, topic: str, tasks: int,

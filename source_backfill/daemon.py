@@ -82,7 +82,12 @@ class Daemon:
         from source_backfill.executors.spark_work import LEDGER_DIR, SparkWork, WorkLedger
         from source_backfill.runtime.registry import JobRegistry
         from source_backfill.runtime.source import LiveSource
-        from source_backfill.runtime.spark import build_spark, warm_history_copy, warm_table_copy
+        from source_backfill.runtime.spark import (
+            build_spark,
+            daemon_conf,
+            warm_history_copy,
+            warm_table_copy,
+        )
         from source_backfill.runtime.watchdog import JvmWatchdog
 
         cfg = self.settings
@@ -108,8 +113,8 @@ class Daemon:
         if any(s.kind == "kafka" for s in cfg.sources) or (
                 cfg.spark.tables and any(s.kind == "delta" for s in cfg.sources)):
             python = any(s.kind == "kafka" and connector_class(s).python_workers for s in cfg.sources)
-            self.spark = build_spark(cfg.spark.master, "source-backfill", cfg.spark.conf,
-                                     python_sources=python)
+            conf = daemon_conf(cfg.spark.conf, kafka=any(s.kind == "kafka" for s in cfg.sources))
+            self.spark = build_spark(cfg.spark.master, "source-backfill", conf, python_sources=python)
             if python:
                 warm_history_copy(self.spark)  # the Python connector's read ahead runs in Python workers
             if any(s.kind == "delta" and s.spark_copy_rows is not None for s in cfg.sources):

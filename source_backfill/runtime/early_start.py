@@ -55,7 +55,7 @@ class EarlyJobs:
         self._may_build = may_build
         self._tasks = tasks
         self._jobs: dict[str, SourceBackfillJob] = {}
-        #: Held while a job is built and its read started, and while the epoch takes one.
+        #: Held while a job is built, and while the epoch takes one.
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -119,11 +119,13 @@ class EarlyJobs:
                 except Exception as exc:  # noqa: BLE001 - the epoch builds it again and fails it
                     logger.info('job not built early job="%s" error="%s"', name, one_line(exc))
                     continue
-                self._jobs[name] = job
                 job.history_tasks = self._tasks()
-                try:
-                    job.read_early(positions)
-                except Exception as exc:  # noqa: BLE001 - its reads start after its attach instead
-                    logger.info('job history not read early job="%s" error="%s"', name, one_line(exc))
-                    continue
+                self._jobs[name] = job
+            # outside the lock (the epoch may take the job meanwhile: the job's own lock orders its
+            # attach and this read, and an attached job starts no early read)
+            try:
+                job.read_early(positions)
+            except Exception as exc:  # noqa: BLE001 - its reads start after its attach instead
+                logger.info('job history not read early job="%s" error="%s"', name, one_line(exc))
+                continue
             logger.info('job built before its attach, history read ahead started job="%s"', name)
