@@ -171,6 +171,7 @@ def test_a_job_created_between_epochs_reads_its_history_before_the_epoch_that_at
     assert min(e for e, _ in _history_per_epoch(tmp_path / "early")) == first[0]
 
 
+@pytest.mark.slow  # ~12 s; make test keeps its margin under 20 min (make test-slow and CI run it)
 def test_a_job_built_early_then_dropped_or_left_at_stop_leaves_no_staged_files(
     daemon_factory, new_topic, producer_for, tmp_path, monkeypatch
 ):
