@@ -270,17 +270,19 @@ class SourceBackfillJob:
         if inp.start is None:
             msg = "attach needs the exact live position at the start of the batch"
             raise JobError(msg)
-        splits = sorted(inp.end)
-        positions = {s: inp.start.get(s, 0) for s in splits}
-        starts = self.start_offsets(splits, positions)
+        states = self._attached_at({s: inp.start.get(s, 0) for s in sorted(inp.end)})
         with self._reads.lock:
-            self.states = SplitTable.from_states(attach(splits, positions, starts))
+            self.states = states
             self._early = None
-        finished = self.states.count(Stage.FINISHED)
         logger.info(
             'job attached job="%s" epoch=%d splits=%d nothing_to_backfill=%d',
-            self.name, inp.epoch, len(splits), finished,
+            self.name, inp.epoch, len(states), states.count(Stage.FINISHED),
         )
+
+    def _attached_at(self, positions: Mapping[str, int]) -> SplitTable:
+        """The job's initial split states at the live ``positions`` (its start offsets resolved)."""
+        splits = sorted(positions)
+        return SplitTable.from_states(attach(splits, positions, self.start_offsets(splits, positions)))
 
     def read_early(self, positions: Mapping[str, int]) -> None:
         """Before the attach: start reading ahead the history below ``positions``.
@@ -294,12 +296,11 @@ class SourceBackfillJob:
         """
         if self.states is not None or not self.reads_ahead or not positions or self.failed is not None:
             return
-        splits = sorted(positions)
-        starts = self.start_offsets(splits, positions)
+        early = self._attached_at(positions)
         with self._reads.lock:
             if self.states is not None:  # attached meanwhile: its reads ahead start after its epoch
                 return
-            self._early = SplitTable.from_states(attach(splits, dict(positions), starts))
+            self._early = early
         self._read_ahead()
 
     def start_offsets(self, splits: list[str], positions: Mapping[str, int]) -> dict[str, int]:

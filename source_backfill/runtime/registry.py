@@ -332,7 +332,7 @@ class JobRegistry:
         They stay unapplied (and are queued again after a restart) until :meth:`mark_applied`.
         """
         with self._lock:
-            taken = [self._unapplied[i] for i in self._queue if self._unapplied[i].source == source]
+            taken = self._queued_of(source)
             if taken:
                 ids = {m.id for m in taken}
                 self._queue = [i for i in self._queue if i not in ids]
@@ -341,7 +341,11 @@ class JobRegistry:
     def queued(self, source: str) -> builtins.list[Mutation]:
         """The mutations of ``source``'s jobs queued and not drained yet, in log order (nothing changes)."""
         with self._lock:
-            return [self._unapplied[i] for i in self._queue if self._unapplied[i].source == source]
+            return self._queued_of(source)
+
+    def _queued_of(self, source: str) -> builtins.list[Mutation]:
+        """The queue's mutations of ``source``'s jobs, in log order (the caller holds the lock)."""
+        return [self._unapplied[i] for i in self._queue if self._unapplied[i].source == source]
 
     def mark_applied(self, mutation_ids: Iterable[int], epoch: int) -> None:
         """Record durably that ``mutation_ids`` took effect at ``epoch``; applied drops free their records."""

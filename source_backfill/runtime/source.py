@@ -96,7 +96,7 @@ class LiveSource(JobHost[SourceBackfillJob]):
         #: Jobs created between epochs, built and reading history before the epoch that attaches them.
         self.early = EarlyJobs(config.name, registry, self._build_job, lambda: self._next_start,
                                lambda name: name not in self.jobs and not self._suspect(name),
-                               lambda: self.width.per_job(len(self._backfilling()) + 1))
+                               lambda: self._share(more=1))
 
     @property
     def bootstrap_servers(self) -> str:
@@ -281,8 +281,9 @@ class LiveSource(JobHost[SourceBackfillJob]):
         """The jobs still backfilling, or about to attach (they share the history width)."""
         return [job for job in self.jobs.values() if job.failed is None and not job.backfill_done]
 
-    def _share(self) -> int:
-        return self.width.per_job(len(self._backfilling()))
+    def _share(self, more: int = 0) -> int:
+        """Each backfilling job's share of the width (``more``: jobs about to join them)."""
+        return self.width.per_job(len(self._backfilling()) + more)
 
     def _share_width(self) -> None:
         """Each job still backfilling (or about to attach) gets its share of the source's history width."""
