@@ -13,7 +13,9 @@ The default connector of a Kafka source (``connector = "spark"``); the Python da
 * **History**: batch reads of planned offset ranges (``assign`` + ``startingOffsets`` / ``endingOffsets``
   per partition, end exclusive). ``fail_on_data_loss``: the log start is checked before the read, so a
   range under it fails with the same :class:`~source_backfill.errors.DataLossError` the Python connector
-  raises (naming split, offsets and log start), not with a JVM stack.
+  raises (naming split, offsets and log start), not with a JVM stack. A source's history reads of one
+  poll size share a group id (:meth:`SparkKafkaConnector.history_group`), so Spark's consumer pool lends
+  each read the consumers the reads before it opened instead of a new consumer per partition and read.
 * **Staged copies** (a read ahead): Spark writes the rows of a history read as the job's staged files.
 
 :class:`SparkKafkaConnector` is the source's :class:`~connectors.kafka.connector.KafkaConnector`.
@@ -65,6 +67,10 @@ DEFAULT_CONSUMER = {"isolation.level": "read_committed"}
 SPARK_CONSUMER = {"max.poll.records": "10000"}
 #: The Java client's own ``max.poll.records`` (what a ``kafka`` option set to nothing means).
 CLIENT_POLL_RECORDS = 500
+#: The group id of a source's history reads (:meth:`SparkKafkaConnector.history_group`), by source name.
+HISTORY_GROUP = "source-backfill-{source}-history"
+#: The poll of a small history read under the source's history group (:func:`poll_class`).
+SMALL_POLL = 1000
 
 
 class SparkKafkaConnector(KafkaConnector):
@@ -109,7 +115,23 @@ class SparkKafkaConnector(KafkaConnector):
         """
         if self.source.fail_on_data_loss and ranges:
             check_log_start(ranges, self.admin.earliest_offsets(sorted({r.split for r in ranges})))
-        return read_ranges(session or self.spark, ranges, self.reader_options())
+        return read_ranges(session or self.spark, ranges, self.reader_options(), group=self.history_group())
+
+    def history_group(self) -> str | None:
+        """The group id of the source's history reads; None when its ``kafka`` options name their own.
+
+        Spark gives a batch read a group id of its own unless one is set, and its consumer pool is keyed
+        by group id and partition: each history read opened a new consumer per partition (a connection,
+        metadata, a fetch from scratch), and closed the last read's. A read ahead of a rate-limited job
+        on 100 partitions reads a few offsets of each, so opening consumers was most of its cost: 15 such
+        jobs kept the JVM's core busy. Under the source's group id (and the read's poll class,
+        :func:`poll_class`) the pool lends a read the idle consumers of the reads before it, and the rest
+        of a job's last poll to its next read. The consumers only ``assign`` partitions and commit
+        nothing, so the group never forms on the broker and the reads do not interfere.
+        """
+        if "group.id" in self.source.kafka:
+            return None
+        return HISTORY_GROUP.format(source=self.source.name)
 
     def stage(self, sink: Stager, ranges: Sequence[HistoryRange], after_epoch: int,
               on_folder: Callable[[Path], None] | None, *, tasks: int, niceness: int,
@@ -166,12 +188,15 @@ def check_log_start(ranges: Sequence[HistoryRange], log_start: Mapping[str, int]
 
 
 def read_ranges(
-    session: SparkSession, ranges: Sequence[HistoryRange], options: Mapping[str, str]
+    session: SparkSession, ranges: Sequence[HistoryRange], options: Mapping[str, str], *,
+    group: str | None = None,
 ) -> DataFrame:
     """The records of ``ranges`` (``[start, end)`` per split) with Spark's batch Kafka source.
 
     One read per pass, a pass holding at most one range per split (Spark's source takes one range per
-    partition); passes are unioned.
+    partition); passes are unioned. ``group``: the prefix of the reads' group id (``kafka.group.id``)
+    when ``options`` name none: a pass polls its :func:`poll_class` under ``<group>-<poll>``; else a pass
+    has a group id of its own (Spark's) and polls :func:`poll_records`.
     """
     passes: list[dict[str, HistoryRange]] = []
     for r in ranges:
@@ -180,7 +205,7 @@ def read_ranges(
             free = {}
             passes.append(free)
         free[r.split] = r
-    frames = [_read_pass(session, list(p.values()), options) for p in passes]
+    frames = [_read_pass(session, list(p.values()), options, group) for p in passes]
     out = frames[0]
     for more in frames[1:]:
         out = out.unionByName(more)
@@ -191,12 +216,12 @@ def poll_records(ranges: Sequence[HistoryRange], options: Mapping[str, str]) -> 
     """``kafka.max.poll.records`` for one read pass: the configured value, at most its largest range.
 
     Spark's reader polls a partition's records into a list, reads its range from it and keeps the list
-    (the rest of the poll) in its fetched-data pool after the read, under the read's own group id: no
-    later read takes it. A rate-limited read of 22 offsets a partition polled up to 10,000 records
-    (what one fetch of the partition held) and kept them all; a poll no larger than the range keeps
-    only what the read used. ``None`` (leave the option as it is) when the source names its own
-    ``group.id``: Spark's consumer pool then shares consumers between reads and needs their options
-    equal.
+    (the rest of the poll) in its fetched-data pool after the read, under the read's group id: under a
+    group id of its own no later read takes it. A rate-limited read of 22 offsets a partition polled up
+    to 10,000 records (what one fetch of the partition held) and kept them all; a poll no larger than
+    the range keeps only what the read used. ``None`` (leave the option as it is) when the source names
+    its own ``group.id``: Spark's consumer pool then lends a consumer to any read of the group, made with
+    the options of the read that opened it, so they must not vary by read.
     """
     if "kafka.group.id" in options or not ranges:
         return None
@@ -204,8 +229,25 @@ def poll_records(ranges: Sequence[HistoryRange], options: Mapping[str, str]) -> 
     return str(max(1, min(configured, max(r.size for r in ranges))))
 
 
+def poll_class(ranges: Sequence[HistoryRange], options: Mapping[str, str]) -> int:
+    """The poll of a read under the source's history group: ``SMALL_POLL``, or the configured for large reads.
+
+    A read whose largest range is at most :data:`SMALL_POLL` offsets (a rate-limited job's read ahead:
+    a few offsets of each partition) polls ``SMALL_POLL`` records, any other the configured
+    ``max.poll.records``. The reads of one class share a group id (:func:`read_ranges`): a consumer lent
+    to a read polls what the read that opened it asked for, so the reads sharing it must ask the same.
+    The rest of a poll is kept for ``spark.kafka.consumer.fetchedData.cache.timeout`` and taken by the
+    next read that continues where this one ended (a job's next read ahead), so a rate-limited job
+    fetches from the broker once every ~``SMALL_POLL`` offsets of a partition instead of at every read;
+    what is kept is at most a poll per partition and job that reads it.
+    """
+    configured = int(options.get("kafka.max.poll.records") or CLIENT_POLL_RECORDS)
+    largest = max((r.size for r in ranges), default=1)
+    return min(SMALL_POLL, configured) if largest <= SMALL_POLL else configured
+
+
 def _read_pass(
-    session: SparkSession, ranges: Sequence[HistoryRange], options: Mapping[str, str]
+    session: SparkSession, ranges: Sequence[HistoryRange], options: Mapping[str, str], group: str | None,
 ) -> DataFrame:
     assign: dict[str, list[int]] = {}
     starts: dict[str, dict[str, int]] = {}
@@ -215,9 +257,13 @@ def _read_pass(
         assign.setdefault(topic, []).append(partition)
         starts.setdefault(topic, {})[str(partition)] = r.start
         ends.setdefault(topic, {})[str(partition)] = r.end
-    polled = poll_records(ranges, options)
-    if polled is not None:
-        options = {**options, "kafka.max.poll.records": polled}
+    if group is not None and "kafka.group.id" not in options:
+        size = poll_class(ranges, options)
+        options = {**options, "kafka.group.id": f"{group}-{size}", "kafka.max.poll.records": str(size)}
+    else:
+        polled = poll_records(ranges, options)
+        if polled is not None:
+            options = {**options, "kafka.max.poll.records": polled}
     frame: DataFrame = (
         session.read.format(SPARK_KAFKA_FORMAT).options(**options)
         .option("assign", json.dumps(assign))

@@ -123,10 +123,30 @@ def build_spark(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    _quiet_loggers(spark)
     if python_sources:
         register_data_sources(spark)
     logger.info('spark started master="%s" version="%s"', master, spark.version)
     return spark
+
+
+#: JVM loggers raised to ERROR: their warnings do not apply to how the service uses Spark.
+#: ``KafkaSourceProvider`` warns on every read that sets ``kafka.group.id`` that queries sharing a group
+#: interfere; a source's history reads share one on purpose (``SparkKafkaConnector.history_group``) and,
+#: assigning partitions and committing nothing, never join it.
+QUIET_LOGGERS = ("org.apache.spark.sql.kafka010.KafkaSourceProvider",)
+
+
+def _quiet_loggers(spark: SparkSession) -> None:
+    jvm = spark.sparkContext._jvm  # noqa: SLF001 - log4j's levels are only reachable through the gateway
+    if jvm is None:
+        return
+    try:
+        configurator = jvm.org.apache.logging.log4j.core.config.Configurator
+        for name in QUIET_LOGGERS:
+            configurator.setLevel(name, jvm.org.apache.logging.log4j.Level.ERROR)
+    except Exception:  # noqa: BLE001 - only log lines are at stake
+        logger.debug("JVM loggers not quieted", exc_info=True)
 
 
 def register_data_sources(spark: SparkSession) -> None:

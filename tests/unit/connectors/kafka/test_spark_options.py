@@ -52,3 +52,74 @@ def test_spark_keeps_a_readers_last_poll_briefly_not_five_minutes():
 
     assert DEFAULT_CONF["spark.kafka.consumer.fetchedData.cache.timeout"] == "10s"
     assert DEFAULT_CONF["spark.kafka.consumer.fetchedData.cache.evictorThreadRunInterval"] == "5s"
+
+
+class _Reader:
+    """Spark's ``session.read`` as far as :func:`read_ranges` uses it: the options each read passes."""
+
+    def __init__(self) -> None:
+        self.reads: list[dict[str, str]] = []
+        self.read = self
+
+    def format(self, _name: str) -> _Reader:
+        self.reads.append({})
+        return self
+
+    def options(self, **options: str) -> _Reader:
+        self.reads[-1].update(options)
+        return self
+
+    def option(self, key: str, value: str) -> _Reader:
+        self.reads[-1][key] = value
+        return self
+
+    def load(self) -> _Reader:
+        return self
+
+    def unionByName(self, _other: _Reader) -> _Reader:  # noqa: N802 - Spark's name
+        return self
+
+
+def test_history_reads_share_the_sources_group_by_poll_class_so_spark_lends_them_its_consumers():
+    from connectors.kafka.spark_kafka import HISTORY_GROUP, poll_class, read_ranges
+    from source_backfill.core import HistoryRange
+
+    source = SourceConfig(name="src", topics=["t"])
+    connector = SparkKafkaConnector(source, "b:9092", None, None)  # type: ignore[arg-type]
+    group = connector.history_group()
+    assert group == HISTORY_GROUP.format(source="src")
+    options = connector.reader_options()
+    # the poll: SMALL_POLL for a read of small ranges (a rate-limited read ahead), else the configured
+    assert [poll_class([HistoryRange("t:0", 0, n)], options) for n in (1, 12, 1000, 1001, 10**6)] \
+        == [1000, 1000, 1000, 10000, 10000]
+    mine = SparkKafkaConnector(SourceConfig(name="src", topics=["t"], kafka={"max.poll.records": "300"}),
+                               "b:9092", None, None).reader_options()  # type: ignore[arg-type]
+    assert {poll_class([HistoryRange("t:0", 0, n)], mine) for n in (12, 10**6)} == {300}
+    session = _Reader()
+    # a rate-limited job's reads ahead: a few offsets of each partition, read after read
+    for start in (0, 12, 24):
+        read_ranges(session, [HistoryRange(f"t:{p}", start, start + 12) for p in range(3)], options,  # type: ignore[arg-type]
+                    group=group)
+    read_ranges(session, [HistoryRange("t:0", 0, 1_000_000)], options, group=group)  # type: ignore[arg-type]
+    seen = [(r["kafka.group.id"], r["kafka.max.poll.records"]) for r in session.reads]
+    # one group per source and poll class: Spark's pool keys consumers (and the rest of a poll) by group
+    # and partition, and a consumer polls what the read that opened it asked for
+    assert seen == [("source-backfill-src-history-1000", "1000")] * 3 \
+        + [("source-backfill-src-history-10000", "10000")]
+    # the reads outside the service's connector (a baseline's) keep a group of their own, polls capped
+    read_ranges(session, [HistoryRange("t:0", 0, 12)], options)  # type: ignore[arg-type]
+    assert "kafka.group.id" not in session.reads[-1] and session.reads[-1]["kafka.max.poll.records"] == "12"
+
+
+def test_a_source_naming_its_own_group_keeps_it_for_history_reads_too():
+    from connectors.kafka.spark_kafka import read_ranges
+    from source_backfill.core import HistoryRange
+
+    source = SourceConfig(name="src", topics=["t"], kafka={"group.id": "mine"})
+    connector = SparkKafkaConnector(source, "b:9092", None, None)  # type: ignore[arg-type]
+    assert connector.history_group() is None
+    session = _Reader()
+    read_ranges(session, [HistoryRange("t:0", 0, 12)], connector.reader_options(),  # type: ignore[arg-type]
+                group=connector.history_group())
+    assert session.reads[-1]["kafka.group.id"] == "mine"
+    assert session.reads[-1]["kafka.max.poll.records"] == "10000"  # the pool's consumers share options
