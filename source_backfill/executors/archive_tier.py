@@ -33,6 +33,7 @@ from source_backfill.core.tiers import (
     Segment,
     Tier,
     merged,
+    normalized,
     overlap_window,
     plan_tiers_many,
     usable,
@@ -230,6 +231,21 @@ class ArchiveTier:
 
         return offsets_for_timestamp(self.admin, [(t.config.path, t.holdings().version) for t in self.tables],
                                      list(splits), ts_ms)
+
+    def held_counts(self, plan: TierPlan) -> dict[str, int]:
+        """The records of ``plan``'s archive part per split: the offsets its archives hold of its ranges.
+
+        Exact: the holdings are each archive's offsets at its pinned version, read from its files (or
+        their statistics), and an archive holding an offset twice is refused (``_check_archive``).
+        """
+        counts: dict[str, int] = {}
+        for i, ranges in plan.by_archive.items():
+            held = self.tables[i].holdings().held
+            for r in ranges:
+                inside = sum(max(0, min(hi, r.end) - max(lo, r.start))
+                             for lo, hi in normalized(held.get(r.split, [])))
+                counts[r.split] = counts.get(r.split, 0) + inside
+        return counts
 
     def rows(self, plan: TierPlan, session: SparkSession | None = None) -> DataFrame:
         """The records of ``plan``'s archive part, each range from its archive (one DataFrame)."""

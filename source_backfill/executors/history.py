@@ -87,6 +87,8 @@ class HistoryReader:
         self._broker_bytes = 0
         self._pending: list[tuple[float, Observation]] = []
         self._bytes_lock = threading.Lock()
+        #: Sessions whose file scans are cut into about N partitions, by N (:meth:`_scan_session`).
+        self._scan_sessions: dict[int, SparkSession] = {}
 
     def tier_offsets(self) -> dict[str, int] | None:
         """History offsets planned per tier since the reader was made; None without an archive."""
@@ -220,6 +222,9 @@ class HistoryReader:
             plan = self._tiers(ranges)
             if plan.archive or not plan.kafka or transform is not None:  # Spark reads (the archive's part)
                 plan.kafka = pieces_for_tasks(plan.kafka, tasks)
+                if not plan.kafka:  # the archive alone
+                    return self._stage_archive(sink, plan, after_epoch, on_folder, transform or _identity,
+                                               tasks)
                 return self._stage_transformed(sink, self._plan_rows(plan, self.spark), ranges, after_epoch,
                                                on_folder, transform or _identity, tasks)
             ranges = plan.kafka
@@ -247,6 +252,33 @@ class HistoryReader:
         except SourceBackfillError:
             observed_counts = range_sizes(ranges)
         return staged, {s: int(n) for s, n in observed_counts.items() if n}
+
+    def _stage_archive(
+        self, sink: DeltaEpochSink, plan: TierPlan, after_epoch: int,
+        on_folder: Callable[[Path], None] | None, transform: Callable[[DataFrame], DataFrame], tasks: int,
+    ) -> tuple[StagedFiles, dict[str, int]]:
+        """A plan with no Kafka part: the archive's rows transformed, in ``tasks`` tasks, counted exactly.
+
+        The records per split are what the archives hold of the plan's ranges at their pinned versions
+        (:meth:`ArchiveTier.held_counts`: each held offset is one record, the holdings refuse an offset
+        held twice), so no observation is needed; and the scan itself is cut into about ``tasks``
+        partitions (``spark.sql.files.maxPartitionNum`` on a session of the reader's) instead of being
+        coalesced into them: coalescing the scan's splits left one task with more of them than the other.
+        """
+        assert self.archive is not None  # noqa: S101 - callers check
+        rows = self.archive.rows(plan, self._scan_session(tasks))
+        staged = sink.stage_dataframe(transform(rows), after_epoch, on_folder)
+        return staged, {s: n for s, n in self.archive.held_counts(plan).items() if n}
+
+    def _scan_session(self, tasks: int) -> SparkSession:
+        """A session of the reader's Spark whose file scans are cut into about ``tasks`` partitions."""
+        with self._bytes_lock:
+            session = self._scan_sessions.get(tasks)
+            if session is None:
+                session = self.spark.newSession()
+                session.conf.set("spark.sql.files.maxPartitionNum", str(max(1, tasks)))
+                self._scan_sessions[tasks] = session
+            return session
 
     def count_data_loss(self, job: str, ranges: Iterable[HistoryRange]) -> None:
         """With ``fail_on_data_loss = false`` the readers skip history below the log start: count it.

@@ -82,8 +82,13 @@ def test_every_planned_offset_is_in_exactly_one_tier(held, log_start, ranges, so
         lo = max(start, cursor)
         ordered.append(HistoryRange("t:0", lo, lo + size))
         cursor = lo + size
-    plan = _tier({"t:0": held}, {"t:0": log_start}, trusted=trusted).plan(ordered, source)
+    tier = _tier({"t:0": held}, {"t:0": log_start}, trusted=trusted)
+    plan = tier.plan(ordered, source)
     assert isinstance(plan, TierPlan)
+    # a read of the archive alone is counted from the holdings, not observed: one record per offset of
+    # the archive's part (the reference: its offsets one by one, each held by the archive)
+    held_offsets = {o for lo, hi in held for o in range(lo, hi)}
+    assert sum(tier.held_counts(plan).values()) == sum(o in held_offsets for _, o in _offsets(plan.archive))
     planned = sorted(_offsets(plan.archive) + _offsets(plan.kafka) + _offsets(plan.gap) + _offsets(plan.loss))
     assert planned == sorted(_offsets(ordered))
     for split, offset in _offsets(plan.archive):
@@ -130,3 +135,4 @@ def test_several_archives_in_order_each_offset_from_the_first_that_holds_it():
                                1: [HistoryRange("t:0", 100, 150)]}  # the second fills the first's hole
     assert plan.kafka == [HistoryRange("t:0", 200, 300)] and plan.gap == plan.loss == []
     assert tier.held() == {"t:0": [(0, 200)]}  # all of theirs: what stands for the log below its start
+    assert tier.held_counts(plan) == {"t:0": 200}  # 150 from the first, 50 from the second
