@@ -81,12 +81,15 @@ class EpochCommitter(Protocol):
     #: True when the rows are written first, then committed: only then can files staged ahead join the
     #: commit, or a deferred state depend on what the write observed.
     writes_before_commit: bool
+    #: True when it commits without a snapshot while the log's head is current
+    #: (:meth:`~connectors.delta.table.SinkTable.direct_head`): ``commit`` is then given None.
+    direct: bool
 
     def takes(self, df: DataFrame | pa.Table | None, *, new_keys_only: bool) -> bool:
         """Whether this committer writes these rows (else the sink's next committer does)."""
         ...
 
-    def commit(self, snapshot: DeltaTable, write: EpochWrite) -> CommitResult:
+    def commit(self, snapshot: DeltaTable | None, write: EpochWrite) -> CommitResult:
         """Write ``write``'s rows and commit them against ``snapshot`` (the table of the replay check).
 
         Raises when the commit fails; the sink's protocol then asks the log what happened.

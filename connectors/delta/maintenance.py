@@ -45,8 +45,13 @@ class TableMaintenance:
         """A checkpoint every ``checkpoint_interval`` versions, for a table that does not say its own.
 
         A table this sink created sets ``delta.checkpointInterval``: delta-rs' post-commit hook writes
-        the checkpoints then (and removes the commit files past ``delta.logRetentionDuration``).
+        the checkpoints then (and removes the commit files past ``delta.logRetentionDuration``). A
+        version the sink wrote straight into the log (:mod:`connectors.delta.log_append`) had no hook:
+        :meth:`_maintain_direct` does the same.
         """
+        if self.target.last_direct == version:
+            self._maintain_direct(version)
+            return
         interval = self.target.checkpoint_interval
         if interval > 0 and version > 0 and version % interval == 0:
             done = Path(self.target.path) / "_delta_log" / f"{version:020d}.checkpoint.parquet"
@@ -56,6 +61,26 @@ class TableMaintenance:
             if not done.exists():  # delta-rs' own hook may have written it
                 table.create_checkpoint()
                 logger.info('delta checkpoint written path="%s" version=%d', self.target.path, version)
+
+    def _maintain_direct(self, version: int) -> None:
+        """What delta-rs' post-commit hook does after a commit, for a version written into the log here.
+
+        Every ``delta.checkpointInterval`` versions (the sink's ``checkpoint_interval`` when the table
+        sets none; at versions N - 1, 2N - 1, ... as delta-rs writes them) a checkpoint, then, unless
+        ``delta.enableExpiredLogCleanup`` is false, the removal of the commit files it covers that are
+        older than ``delta.logRetentionDuration``.
+        """
+        props = self.target.properties_seen
+        interval = int(props.get("delta.checkpointInterval", self.target.checkpoint_interval))
+        if interval <= 0 or (version + 1) % interval != 0:  # delta-rs' rule: after its Nth, 2Nth... commit
+            return
+        table = self.target.snapshot()  # brought up to the version just written
+        if int(table.version()) != version:
+            return  # another writer committed after it: its own commit's hook takes the checkpoint
+        table.create_checkpoint()
+        if props.get("delta.enableExpiredLogCleanup", "true").lower() == "true":
+            table.cleanup_metadata()
+        logger.info('delta checkpoint written path="%s" version=%d', self.target.path, version)
 
     def remove_orphans(self) -> int:
         """Remove attempt folders the log does not reference and never will; returns how many.

@@ -30,6 +30,7 @@ class DeltaRsMerge:
     """Merge the epoch's changes by ``key_columns`` with delta-rs (merge mode, not new keys only)."""
 
     writes_before_commit = False
+    direct = False
 
     def __init__(self, target: SinkTable, key_columns: tuple[str, ...]) -> None:
         self.target = target
@@ -39,7 +40,7 @@ class DeltaRsMerge:
         """Every epoch but one of inserts of keys the table does not hold (appended instead: no join)."""
         return not new_keys_only
 
-    def commit(self, snapshot: DeltaTable, write: EpochWrite) -> CommitResult:
+    def commit(self, snapshot: DeltaTable | None, write: EpochWrite) -> CommitResult:
         """Keyed merge of a changelog (insert/update_postimage upsert, delete deletes).
 
         The epoch's changelog is collected to the driver as Arrow and merged by delta-rs in one commit
@@ -48,7 +49,8 @@ class DeltaRsMerge:
         """
         from deltalake.transaction import CommitProperties, Transaction
 
-        table, epoch, df, meta = snapshot, write.epoch, write.df, write.meta
+        table = snapshot if snapshot is not None else self.target.snapshot()  # (given: not direct)
+        epoch, df, meta = write.epoch, write.df, write.meta
         before = int(table.version())  # the snapshot of the replay check
         props = CommitProperties(custom_metadata=meta,
                                  app_transactions=[Transaction(self.target.job_id, epoch)])

@@ -270,13 +270,18 @@ class DeltaEpochSink:
         1. Create the table on first use (change data feed on) from the sink's schema; on an existing
            table check once that it belongs to this job and has the sink's columns.
         2. Take the current snapshot; if its ``transaction_version(job_id) >= epoch`` the epoch is in
-           already: skip it (a replay), ``committed=False``.
+           already: skip it (a replay), ``committed=False``. (An append whose table nothing else wrote
+           to since this sink last saw its log reads the epoch from that head instead, two ``stat``
+           calls: :meth:`SinkTable.direct_head`.)
         3. Spark executors write the rows as Parquet into ``sb_attempts/<epoch>-<attempt>/`` of the table
            (a fresh folder per attempt, holding a ``_ATTEMPT`` marker); the driver reads each file's
            size, row count and partition values from the folder and the Parquet footers.
         4. One delta-rs commit against the snapshot of step 2: the add actions +
            ``Transaction(job_id, epoch)`` + job, epoch, attempt, state and plan in the commit metadata.
-           No rows: an empty commit that still carries txn and state. (Merge mode: one delta-rs
+           No rows: an empty commit that still carries txn and state. (After a head read in step 2 the
+           same commit is written straight into the log, its file created only if its version is free:
+           :mod:`connectors.delta.log_append`; if it is not, the table is reloaded, the epoch checked
+           again and delta-rs commits.) (Merge mode: one delta-rs
            ``merge`` carrying the same txn and metadata; delta-spark writer: its ``txnAppId`` /
            ``txnVersion`` / ``userMetadata`` options.)
         5. If the commit raises, the log decides: this attempt's commit is in (a post-commit step failed)
@@ -287,8 +292,16 @@ class DeltaEpochSink:
         6. Every ``checkpoint_interval`` versions a log checkpoint is written.
         """
         with self.target.lock:
-            snapshot = self.target.snapshot()  # steps 1 and 2
-            done = snapshot.transaction_version(self.job_id)
+            committer = self.committer_for(df, new_keys_only=new_keys_only)
+            # steps 1 and 2: the log's head when nothing was written since this sink last saw it (two
+            # stat calls; its appends are then written straight into the log), else the table reloaded
+            head = self.target.direct_head() if committer.direct else None
+            snapshot = None
+            if head is not None:
+                done = head.epoch
+            else:
+                snapshot = self.target.snapshot()
+                done = snapshot.transaction_version(self.job_id)
             if done is not None and done >= epoch:
                 logger.info('epoch already committed, skipped job="%s" epoch=%d committed=%d',
                             self.job_id, epoch, done)
@@ -308,7 +321,6 @@ class DeltaEpochSink:
             if plan is not None:
                 meta[KEY_PLAN] = json.dumps(dict(plan), sort_keys=True)
             # steps 3 and 4: the committer that takes these rows writes and commits them; step 5: the guard
-            committer = self.committer_for(df, new_keys_only=new_keys_only)
             write = EpochWrite(epoch, attempt, df, meta, deferred_state=state if callable(state) else None,
                                staged=staged)
             result = self._guarded(write, lambda: committer.commit(snapshot, write))

@@ -26,6 +26,7 @@ class DeltaSparkAppend:
     """Append a Spark DataFrame's rows with delta-spark; rows on the driver, or none, go to delta-rs."""
 
     writes_before_commit = False
+    direct = False
 
     def __init__(self, target: SinkTable) -> None:
         self.target = target
@@ -43,7 +44,7 @@ class DeltaSparkAppend:
             raise DeltaSinkError(msg)
         return True
 
-    def commit(self, snapshot: DeltaTable, write: EpochWrite) -> CommitResult:
+    def commit(self, snapshot: DeltaTable | None, write: EpochWrite) -> CommitResult:
         """The same protocol through delta-spark: its txnAppId/txnVersion skip replays for us."""
         target, df = self.target, write.df
         if df is None or is_arrow_table(df):  # (never: not taken, see takes)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from connectors.delta.log import KEY_ATTEMPT, KEY_EPOCH, KEY_JOB, commits_back, read_commit
+from connectors.delta.log_append import LogHead, LogVersionTaken, direct_refusal, head_of, write_append
 from source_backfill.errors import DeltaSinkError, ForeignTableError, StateFormatError, one_line
 
 if TYPE_CHECKING:
@@ -69,6 +70,13 @@ class SinkTable:
         self.lock = threading.RLock()
         self._dt: DeltaTable | None = None
         self._owner_checked = False
+        #: The log's head as last seen (loaded, or after an append written here), and why appends may not
+        #: be written here (None: they may), decided at the last load (:mod:`connectors.delta.log_append`).
+        self._head: LogHead | None = None
+        self._refusal: str | None = "not loaded"
+        #: The table's properties at the last load, and the last version an append wrote here.
+        self.properties_seen: dict[str, str] = {}
+        self.last_direct: int | None = None
 
     # -- opening ---------------------------------------------------------------------------------------
     def open(self) -> DeltaTable | None:
@@ -88,6 +96,7 @@ class SinkTable:
         """The cached table, created on first use and brought up to date (checked once per sink)."""
         from deltalake import DeltaTable
 
+        self._head = None
         if self._dt is None:
             self.ensure()
             self._dt = DeltaTable(self.path)
@@ -96,15 +105,62 @@ class SinkTable:
         if not self._owner_checked:
             self.check(self._dt)
             self._owner_checked = True
+        self._head = head_of(self.path, self._dt, self.job_id)
+        self.properties_seen = dict(self._dt.metadata().configuration)
+        refusal = direct_refusal(self._dt, self.arrow_schema, self.partition_by)
+        if refusal != self._refusal and refusal is not None:
+            logger.info('appends committed through delta-rs path="%s" job="%s" because="%s"', self.path,
+                        self.job_id, refusal)
+        self._refusal = refusal
         return self._dt
 
+    def direct_head(self) -> LogHead | None:
+        """The log's head when appends may be written here and nothing else was written since; else None.
+
+        Two ``stat`` calls instead of a reload: the cheap replay check of a commit
+        (:meth:`connectors.delta.sink.DeltaEpochSink.commit_epoch`).
+        """
+        head = self._head
+        if head is None or self._refusal is not None or not head.current(self.path):
+            return None
+        return head
+
+    def append_direct(self, adds: list[Any], epoch: int, meta: dict[str, str]) -> int | None:
+        """Commit ``adds`` straight into the log (:func:`~connectors.delta.log_append.write_append`).
+
+        The new version, or None when this table's appends go through delta-rs or the log moved since it
+        was last seen (the caller reloads it and commits through delta-rs); :class:`LogVersionTaken` when
+        another writer took the version between the check and the write. The cached snapshot is left
+        behind the log: :meth:`snapshot` brings it up to date when it is next needed.
+        """
+        head = self.direct_head()
+        if head is None:
+            return None
+        self._head = None  # until the write is known
+        try:
+            after = write_append(self.path, head, adds, meta, self.job_id, epoch)
+        except LogVersionTaken:
+            raise
+        except OSError as exc:  # a file system without hard links, say: delta-rs from now on
+            self._refusal = f"the log cannot be appended to directly ({one_line(exc)})"
+            logger.warning('appends committed through delta-rs path="%s" job="%s" because="%s"', self.path,
+                           self.job_id, self._refusal)
+            return None
+        self._head = after
+        self.last_direct = after.version
+        return after.version
+
     def cached(self) -> DeltaTable | None:
-        """The cached snapshot if there is one, else a fresh one (None before the first commit)."""
+        """The cached snapshot if there is one, else a fresh one (None before the first commit).
+
+        The cached snapshot may be behind appends written straight into the log (:meth:`append_direct`).
+        """
         return self._dt or self.open()
 
     def forget_snapshot(self) -> None:
         """Drop the cached snapshot (stale or broken, or rewritten by maintenance): reloaded next time."""
         self._dt = None
+        self._head = None
 
     def ensure(self) -> None:
         """Create the table from the schema (with :meth:`properties`) unless it exists."""

@@ -374,19 +374,33 @@ def test_staged_files_of_another_schema_are_refused_and_leave_nothing(sink_facto
 
 
 def _conflicting(monkeypatch, times, change):
-    """Run ``change()`` (another writer's commit) just before each of the first ``times`` log appends."""
+    """Run ``change()`` (another writer's commit) just before each of the first ``times`` log appends.
+
+    Either way an append goes: written straight into the log (``write_append``) or by delta-rs.
+    """
     from deltalake import DeltaTable as _Table
 
+    import connectors.delta.table as sink_table
+
     real = _Table.create_write_transaction
+    real_direct = sink_table.write_append
     left = {"n": times}
 
-    def create_write_transaction(self, *a, **kw):
+    def first(*a, **kw):
         if left["n"] > 0:
             left["n"] -= 1
             change()
+
+    def create_write_transaction(self, *a, **kw):
+        first()
         return real(self, *a, **kw)
 
+    def write_append(*a, **kw):
+        first()
+        return real_direct(*a, **kw)
+
     monkeypatch.setattr(_Table, "create_write_transaction", create_write_transaction)
+    monkeypatch.setattr(sink_table, "write_append", write_append)
     return left
 
 
