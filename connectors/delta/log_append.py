@@ -17,7 +17,7 @@ whose protocol, properties and columns are on the allow-list of :func:`direct_re
 written here (:func:`write_append`). Anything else takes delta-rs' path, which reloads the table and
 checks conflicts as before: another writer's commit, a maintenance rewrite, a recreated table, a
 version taken between the check and the write (the link fails), a table with constraints, generated or
-identity columns, column mapping, deletion vectors, table features, or columns that may not be null.
+identity columns, column mapping, deletion vectors or table features.
 """
 
 from __future__ import annotations
@@ -104,8 +104,8 @@ def direct_refusal(table: DeltaTable, arrow_schema: pa.Schema, partition_by: Seq
     have = json.loads(table.schema().to_json())
     if have != json.loads(Schema.from_arrow(arrow_schema).to_json()):
         return "columns other than the sink's"
-    if any(not f.get("nullable", True) or f.get("metadata") for f in have.get("fields", [])):
-        return "columns that may not be null or carry metadata"
+    if any(f.get("metadata") for f in have.get("fields", [])):
+        return "columns carrying metadata (generated or identity columns, invariants, column mapping)"
     return None
 
 

@@ -216,3 +216,12 @@ def test_file_paths_are_uris_in_the_log_and_partition_values_as_they_are(path, d
     assert sorted(zip(got.column("id").to_pylist(), got.column("name").to_pylist(), strict=True)) == \
         [(1, "a b"), (2, "x:y/z%"), (3, "ü+é&=?#[]@!$'()*,;~"), (4, None), (5, "a b")]
     assert all(Path(u.removeprefix("file://")).is_file() for u in table.file_uris())
+
+
+def test_columns_that_may_not_be_null_are_appended_into_the_log_too(path, delta_rs_commits):
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("name", pa.string())])
+    s = DeltaEpochSink(str(path), "job", schema)
+    for epoch in (1, 2):
+        s.commit_epoch(epoch, pa.table({"id": [epoch], "name": ["x"]}, schema=schema), {"e": epoch})
+    assert delta_rs_commits["n"] == 0 and ids(path) == [1, 2]
+    assert not DeltaTable(str(path)).schema().fields[0].nullable
