@@ -5,9 +5,9 @@ An epoch of an append job is one new log version: ``_delta_log/<version>.json`` 
 writes that file the same way (a temporary file linked to its name, which fails if the name exists), but
 first brings its snapshot of the table up to date and then reads the new version back: 12–20 ms of CPU
 a commit on this box (the update before it 2–4 ms with nothing new, the commit 6–10, the update after
-it 4–6), most of the epoch of a job whose rows are on the driver: with 30 jobs, three quarters of the
-job threads' time went to the sink's commit. The sink knows what the table holds after its own commit,
-so it needs neither.
+it 4–6), most of the epoch of a job whose rows are on the driver: with 30 jobs, half the job threads'
+time went to these delta-rs calls (three quarters to the sink's commit, the file write included). The
+sink knows what the table holds after its own commit, so it needs neither.
 
 :class:`LogHead` is the newest version and this job's committed epoch as the sink last saw them, with
 the identity of that version's file. :meth:`LogHead.current` holds while nothing was written since (the
