@@ -108,13 +108,21 @@ class SparkKafkaConnector(KafkaConnector):
         return stream
 
     def read_ranges(self, ranges: Sequence[HistoryRange], session: SparkSession | None = None) -> DataFrame:
-        """:func:`read_ranges` with the source's options; with ``fail_on_data_loss``, log starts first.
+        """:func:`read_ranges` with the source's options, the log starts read first.
 
-        :func:`check_log_start` runs before the read, so a range under the log start fails with the same
-        :class:`DataLossError` as the Python connector's, not with a JVM stack.
+        With ``fail_on_data_loss`` :func:`check_log_start` runs before the read, so a range under the log
+        start fails with the same :class:`DataLossError` as the Python connector's, not with a JVM stack.
+        Without it the ranges start at the log start (:func:`above_log_start`; what lies below was counted
+        as lost when the read was planned): a read under the source's history group could otherwise be
+        served the records below it from the rest of an earlier poll, fetched before a deletion moved the
+        log start, and deliver offsets counted as lost.
         """
-        if self.source.fail_on_data_loss and ranges:
-            check_log_start(ranges, self.admin.earliest_offsets(sorted({r.split for r in ranges})))
+        if ranges:
+            log_start = self.admin.earliest_offsets(sorted({r.split for r in ranges}))
+            if self.source.fail_on_data_loss:
+                check_log_start(ranges, log_start)
+            else:
+                ranges = above_log_start(ranges, log_start)
         return read_ranges(session or self.spark, ranges, self.reader_options(), group=self.history_group())
 
     def history_group(self) -> str | None:
@@ -187,6 +195,14 @@ def check_log_start(ranges: Sequence[HistoryRange], log_start: Mapping[str, int]
             raise DataLossError(msg)
 
 
+def above_log_start(ranges: Sequence[HistoryRange], log_start: Mapping[str, int]) -> list[HistoryRange]:
+    """``ranges`` cut to start at their split's log start; those wholly below it left out."""
+    from source_backfill.core import HistoryRange
+
+    cut = [HistoryRange(r.split, max(r.start, log_start.get(r.split, 0)), r.end) for r in ranges]
+    return [r for r in cut if r.end > r.start]
+
+
 def read_ranges(
     session: SparkSession, ranges: Sequence[HistoryRange], options: Mapping[str, str], *,
     group: str | None = None,
@@ -198,6 +214,10 @@ def read_ranges(
     when ``options`` name none: a pass polls its :func:`poll_class` under ``<group>-<poll>``; else a pass
     has a group id of its own (Spark's) and polls :func:`poll_records`.
     """
+    if not ranges:  # (every range below the log start, say): no read, Kafka's columns
+        from connectors.kafka.ranges import kafka_schema
+
+        return session.createDataFrame([], kafka_schema(str(options.get("includeHeaders")).lower() == "true"))
     passes: list[dict[str, HistoryRange]] = []
     for r in ranges:
         free = next((p for p in passes if r.split not in p), None)
