@@ -89,6 +89,7 @@ class HistoryReader:
         self._bytes_lock = threading.Lock()
         #: Sessions whose file scans are cut into about N partitions, by N (:meth:`_scan_session`).
         self._scan_sessions: dict[int, SparkSession] = {}
+        self._scan_lock = threading.Lock()
 
     def tier_offsets(self) -> dict[str, int] | None:
         """History offsets planned per tier since the reader was made; None without an archive."""
@@ -272,7 +273,7 @@ class HistoryReader:
 
     def _scan_session(self, tasks: int) -> SparkSession:
         """A session of the reader's Spark whose file scans are cut into about ``tasks`` partitions."""
-        with self._bytes_lock:
+        with self._scan_lock:
             session = self._scan_sessions.get(tasks)
             if session is None:
                 session = self.spark.newSession()
