@@ -26,6 +26,7 @@ Transactions: both connectors read with ``isolation.level = read_committed`` unl
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import uuid
@@ -211,7 +212,7 @@ def read_ranges(
 
     One read per pass, a pass holding at most one range per split (Spark's source takes one range per
     partition); passes are unioned. ``group``: the prefix of the reads' group id (``kafka.group.id``)
-    when ``options`` name none: a pass polls its :func:`poll_class` under ``<group>-<poll>``; else a pass
+    when ``options`` name none: a pass polls its :func:`poll_class` under :func:`pool_group`; else a pass
     has a group id of its own (Spark's) and polls :func:`poll_records`.
     """
     if not ranges:  # (every range below the log start, say): no read, Kafka's columns
@@ -266,6 +267,23 @@ def poll_class(ranges: Sequence[HistoryRange], options: Mapping[str, str]) -> in
     return min(SMALL_POLL, configured) if largest <= SMALL_POLL else configured
 
 
+def pool_group(group: str, options: Mapping[str, str], poll: int) -> str:
+    """The group id of a history read: ``<group>-<digest of the consumer's options>-<poll>``.
+
+    Spark's consumer pool keys a consumer (and the rest of its last poll) by group id and partition,
+    and refuses a read whose options differ from those that made the pooled consumer ("Kafka parameters
+    for same cache key should be equal"): the reads of a group must ask for the same consumer. The poll
+    is in the name (:func:`poll_class`); the digest covers the rest of the ``kafka.*`` options (brokers,
+    security, deadlines), so a source whose brokers or credentials change in a running JVM (dropped and
+    added again; a test's broker after another's on the same topic) gets consumers of its own. Without
+    it every history read of the source failed until the old consumers timed out of the pool (5 min).
+    """
+    kafka = sorted((k, v) for k, v in options.items()
+                   if k.startswith("kafka.") and k not in ("kafka.group.id", "kafka.max.poll.records"))
+    digest = hashlib.sha256(json.dumps(kafka).encode()).hexdigest()[:10]
+    return f"{group}-{digest}-{poll}"
+
+
 def _read_pass(
     session: SparkSession, ranges: Sequence[HistoryRange], options: Mapping[str, str], group: str | None,
 ) -> DataFrame:
@@ -279,7 +297,8 @@ def _read_pass(
         ends.setdefault(topic, {})[str(partition)] = r.end
     if group is not None and "kafka.group.id" not in options:
         size = poll_class(ranges, options)
-        options = {**options, "kafka.group.id": f"{group}-{size}", "kafka.max.poll.records": str(size)}
+        options = {**options, "kafka.group.id": pool_group(group, options, size),
+                   "kafka.max.poll.records": str(size)}
     else:
         polled = poll_records(ranges, options)
         if polled is not None:

@@ -167,3 +167,17 @@ def test_the_live_stream_has_epochs_on_an_idle_topic_and_exact_batch_ranges(
         expected = sorted((topic, int(sid.rsplit(":", 1)[1]), off) for sid, e in end.items()
                           for off in range((start or {}).get(sid, 0), e))
         assert sorted(r[:3] for r in batch) == expected, batch_id
+
+
+def test_the_same_source_with_other_consumer_options_reads_in_the_same_jvm(spark, kafka_bootstrap,
+                                                                           topic_factory, produce):
+    # Spark's consumer pool keys a consumer by group id and partition and fails a read whose options
+    # differ from the pooled consumer's: a source added again with other brokers or deadlines (same
+    # name, same topic) must read under a group of its own, not be refused for the old consumers
+    topic = topic_factory(partitions=2)
+    for part in range(2):
+        produce(topic, [f"p{part}-{i}".encode() for i in range(30)], partition=part)
+    ranges = [HistoryRange(f"{topic}:0", 0, 30), HistoryRange(f"{topic}:1", 0, 30)]
+    for poll_timeout_s in (60, 15, 60):  # the consumer's deadlines change with the source's poll timeout
+        reader = _reader(spark, kafka_bootstrap, "spark", topic, poll_timeout_s=poll_timeout_s)
+        assert len(_rows(reader.rows(ranges))) == 60

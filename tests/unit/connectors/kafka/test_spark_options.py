@@ -81,7 +81,7 @@ class _Reader:
 
 
 def test_history_reads_share_the_sources_group_by_poll_class_so_spark_lends_them_its_consumers():
-    from connectors.kafka.spark_kafka import HISTORY_GROUP, poll_class, read_ranges
+    from connectors.kafka.spark_kafka import HISTORY_GROUP, poll_class, pool_group, read_ranges
     from source_backfill.core import HistoryRange
 
     source = SourceConfig(name="src", topics=["t"])
@@ -104,11 +104,33 @@ def test_history_reads_share_the_sources_group_by_poll_class_so_spark_lends_them
     seen = [(r["kafka.group.id"], r["kafka.max.poll.records"]) for r in session.reads]
     # one group per source and poll class: Spark's pool keys consumers (and the rest of a poll) by group
     # and partition, and a consumer polls what the read that opened it asked for
-    assert seen == [("source-backfill-src-history-1000", "1000")] * 3 \
-        + [("source-backfill-src-history-10000", "10000")]
+    digest = pool_group(group, options, 1000).split("-")[-2]
+    assert seen == [(f"source-backfill-src-history-{digest}-1000", "1000")] * 3 \
+        + [(f"source-backfill-src-history-{digest}-10000", "10000")]
     # the reads outside the service's connector (a baseline's) keep a group of their own, polls capped
     read_ranges(session, [HistoryRange("t:0", 0, 12)], options)  # type: ignore[arg-type]
     assert "kafka.group.id" not in session.reads[-1] and session.reads[-1]["kafka.max.poll.records"] == "12"
+
+
+def test_a_source_whose_brokers_or_credentials_change_gets_consumers_of_its_own():
+    # Spark's pool lends a consumer by group id and partition, whatever options made it: the same
+    # source on other brokers (dropped and added again in a running JVM) must not be lent the consumers
+    # still pointing at the old ones (a test's broker after another's on the same topic hung every read)
+    from connectors.kafka.spark_kafka import pool_group
+
+    def group_of(bootstrap: str, kafka: dict[str, str] | None = None, poll: int = 1000) -> str:
+        source = SourceConfig(name="src", topics=["t"], kafka=kafka or {})
+        connector = SparkKafkaConnector(source, bootstrap, None, None)  # type: ignore[arg-type]
+        group = connector.history_group()
+        assert group is not None
+        return pool_group(group, connector.reader_options(), poll)
+
+    assert group_of("b:9092") == group_of("b:9092")  # stable: the reads of a source share their consumers
+    assert group_of("b:9092") != group_of("c:9092")
+    assert group_of("b:9092") != group_of("b:9092", {"security.protocol": "SASL_SSL"})
+    assert group_of("b:9092") != group_of("b:9092", poll=10000)
+    # the poll is in the name already: max.poll.records alone does not split a poll class
+    assert group_of("b:9092", {"max.poll.records": "300"}, 300).endswith("-300")
 
 
 def test_a_source_naming_its_own_group_keeps_it_for_history_reads_too():
