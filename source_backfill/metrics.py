@@ -140,6 +140,13 @@ JOB_HISTORY_BROKER_BYTES = Counter(
     "counts what it read).",
     ["job"],
 )
+JOB_HISTORY_WHOLE_FILES = Counter(
+    PREFIX + "job_history_whole_files",
+    "Data files of the source's archive the job's history took whole, linked (or copied) into its table "
+    "as they are instead of read and written: a job without a transform, a trusted archive's file inside "
+    "the history it copies.",
+    ["job"],
+)
 JOB_REPAIRS = Counter(
     PREFIX + "job_repairs",
     "Repairs of the job's rows (POST /jobs/{name}/repair) by outcome: done (committed, or nothing of the "

@@ -9,6 +9,9 @@ is read, not guessed (``core.tiers`` plans from it):
   are one value each and whose record count equals ``max(offset) - min(offset) + 1`` holds exactly that
   run of offsets, so it is taken without being read. (Of a foreign table nothing says an offset is
   not there twice, hiding a hole of the same size: its files are all read.)
+  Such a file of an archive whose files hold their rows as the table shows them (reader protocol 1, no
+  partition columns) is also listed (``files``): a job copying its run without a transform takes the
+  file whole, linked into its staged files, instead of reading and writing its rows.
 * Any other file (several splits in one file, or holes in its run, or no statistics) has its ``topic``,
   ``partition`` and ``offset`` columns read (column pruning: nothing else), one file at a time, so the
   driver never holds more than one file's offsets. Offsets found more than once are counted
@@ -45,6 +48,18 @@ class ArchiveHoldings:
     files_read: int = 0
     #: Offsets found more than once in the files read (0 in an archive written exactly once).
     duplicates: int = 0
+    #: The data files that can be taken whole (:func:`archive_holdings`), each with its run of offsets.
+    files: tuple[ArchiveFile, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveFile:
+    """A data file of an archive holding exactly the offsets ``[start, end)`` of ``split``, as it is."""
+
+    path: str
+    split: str
+    start: int
+    end: int
 
 
 def archive_holdings(path: str | Path, version: int | None = None, *, unique_offsets: bool = False,
@@ -67,12 +82,17 @@ def archive_holdings(path: str | Path, version: int | None = None, *, unique_off
     reader = read_offsets or _parquet_offsets
     runs: dict[str, list[tuple[int, int]]] = {}
     from_stats = read = 0
+    whole_files = _files_as_they_are(table)
+    files: list[ArchiveFile] = []
     for action in actions:
         whole = _run_from_stats(action) if unique_offsets else None
         if whole is not None:
             sid, lo, hi = whole
             runs.setdefault(sid, []).append((lo, hi))
             from_stats += 1
+            uri = _file_uri(table, action["path"])
+            if whole_files and uri.startswith(("/", "file://")):
+                files.append(ArchiveFile(uri.removeprefix("file://"), sid, lo, hi))
             continue
         for sid, lo, hi in _runs(reader(_file_uri(table, action["path"]))):
             runs.setdefault(sid, []).append((lo, hi))
@@ -80,7 +100,17 @@ def archive_holdings(path: str | Path, version: int | None = None, *, unique_off
     held = {sid: normalized(r) for sid, r in sorted(runs.items())}
     total = sum(hi - lo for r in runs.values() for lo, hi in r)
     distinct = sum(hi - lo for r in held.values() for lo, hi in r)
-    return ArchiveHoldings(table.version(), held, from_stats, read, total - distinct)
+    return ArchiveHoldings(table.version(), held, from_stats, read, total - distinct, tuple(files))
+
+
+def _files_as_they_are(table: Any) -> bool:  # noqa: ANN401 - a deltalake.DeltaTable
+    """Whether a data file of ``table`` holds its rows as the table shows them, so it can be taken whole.
+
+    An allow-list: reader protocol 1 (no deletion vectors hiding rows of a file, no column mapping
+    renaming its columns) and no partition columns (kept in the log, not in the file).
+    """
+    protocol = table.protocol()
+    return protocol.min_reader_version == 1 and not table.metadata().partition_columns
 
 
 def first_offsets_at(path: str | Path, ts_ms: int, below: Mapping[str, int],

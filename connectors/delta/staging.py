@@ -15,8 +15,10 @@ of the job's next epoch, so the orphan sweep removes it if no commit ever takes 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -110,15 +112,46 @@ class EpochStaging:
 
     def _check_file_schemas(self, folder: Path) -> None:
         """Every Parquet file in ``folder`` has the table's columns with the table's types."""
-        import pyarrow.parquet as pq
-
-        want = [(f.name, f.type) for f in self.target.arrow_schema if f.name not in self.target.partition_by]
+        want = self._file_columns()
         for file in folder.rglob("*.parquet"):
-            got = [(f.name, f.type) for f in pq.read_schema(file)]
+            got = _columns(file)
             if got != want:
                 msg = (f"Delta sink {self.target.path}: staged file {file.name} has columns {got}, the table "
                        f"{want}")
                 raise DeltaSinkError(msg)
+
+    def _file_columns(self) -> list[tuple[str, Any]]:
+        """The columns (name, Arrow type) a data file of the table holds: the partition columns aside."""
+        return [(f.name, f.type) for f in self.target.arrow_schema if f.name not in self.target.partition_by]
+
+    def takes_whole(self, files: Sequence[Path]) -> list[Path]:
+        """Of ``files`` (another table's data files), those that can be staged as they are.
+
+        An allow-list: the table has no partition columns (a staged file's folders would name them) and
+        the file has exactly the table's columns with its types, in its order, as a file Spark staged.
+        """
+        if self.target.partition_by:
+            return []
+        want = self._file_columns()
+        return [f for f in files if _columns(f) == want]
+
+    @staticmethod
+    def link_files(files: Sequence[Path], folder: Path) -> int:
+        """Put ``files`` into ``folder`` as they are; the bytes copied (0 when all were linked).
+
+        A hard link shares the file's bytes (a Parquet file is never changed in place; removing either
+        name leaves the other); a copy where no link can be made (another filesystem, a file the daemon
+        may read but not link).
+        """
+        copied = 0
+        for file in files:
+            to = folder / f"whole-{uuid.uuid4().hex[:12]}-{file.name}"
+            try:
+                os.link(file, to)
+            except OSError:
+                shutil.copyfile(file, to)
+                copied += to.stat().st_size
+        return copied
 
     @staticmethod
     def discard(staged: StagedFiles) -> None:
@@ -174,4 +207,11 @@ class EpochStaging:
                    "orphan sweep while it was written (two live writers of one job?)")
             raise DeltaSinkError(msg)
         return adds, rows
+
+
+def _columns(file: Path) -> list[tuple[str, Any]]:
+    """A Parquet file's columns: (name, Arrow type), in order."""
+    import pyarrow.parquet as pq
+
+    return [(f.name, f.type) for f in pq.read_schema(file)]
 

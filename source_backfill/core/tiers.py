@@ -210,3 +210,44 @@ def tier_sizes(segments: Iterable[Segment]) -> dict[Tier, int]:
     for s in segments:
         sizes[s.tier] += s.size
     return sizes
+
+
+#: An offset run of one split, half-open: ``(split, start, end)``.
+Run = tuple[str, int, int]
+
+
+def whole_runs(ranges: Iterable[Run], runs: Sequence[Run]) -> tuple[list[int], list[Run]]:
+    """Which of ``runs`` lie wholly inside ``ranges``, and ``ranges`` less them.
+
+    ``runs`` are the offsets of an archive's data files (each file one split's consecutive offsets); a
+    file whose run is inside the history to copy can be taken whole instead of read. Returns the indices
+    of the runs taken (in order; a run overlapping one taken before it is not taken, so each offset is
+    taken at most once) and what is left of ``ranges`` once they are cut out, per split in offset order:
+    the offsets of the taken runs and of the rest are those of ``ranges``, each once.
+    """
+    spans: dict[str, list[tuple[int, int]]] = {}
+    for split, start, end in ranges:
+        spans.setdefault(split, []).append((start, end))
+    spans = {split: normalized(held) for split, held in spans.items()}
+    taken: list[int] = []
+    cut: dict[str, list[tuple[int, int]]] = {}
+    for i, (split, lo, hi) in enumerate(runs):
+        if hi <= lo or not any(a <= lo and hi <= b for a, b in spans.get(split, ())):
+            continue
+        if any(lo < b and a < hi for a, b in cut.get(split, ())):
+            continue
+        taken.append(i)
+        cut.setdefault(split, []).append((lo, hi))
+    rest: list[Run] = []
+    for split, held in spans.items():
+        holes = normalized(cut.get(split, ()))
+        for a, b in held:
+            at = a
+            for lo, hi in holes:
+                if a <= lo < b:  # taken runs lie inside one span each
+                    if lo > at:
+                        rest.append((split, at, lo))
+                    at = hi
+            if at < b:
+                rest.append((split, at, b))
+    return taken, rest

@@ -25,6 +25,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from source_backfill.core import HistoryRange, parse_split_id, split_id
@@ -37,13 +38,14 @@ from source_backfill.core.tiers import (
     overlap_window,
     plan_tiers_many,
     usable,
+    whole_runs,
 )
 from source_backfill.errors import ArchiveError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from connectors.delta.archive import ArchiveHoldings
+    from connectors.delta.archive import ArchiveFile, ArchiveHoldings
     from connectors.kafka.admin import KafkaAdmin
     from source_backfill.config import ArchiveConfig
 
@@ -246,6 +248,31 @@ class ArchiveTier:
                              for lo, hi in normalized(held.get(r.split, [])))
                 counts[r.split] = counts.get(r.split, 0) + inside
         return counts
+
+    def whole_files(self, plan: TierPlan,
+                    fits: Callable[[list[Path]], list[Path]]) -> tuple[list[ArchiveFile], TierPlan]:
+        """The archives' data files ``plan``'s archive part can take whole, and the plan left to read.
+
+        A file can be taken whole when its archive lists it (:class:`~connectors.delta.archive.ArchiveFile`:
+        a trusted archive whose files hold their rows as the table shows them, the file one split's run
+        of offsets by its statistics), its run lies inside the ranges its archive serves in ``plan``
+        (:func:`~source_backfill.core.tiers.whole_runs`), and ``fits`` keeps it (the sink's columns).
+        The plan returned is ``plan`` with those runs cut out of its archive part (its Kafka part, gaps
+        and loss as they were): each offset is in exactly one of the files or the plan.
+        """
+        files: list[ArchiveFile] = []
+        rest = TierPlan(kafka=list(plan.kafka), gap=list(plan.gap), loss=list(plan.loss))
+        for i, ranges in sorted(plan.by_archive.items()):
+            spans = [(r.split, r.start, r.end) for r in ranges]
+            listed = self.tables[i].holdings().files
+            inside = [listed[j] for j in whole_runs(spans, [(f.split, f.start, f.end) for f in listed])[0]]
+            kept = set(fits([Path(f.path) for f in inside])) if inside else set()
+            candidates = [f for f in inside if Path(f.path) in kept]
+            taken, left = whole_runs(spans, [(f.split, f.start, f.end) for f in candidates])
+            files.extend(candidates[j] for j in taken)
+            for split, start, end in left:
+                rest.add(split, Segment(Tier.ARCHIVE, start, end, i))
+        return files, rest
 
     def rows(self, plan: TierPlan, session: SparkSession | None = None) -> DataFrame:
         """The records of ``plan``'s archive part, each range from its archive (one DataFrame)."""

@@ -35,6 +35,7 @@ from source_backfill.executors.archive_tier import ArchiveTier, TierPlan
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Observation, SparkSession
 
+    from connectors.delta.archive import ArchiveFile
     from connectors.delta.sink import DeltaEpochSink
     from connectors.delta.staging import StagedFiles
     from connectors.kafka.admin import KafkaAdmin
@@ -223,11 +224,14 @@ class HistoryReader:
             plan = self._tiers(ranges)
             if plan.archive or not plan.kafka or transform is not None:  # Spark reads (the archive's part)
                 plan.kafka = pieces_for_tasks(plan.kafka, tasks)
+                whole: list[ArchiveFile] = []
+                if transform is None and plan.archive:
+                    whole, plan = self.archive.whole_files(plan, sink.staging.takes_whole)
                 if not plan.kafka:  # the archive alone
-                    return self._stage_archive(sink, plan, after_epoch, on_folder, transform or _identity,
-                                               tasks)
-                return self._stage_transformed(sink, self._plan_rows(plan, self.spark), ranges, after_epoch,
-                                               on_folder, transform or _identity, tasks)
+                    return self._stage_archive(sink, plan, after_epoch, on_folder, transform, tasks, whole)
+                rows = self._plan_rows(plan, self.spark)
+                return self._stage_transformed(sink, rows, ranges, after_epoch, on_folder,
+                                               transform or _identity, tasks, whole)
             ranges = plan.kafka
         pieces = pieces_for_tasks(ranges, tasks)
         if transform is not None:
@@ -239,24 +243,30 @@ class HistoryReader:
     def _stage_transformed(
         self, sink: DeltaEpochSink, rows: DataFrame, ranges: Sequence[HistoryRange], after_epoch: int,
         on_folder: Callable[[Path], None] | None, transform: Callable[[DataFrame], DataFrame], tasks: int,
+        whole: Sequence[ArchiveFile] = (),
     ) -> tuple[StagedFiles, dict[str, int]]:
-        """``rows`` (the records of ``ranges``) transformed; the records per split counted before it.
+        """``rows`` (the records of ``ranges``, less the ``whole`` files') transformed; records per split.
 
         A transform may drop or filter rows and columns, so the files cannot tell how many records were
         read; an observation on the records does. When it does not come (a transform that lets Spark
-        prune the scan, say) the counts are the ranges' sizes: they feed only the rows shown.
+        prune the scan, say) the counts are the ranges' sizes: they feed only the rows shown. ``whole``:
+        archive files staged as they are (:meth:`_stage_archive`), their runs counted as theirs.
         """
         counted, observation = count_per_split(rows.coalesce(tasks), ranges, "read-ahead")
-        staged = sink.stage_dataframe(transform(counted), after_epoch, on_folder)
+        write = self._whole_then(sink, whole, sink.staging.dataframe_write(transform(counted)))
+        staged = sink.stage_files(write, after_epoch, on_folder)
         try:
-            observed_counts = observed(observation, timeout_s=READ_AHEAD_OBSERVE_TIMEOUT_S)
+            observed_counts = dict(observed(observation, timeout_s=READ_AHEAD_OBSERVE_TIMEOUT_S))
+            for f in whole:
+                observed_counts[f.split] = observed_counts.get(f.split, 0) + f.end - f.start
         except SourceBackfillError:
             observed_counts = range_sizes(ranges)
         return staged, {s: int(n) for s, n in observed_counts.items() if n}
 
     def _stage_archive(
         self, sink: DeltaEpochSink, plan: TierPlan, after_epoch: int,
-        on_folder: Callable[[Path], None] | None, transform: Callable[[DataFrame], DataFrame], tasks: int,
+        on_folder: Callable[[Path], None] | None, transform: Callable[[DataFrame], DataFrame] | None,
+        tasks: int, whole: Sequence[ArchiveFile] = (),
     ) -> tuple[StagedFiles, dict[str, int]]:
         """A plan with no Kafka part: the archive's rows transformed, in ``tasks`` tasks, counted exactly.
 
@@ -265,11 +275,39 @@ class HistoryReader:
         held twice), so no observation is needed; and the scan itself is cut into about ``tasks``
         partitions (``spark.sql.files.maxPartitionNum`` on a session of the reader's) instead of being
         coalesced into them: coalescing the scan's splits left one task with more of them than the other.
+
+        ``whole``: the archive's data files taken out of the plan by :meth:`ArchiveTier.whole_files` (a
+        job without a transform; each holds exactly a run of the offsets to copy, with the sink's columns):
+        they are staged as they are, linked (:meth:`EpochStaging.link_files`), and only the rest of the
+        plan is read. A file's rows are the records its run's read would write: the copy is the same,
+        without decoding and encoding them.
         """
         assert self.archive is not None  # noqa: S101 - callers check
-        rows = self.archive.rows(plan, self._scan_session(tasks))
-        staged = sink.stage_dataframe(transform(rows), after_epoch, on_folder)
-        return staged, {s: n for s, n in self.archive.held_counts(plan).items() if n}
+        spark_write = None
+        if plan.archive or not whole:
+            rows = self.archive.rows(plan, self._scan_session(tasks))
+            spark_write = sink.staging.dataframe_write((transform or _identity)(rows))
+        write = self._whole_then(sink, whole, spark_write)
+        staged = sink.stage_files(write, after_epoch, on_folder)
+        counts = self.archive.held_counts(plan)
+        for f in whole:
+            counts[f.split] = counts.get(f.split, 0) + f.end - f.start
+        return staged, {s: n for s, n in counts.items() if n}
+
+    def _whole_then(self, sink: DeltaEpochSink, whole: Sequence[ArchiveFile],
+                    spark_write: Callable[[Path], None] | None) -> Callable[[Path], None]:
+        """A staged write: the ``whole`` archive files linked into the folder, then Spark's write, if any."""
+        def write(folder: Path) -> None:
+            if whole:
+                copied = sink.staging.link_files([Path(f.path) for f in whole], folder)
+                if self.job is not None:
+                    metrics.JOB_HISTORY_WHOLE_FILES.labels(self.job).inc(len(whole))
+                logger.info('archive files staged whole job="%s" files=%d offsets=%d bytes_copied=%d',
+                            self.job, len(whole), sum(f.end - f.start for f in whole), copied)
+            if spark_write is not None:
+                spark_write(folder)
+
+        return write
 
     def _scan_session(self, tasks: int) -> SparkSession:
         """A session of the reader's Spark whose file scans are cut into about ``tasks`` partitions."""

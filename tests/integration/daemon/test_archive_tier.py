@@ -28,13 +28,14 @@ TS_MS = 1_700_000_000_000
 
 def _archive(path: Path, topic: str, upto: int, *, skip: dict[int, range] | None = None,
              twice: dict[int, int] | None = None, changed: dict[int, int] | None = None,
-             ts_ms: Callable[[int], int] = lambda offset: TS_MS) -> None:
+             ts_ms: Callable[[int], int] = lambda offset: TS_MS, file_offsets: int | None = None) -> None:
     """The records ``Producer.send(n, 2, timestamp_ms=TS_MS)`` wrote, offsets ``[0, upto)`` per partition.
 
     Record ``i`` went to partition ``i % 2`` at offset ``i // 2`` (key ``i``, value ``v<i>``). ``skip``:
     offsets left out per partition (a gap, as transaction markers leave); ``twice``: an offset per
     partition written a second time; ``changed``: an offset per partition whose value is not Kafka's;
-    ``ts_ms(offset)``: the records' timestamps (default ``TS_MS``).
+    ``ts_ms(offset)``: the records' timestamps (default ``TS_MS``); ``file_offsets``: each data file
+    one partition's run of that many offsets (one commit each), else all records in one file.
     """
     import pyarrow as pa
     from deltalake import write_deltalake
@@ -59,7 +60,18 @@ def _archive(path: Path, topic: str, upto: int, *, skip: dict[int, range] | None
     schema = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
                         ("partition", pa.int32()), ("offset", pa.int64()),
                         ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32())])
-    write_deltalake(str(path), pa.table(rows, schema=schema))
+    table = pa.table(rows, schema=schema)
+    if file_offsets is None:
+        write_deltalake(str(path), table)
+        return
+    import pyarrow.compute as pc
+
+    for partition in range(PARTITIONS):
+        for lo in range(0, upto, file_offsets):
+            run = pc.and_(pc.equal(table.column("partition"), partition),
+                          pc.and_(pc.greater_equal(table.column("offset"), lo),
+                                  pc.less(table.column("offset"), lo + file_offsets)))
+            write_deltalake(str(path), table.filter(run), mode="append")
 
 
 def _table_records(path: Path) -> list[tuple[int, int, str]]:
@@ -385,3 +397,50 @@ def test_a_timestamp_start_older_than_the_log_start_starts_in_the_archive(
                    != "running" and r, timeout=120, what="the daemon's verify run")
     assert run["status"] == "done" and run["ok"], run
     assert run["result"]["records"] == 2 * 200, run
+
+
+def test_a_job_without_a_transform_takes_a_trusted_archive_s_files_whole_each_record_once(
+    daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path
+):
+    """A trusted archive of files of 50 offsets of one partition each (0..299): a job without a transform
+    stages the files its reads ahead cover as they are (hard links: the same inodes in its table), reads
+    the rest, and holds each record once; a job with a transform writes the archive's rows anew."""
+    import os
+    import shutil
+
+    from deltalake import DeltaTable
+
+    from source_backfill import metrics
+    from source_backfill.config import JobSpec
+
+    topic = new_topic(PARTITIONS)
+    producer = producer_for(topic)
+    producer.send(800, PARTITIONS, timestamp_ms=TS_MS)  # offsets 0..399 per partition
+    archive = tmp_path / "archive"
+    _archive(archive, topic, 300, file_offsets=50)
+    d = daemon_factory([topic], [job_spec("mapped", tmp_path, transform="SELECT * FROM {source}")],
+                       archive={"path": str(archive), "trusted": True}, starting_offsets="latest")
+    wait_for(lambda: finished(d, "mapped"), what="mapped finished")
+    # created while the source runs, its epochs capped: its history is copied by reads ahead
+    d.registry.create(JobSpec(**job_spec("whole", tmp_path, max_rows_per_epoch=300)))
+    want = sorted((p, o, f"v{o * PARTITIONS + p}") for p in range(PARTITIONS) for o in range(400))
+    for name in ("whole", "mapped"):
+        wait_for(lambda n=name: finished(d, n), what=f"{name} finished")
+        wait_for(lambda n=name: _table_records(tmp_path / n) == want, timeout=60,
+                 what=f"{name}: the archive's 300 offsets and Kafka's 100 of each partition, each once")
+
+    def inodes(path: Path) -> set[int]:
+        return {os.stat(uri.removeprefix("file://")).st_ino for uri in DeltaTable(str(path)).file_uris()}
+
+    archive_files = inodes(archive)
+    assert len(archive_files) == 2 * 6
+    linked = inodes(tmp_path / "whole") & archive_files
+    assert linked, "no archive file taken whole"  # the archive's own files, in the job's table
+    assert metric_total(metrics.JOB_HISTORY_WHOLE_FILES, job="whole") == len(linked)
+    assert not inodes(tmp_path / "mapped") & archive_files  # a transform's rows are written anew
+    assert metric_total(metrics.JOB_HISTORY_WHOLE_FILES, job="mapped") == 0
+    assert metric_total(metrics.JOB_HISTORY_TIER_OFFSETS, job="whole", tier="archive") == 2 * 300
+    # the archive's files stay its own: removing the job's table leaves them whole
+    d.stop()
+    shutil.rmtree(tmp_path / "whole")
+    assert DeltaTable(str(archive)).to_pyarrow_table().num_rows == 2 * 300

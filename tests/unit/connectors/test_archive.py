@@ -86,3 +86,31 @@ def test_a_timestamp_start_takes_the_archive_s_offset_where_it_has_one_else_kafk
     kafka = {"t:0": 150, "t:1": 150, "t:2": 400}
     assert at_timestamp(kafka, [{"t:0": 100}, {"t:0": 120, "t:1": 90}]) == {"t:0": 100, "t:1": 90, "t:2": 400}
     assert at_timestamp(kafka, [{"u:0": 1}]) == kafka  # a split the job does not read is not added
+
+
+def test_only_files_holding_their_rows_as_the_table_shows_them_are_listed_to_be_taken_whole(tmp_path):
+    # a trusted archive's one-split runs, in a plain table: listed with their runs
+    plain = str(tmp_path / "plain")
+    write_deltalake(plain, records("t", 0, list(range(10))))
+    write_deltalake(plain, records("t", 0, [10, 11, 13]), mode="append")  # a hole: read, not listed
+    h = archive_holdings(plain, unique_offsets=True)
+    assert [(f.split, f.start, f.end) for f in h.files] == [("t:0", 0, 10)]
+    assert h.files[0].path.startswith(str(tmp_path / "plain")) and h.files[0].path.endswith(".parquet")
+    assert archive_holdings(plain).files == ()  # not trusted: nothing says its offsets are once each
+    # partition columns live in the log, not in the file: a file of such a table is not its rows
+    parted = str(tmp_path / "parted")
+    write_deltalake(parted, records("t", 0, list(range(10))).append_column("day", pa.array(["d1"] * 10)),
+                    partition_by=["day"])
+    assert archive_holdings(parted, unique_offsets=True).files == ()
+    # reader protocol 2+ (column mapping, deletion vectors): a file may hold rows the table does not
+    from types import SimpleNamespace
+
+    from connectors.delta.archive import _files_as_they_are
+
+    def table(reader: int, partitions: list[str]) -> SimpleNamespace:
+        return SimpleNamespace(protocol=lambda: SimpleNamespace(min_reader_version=reader),
+                               metadata=lambda: SimpleNamespace(partition_columns=partitions))
+
+    assert _files_as_they_are(table(1, []))
+    assert not _files_as_they_are(table(2, [])) and not _files_as_they_are(table(3, []))
+    assert not _files_as_they_are(table(1, ["day"]))

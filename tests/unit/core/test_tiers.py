@@ -129,3 +129,36 @@ def test_the_overlap_window_at_its_edges():
     assert overlap_window([(0, 300)], 200, 0) is None  # check_offsets = 0: not compared
     assert overlap_window([(250, 300)], 100, 1000) == (250, 300)  # the archive starts above the log start
     assert overlap_window([(0, 100), (250, 300)], 200, 1000) == (200, 300)  # a hole at the log start: in it
+
+
+runs_of = st.lists(st.tuples(st.sampled_from(["t:0", "t:1"]), st.integers(0, 60), st.integers(0, 60)),
+                   max_size=6)
+
+
+@given(ranges=runs_of, runs=runs_of)
+def test_whole_runs_take_each_offset_once_and_leave_the_rest_of_the_ranges(ranges, runs):
+    from source_backfill.core.tiers import whole_runs
+
+    def offsets(rs):
+        return [(s, o) for s, lo, hi in rs for o in range(lo, hi)]
+
+    wanted = set(offsets(ranges))
+    taken, rest = whole_runs(ranges, runs)
+    got = offsets(runs[i] for i in taken) + offsets(rest)
+    assert len(got) == len(set(got)), "an offset taken twice, or both taken and left"
+    assert set(got) == wanted
+    assert taken == sorted(taken)
+    assert all(hi > lo for _, lo, hi in rest)
+    for i, run in enumerate(runs):
+        inside = set(offsets([run])) <= wanted and run[2] > run[1]
+        clashes = any(set(offsets([run])) & set(offsets([runs[j]])) for j in taken if j < i)
+        # greedy: a non-empty run wholly inside the ranges is taken unless a run taken before overlaps it
+        assert (i in taken) == (inside and not clashes), (i, run)
+
+
+def test_whole_runs_cut_a_range_around_a_file_exactly():
+    from source_backfill.core.tiers import whole_runs
+
+    taken, rest = whole_runs([("t:0", 0, 100)], [("t:0", 10, 20), ("t:0", 90, 101), ("t:1", 0, 5)])
+    assert taken == [0]  # the second pokes one offset past the range, the third is another split's
+    assert rest == [("t:0", 0, 10), ("t:0", 20, 100)]

@@ -136,3 +136,44 @@ def test_several_archives_in_order_each_offset_from_the_first_that_holds_it():
     assert plan.kafka == [HistoryRange("t:0", 200, 300)] and plan.gap == plan.loss == []
     assert tier.held() == {"t:0": [(0, 200)]}  # all of theirs: what stands for the log below its start
     assert tier.held_counts(plan) == {"t:0": 200}  # 150 from the first, 50 from the second
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    files=st.lists(st.tuples(st.integers(0, 60), st.integers(1, 20), st.booleans()), max_size=5),
+    log_start=st.integers(0, 80),
+    ranges=st.lists(st.tuples(st.integers(0, 80), st.integers(0, 30)), min_size=1, max_size=3),
+)
+def test_files_taken_whole_and_the_plan_left_hold_each_planned_archive_offset_once(files, log_start, ranges):
+    from connectors.delta.archive import ArchiveFile
+
+    # an archive of one-split files (disjoint runs, as a trusted archive's are); some not fitting the sink
+    runs, at = [], 0
+    for gap, size, fits in files:
+        runs.append((at + gap, at + gap + size, fits))
+        at += gap + size
+    ordered, cursor = [], 0
+    for start, size in sorted(ranges):
+        lo = max(start, cursor)
+        ordered.append(HistoryRange("t:0", lo, lo + size))
+        cursor = lo + size
+    tier = _tier({"t:0": [(lo, hi) for lo, hi, _ in runs]}, {"t:0": log_start}, trusted=True)
+    tier.tables[0]._holdings = ArchiveHoldings(  # noqa: SLF001
+        version=3, held={"t:0": [(lo, hi) for lo, hi, _ in runs]},
+        files=tuple(ArchiveFile(f"/a/{i}.parquet", "t:0", lo, hi) for i, (lo, hi, _) in enumerate(runs)))
+    fitting = {f"/a/{i}.parquet" for i, (_, _, fits) in enumerate(runs) if fits}
+    plan = tier.plan(ordered, "auto")
+    whole, rest = tier.whole_files(plan, lambda paths: [p for p in paths if str(p) in fitting])
+    # each archive offset of the plan: in exactly one whole file or in the plan left; Kafka's part as it was
+    taken = [("t:0", o) for f in whole for o in range(f.start, f.end)]
+    assert sorted(taken + _offsets(rest.archive)) == sorted(_offsets(plan.archive))
+    assert rest.kafka == plan.kafka and rest.gap == plan.gap and rest.loss == plan.loss
+    assert rest.by_archive.get(0, []) == rest.archive
+    archive_offsets = {o for _, o in _offsets(plan.archive)}
+    for f in whole:
+        assert f.path in fitting and set(range(f.start, f.end)) <= archive_offsets
+    # every fitting file inside the plan's archive part is taken (nothing read that could be linked)
+    for i, (lo, hi, fits) in enumerate(runs):
+        if fits and set(range(lo, hi)) <= archive_offsets:
+            assert f"/a/{i}.parquet" in {f.path for f in whole}
+    assert sum(tier.held_counts(rest).values()) + len(taken) == sum(tier.held_counts(plan).values())

@@ -154,3 +154,32 @@ def test_a_failed_commit_removes_its_attempt_and_one_that_landed_keeps_it(sink, 
     commit = s.read_commit(2)
     assert commit is not None and json.loads(commit[KEY_STATE]) == {"e": 2}
     assert (tmp_path / "t" / STAGING / commit[KEY_ATTEMPT]).is_dir()
+
+
+def test_only_files_with_the_table_s_columns_are_staged_whole_linked_or_else_copied(sink, tmp_path,
+                                                                                     monkeypatch):
+    import os
+
+    s = sink()
+    same, other = tmp_path / "same.parquet", tmp_path / "other.parquet"
+    pq.write_table(rows([20, 21]), same)
+    pq.write_table(rows([30]).cast(pa.schema([("id", pa.int32()), ("name", pa.string())])), other)
+    assert s.staging.takes_whole([same, other]) == [same]  # another type: not the table's file
+    staged = s.stage_files(lambda folder: s.staging.link_files([same], folder), 0)
+    (linked,) = staged.folder.glob("*.parquet")
+    assert linked.stat().st_ino == same.stat().st_ino  # the same bytes, no copy
+    s.commit_epoch(1, rows([1]), {}, staged=[staged])
+    assert table_ids(tmp_path / "t") == [1, 20, 21]
+    assert same.exists()  # the other name stays
+
+    def no_link(*_):
+        raise OSError(18, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "link", no_link)  # another filesystem: copied instead
+    folder = tmp_path / "copies"
+    folder.mkdir()
+    assert s.staging.link_files([same], folder) == same.stat().st_size
+    (copy,) = folder.glob("*.parquet")
+    assert copy.stat().st_ino != same.stat().st_ino and copy.read_bytes() == same.read_bytes()
+    parted = DeltaEpochSink(str(tmp_path / "p"), "job", SCHEMA, partition_by=("name",))
+    assert parted.staging.takes_whole([same]) == []  # a partitioned table's files lack its columns
