@@ -6,7 +6,8 @@ written as a Delta table: Kafka's columns, each offset once, so ``trusted``). Th
 ``BENCH_ARCHIVE_ROUNDS`` (2) rounds, a fresh in-process daemon (``local[2]``, the history width fixed at 2
 tasks, the archive configured) copies the whole history with one job from ``earliest``: reading Kafka
 (``history_source = "kafka"``) or the archive (``auto``: a trusted archive holding every offset is read
-for all of them). Timed from create to Finished (the same trigger phase: just after an epoch). Keys:
+for all of them; a job without a transform takes its files whole). Timed from create to Finished (the
+same trigger phase: just after an epoch). Keys:
 
 * ``archive.kafka_s``, ``archive.archive_s`` (medians), ``archive.ratio_vs_kafka`` = kafka / archive
   (goal >= 2.0: a columnar table should beat fetching from the broker);
@@ -18,7 +19,15 @@ for all of them). Timed from create to Finished (the same trigger phase: just af
 * ``archive.kafka_read_s``, ``archive.archive_read_s``, ``archive.read_ratio_vs_kafka``: the seconds of
   the copies' reads ahead alone (without the epoch boundaries a copy waits for).
 
-The first two copies (one from each tier) warm up, untimed.
+The first copy of each kind warms up, untimed.
+
+The same again with a transform (``SELECT * FROM {source}``: it changes nothing, but a job with a
+transform never takes an archive's file whole, so both tiers read and write every row):
+``archive.transformed.kafka_s``, ``archive.transformed.archive_s``, ``archive.transformed.ratio_vs_kafka``,
+``archive.transformed.read_ratio_vs_kafka``. ``archive.whole_files``: the archive's data files the copies
+without a transform took whole (linked into their tables instead of read: the archive here is 2 files, one
+per partition, each inside the history copied). ``archive.broker_bytes`` is the largest over all archive
+copies, with and without the transform.
 
 Then the hand-over under load: a second archive holds only the first half of each partition, which is
 deleted from Kafka (``delete_records``), so the history's first half is only in the archive and its
@@ -47,6 +56,14 @@ QUICK = os.environ.get("BENCH_QUICK") == "1"
 RECORDS = int(os.environ.get("BENCH_ARCHIVE_RECORDS", "100000" if QUICK else "1000000"))
 ROUNDS = int(os.environ.get("BENCH_ARCHIVE_ROUNDS", "2"))
 PARTITIONS = 2
+#: The transform of the copies that must read every row (it changes nothing: a read, not a link).
+TRANSFORM = "SELECT * FROM {source}"
+
+
+#: The copies measured: (key, history_source, transform). A job without a transform takes a trusted
+#: archive's files whole (linked); a transform makes every copy read and write its rows.
+KINDS = (("kafka", "kafka", None), ("auto", "auto", None),
+         ("kafka_t", "kafka", TRANSFORM), ("auto_t", "auto", TRANSFORM))
 
 
 def main() -> dict[str, Any]:
@@ -61,9 +78,11 @@ def main() -> dict[str, Any]:
     from source_backfill.runtime.spark import build_spark
 
     work = Path(tempfile.mkdtemp(prefix="bench-archive-"))
-    times: dict[str, list[float]] = {"kafka": [], "auto": []}
-    reads: dict[str, list[float]] = {"kafka": [], "auto": []}
-    from_broker: dict[str, list[int]] = {"kafka": [], "auto": []}
+    kinds = {key: (source, transform) for key, source, transform in KINDS}
+    times: dict[str, list[float]] = {k: [] for k in kinds}
+    reads: dict[str, list[float]] = {k: [] for k in kinds}
+    from_broker: dict[str, list[int]] = {k: [] for k in kinds}
+    whole: list[int] = []
     kafka_tier = 0.0
     read_s = ReadSeconds()
     try:
@@ -83,61 +102,80 @@ def main() -> dict[str, Any]:
             held = DeltaTable(str(work / "archive")).to_pyarrow_dataset().count_rows()
             print(f"archive written in {time.monotonic() - t:.1f}s ({held:,} rows)", flush=True)
             archive = {"path": str(work / "archive"), "trusted": True}
-            pairs = (("kafka", "auto"), ("auto", "kafka"))
-            order = [w for r in range(ROUNDS) for w in pairs[r % 2]]
-            for i, source in enumerate(["kafka", "auto", *order]):  # the first two warm up, untimed
-                tag = f"{source}-{i}"
+            keys = [k for k, _, _ in KINDS]
+            order = [k for r in range(ROUNDS) for k in (keys if r % 2 == 0 else keys[::-1])]
+            for i, key in enumerate([*keys, *order]):  # the first of each kind warms up, untimed
+                source, transform = kinds[key]
+                tag = f"{key}-{i}"
                 daemon = _daemon(work, tag, bootstrap, topic, {"fixed_tasks": 2}, archive=archive)
                 try:
                     read_s.start()
-                    seconds = _copy(daemon, f"h{i}", work / f"table-{tag}", history_source=source)
+                    seconds = _copy(daemon, f"h{i}", work / f"table-{tag}", history_source=source,
+                                    **({"transform": transform} if transform else {}))
                     fetched = daemon.sources["bench"].jobs[f"h{i}"].history.broker_bytes()
                 finally:
                     daemon.stop()
                 copied = DeltaTable(str(work / f"table-{tag}")).to_pyarrow_dataset().count_rows()
                 if copied != RECORDS:
-                    msg = f"archive bench: the {source} copy holds {copied} rows of {RECORDS}"
+                    msg = f"archive bench: the {key} copy holds {copied} rows of {RECORDS}"
                     raise RuntimeError(msg)
-                if i < 2:
+                if i < len(keys):
                     continue
-                times[source].append(round(seconds, 2))
-                from_broker[source].append(fetched)
-                reads[source].append(round(read_s.total, 2))
+                times[key].append(round(seconds, 2))
+                from_broker[key].append(fetched)
+                reads[key].append(round(read_s.total, 2))
                 if source == "auto":
-                    kafka_tier += sum(s.value for m in metrics.JOB_HISTORY_TIER_OFFSETS.collect()
-                                      for s in m.samples if s.name.endswith("_total")
-                                      and s.labels.get("job") == f"h{i}" and s.labels.get("tier") == "kafka")
-                print(f"history copy from {'Kafka' if source == 'kafka' else 'the archive'}: {seconds:.1f}s "
-                      f"(its reads ahead {read_s.total:.1f}s)", flush=True)
+                    kafka_tier += _job_total(metrics.JOB_HISTORY_TIER_OFFSETS, f"h{i}", tier="kafka")
+                if key == "auto":
+                    whole.append(int(_job_total(metrics.JOB_HISTORY_WHOLE_FILES, f"h{i}")))
+                print(f"history copy from {'Kafka' if source == 'kafka' else 'the archive'}"
+                      f"{' with a transform' if transform else ''}: {seconds:.1f}s (its reads ahead "
+                      f"{read_s.total:.1f}s)", flush=True)
                 shutil.rmtree(work / f"table-{tag}", ignore_errors=True)
             half = _half_and_half(work, spark, options, admin, bootstrap, topic, splits, ends)
             spark.stop()
     finally:
         read_s.stop()
         shutil.rmtree(work, ignore_errors=True)
-    kafka_s, archive_s = statistics.median(times["kafka"]), statistics.median(times["auto"])
+    med = {k: statistics.median(v) for k, v in times.items()}
+    read_med = {k: statistics.median(v) for k, v in reads.items()}
     result = {
         "archive.records": RECORDS,
-        "archive.kafka_s": kafka_s,
-        "archive.archive_s": archive_s,
-        "archive.ratio_vs_kafka": round(kafka_s / archive_s, 3),
+        "archive.kafka_s": med["kafka"],
+        "archive.archive_s": med["auto"],
+        "archive.ratio_vs_kafka": round(med["kafka"] / med["auto"], 3),
         "archive.kafka_runs_s": times["kafka"],
         "archive.archive_runs_s": times["auto"],
+        "archive.whole_files": int(statistics.median(whole)),
         "archive.kafka_tier_offsets": int(kafka_tier),
-        "archive.broker_bytes": int(statistics.median(from_broker["auto"])),
+        "archive.broker_bytes": int(max(from_broker["auto"] + from_broker["auto_t"])),
         "archive.kafka_broker_bytes": int(statistics.median(from_broker["kafka"])),
-        "archive.kafka_read_s": statistics.median(reads["kafka"]),
-        "archive.archive_read_s": statistics.median(reads["auto"]),
-        "archive.read_ratio_vs_kafka": round(statistics.median(reads["kafka"])
-                                             / max(statistics.median(reads["auto"]), 1e-9), 3),
+        "archive.kafka_read_s": read_med["kafka"],
+        "archive.archive_read_s": read_med["auto"],
+        "archive.read_ratio_vs_kafka": round(read_med["kafka"] / max(read_med["auto"], 1e-9), 3),
+        "archive.transformed.kafka_s": med["kafka_t"],
+        "archive.transformed.archive_s": med["auto_t"],
+        "archive.transformed.ratio_vs_kafka": round(med["kafka_t"] / med["auto_t"], 3),
+        "archive.transformed.kafka_runs_s": times["kafka_t"],
+        "archive.transformed.archive_runs_s": times["auto_t"],
+        "archive.transformed.read_ratio_vs_kafka": round(read_med["kafka_t"] / max(read_med["auto_t"], 1e-9),
+                                                         3),
     }
     result.update(half)
-    print(f"  history from the archive {archive_s:.1f}s vs from Kafka {kafka_s:.1f}s: ratio "
-          f"{result['archive.ratio_vs_kafka']} (goal >= 2.0); Kafka offsets planned by the archive job: "
-          f"{result['archive.kafka_tier_offsets']} (goal 0); bytes from the broker: archive copy "
+    print(f"  history from the archive {med['auto']:.1f}s vs from Kafka {med['kafka']:.1f}s: ratio "
+          f"{result['archive.ratio_vs_kafka']} (goal >= 2.0; {result['archive.whole_files']} files taken "
+          f"whole); with a transform {med['auto_t']:.1f}s vs {med['kafka_t']:.1f}s: ratio "
+          f"{result['archive.transformed.ratio_vs_kafka']}; Kafka offsets planned by the archive copies: "
+          f"{result['archive.kafka_tier_offsets']} (goal 0); bytes from the broker: archive copies "
           f"{result['archive.broker_bytes']:,} (goal 0), Kafka copy {result['archive.kafka_broker_bytes']:,}",
           flush=True)
     return result
+
+
+def _job_total(counter: Any, job: str, **labels: str) -> float:  # noqa: ANN401 - a prometheus Counter
+    """The ``_total`` of ``counter`` for ``job`` (and ``labels``)."""
+    return sum(s.value for m in counter.collect() for s in m.samples if s.name.endswith("_total")
+               and s.labels.get("job") == job and all(s.labels.get(k) == v for k, v in labels.items()))
 
 
 def _half_and_half(work: Path, spark: Any, options: dict[str, str], admin: Any, bootstrap: str,  # noqa: ANN401
