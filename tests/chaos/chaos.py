@@ -2,7 +2,8 @@
 
 Two jobs on a 4-partition topic under a live producer: ``deep`` backfills >= 200k history records (rate
 limited, so the kills land mid-backfill), the first 10k of each partition from the source's archive (they
-are deleted from Kafka: the archive tier, read with Spark from a Delta table, then the hand-over to Kafka),
+are deleted from Kafka: the archive tier, a trusted Delta table whose files a read ahead covering one takes
+whole, the rest read with Spark, then the hand-over to Kafka),
 ``tail`` starts at ``latest`` and is Finished from its attach.
 Each cycle starts ``source-backfill run``, waits until the daemon is ready, sometimes sends a mutation
 (pause, resume, throttle, a create then a drop of a third job, a repair of 5,000 offsets per split of a
@@ -37,6 +38,9 @@ PARTITIONS = 4
 #: Offsets per partition held only by the source's archive (deleted from Kafka before the first cycle):
 #: the deep job's first 40k history records come from the archive, so early kills land in that part.
 ARCHIVED = 10_000
+#: Offsets of one partition per archive data file: the deep job (no transform) takes a file whole when a
+#: read ahead covers it (~300 offsets per split and read at its rate), so kills land among links too.
+ARCHIVE_FILE_OFFSETS = 250
 #: History rows/s of the deep job: 200k rows take ~80 s of daemon uptime, spread over many cycles.
 DEEP_RATE = 2_500
 
@@ -59,6 +63,8 @@ class Summary:
     seconds: float = 0.0
     #: The id of the tail job's last repair committed (its table's ``tail.repair`` transaction), if any.
     repairs_committed: int | None = None
+    #: The archive's data files in the deep job's table at the end, taken whole (the same inodes).
+    whole_files: int = 0
 
     @property
     def ok(self) -> bool:
@@ -72,7 +78,8 @@ class Summary:
                 f"missing={self.missing} "
                 f"duplicated={self.duplicated} unexpected={self.unexpected} "
                 f"repairs={sum(e.startswith('repair') for e in self.events)} "
-                f"last_repair_committed={self.repairs_committed} seed={self.seed} "
+                f"last_repair_committed={self.repairs_committed} whole_files={self.whole_files} "
+                f"seed={self.seed} "
                 f"seconds={self.seconds:.0f}")
 
 
@@ -151,7 +158,7 @@ name = "src"
 bootstrap_servers = "{bootstrap}"
 topics = ["{topic}"]
 trigger_interval_s = 0.5
-archive = {{ path = "{workdir / 'archive'}" }}
+archive = {{ path = "{workdir / 'archive'}", trusted = true }}
 [[jobs]]
 name = "deep"
 source = "src"
@@ -286,6 +293,7 @@ def run_chaos(bootstrap: str, workdir: Path, cycles: int, seed: int | None = Non
         from deltalake import DeltaTable
 
         summary.repairs_committed = DeltaTable(str(daemon.tables / "tail")).transaction_version("tail.repair")
+        summary.whole_files = _shared_files(workdir / "archive", daemon.tables / "deep")
         for job in ("deep", "tail"):
             summary_job = _check(check_exactly_once, daemon, job, bootstrap, topic)
             summary.records += summary_job[0]
@@ -304,20 +312,37 @@ def _archive(path: Path, topic: str) -> None:
     """The archive: the records ``_Producer.fill`` wrote at offsets ``[0, ARCHIVED)``, as Kafka's columns.
 
     Record ``i`` went to partition ``i % PARTITIONS`` at offset ``i // PARTITIONS``, value ``h<i>``. The
-    timestamps are not Kafka's (the suite checks offsets): the archive is not trusted, so it is read only
-    below the log start, where Kafka has nothing to compare it with.
+    timestamps are not Kafka's (the suite checks offsets). Trusted (it holds each offset once, and only
+    offsets deleted from Kafka): its files of ``ARCHIVE_FILE_OFFSETS`` offsets of one partition each are
+    taken whole by the deep job when a read ahead covers one, the rest read.
     """
     import pyarrow as pa
     from deltalake import write_deltalake
 
-    n = ARCHIVED * PARTITIONS
     schema = pa.schema([("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
                         ("partition", pa.int32()), ("offset", pa.int64()),
                         ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32())])
-    write_deltalake(str(path), pa.table({
-        "key": [None] * n, "value": [f"h{i}".encode() for i in range(n)], "topic": [topic] * n,
-        "partition": [i % PARTITIONS for i in range(n)], "offset": [i // PARTITIONS for i in range(n)],
-        "timestamp": [1_700_000_000_000_000] * n, "timestampType": [0] * n}, schema=schema))
+    batches = []
+    for p in range(PARTITIONS):
+        for lo in range(0, ARCHIVED, ARCHIVE_FILE_OFFSETS):
+            offsets = list(range(lo, lo + ARCHIVE_FILE_OFFSETS))
+            n = len(offsets)
+            batches.append(pa.table({
+                "key": [None] * n, "value": [f"h{o * PARTITIONS + p}".encode() for o in offsets],
+                "topic": [topic] * n, "partition": [p] * n, "offset": offsets,
+                "timestamp": [1_700_000_000_000_000] * n, "timestampType": [0] * n}, schema=schema))
+    for batch in batches:  # a commit each: a data file each
+        write_deltalake(str(path), batch, mode="append")
+
+
+def _shared_files(archive: Path, table: Path) -> int:
+    """Data files of ``table`` that are the archive's own (hard links: the same inode)."""
+    from deltalake import DeltaTable
+
+    def inodes(path: Path) -> set[int]:
+        return {os.stat(u.removeprefix("file://")).st_ino for u in DeltaTable(str(path)).file_uris()}
+
+    return len(inodes(archive) & inodes(table))
 
 
 def _check(check: Callable, daemon: _Daemon, job: str, bootstrap: str, topic: str) -> tuple[int, ...]:

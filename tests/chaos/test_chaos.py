@@ -25,6 +25,7 @@ def test_sigkill_at_random_moments_then_every_job_exactly_once(kafka_bootstrap, 
     assert summary.records >= 200_000
     assert summary.mid_backfill >= min(5, cycles), summary.line()  # the kills hit a running backfill
     assert summary.mid_archive >= min(1, cycles), summary.line()  # and its archive part
+    assert summary.whole_files > 0, summary.line()  # some of the archive's files were taken whole
     assert summary.ok, summary.line()
     if cycles >= 3:  # the 3rd cycle asks the tail for a repair: it is done by the end, whatever the kills
         assert summary.repairs_committed is not None, summary.line()
