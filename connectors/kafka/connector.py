@@ -68,11 +68,12 @@ class KafkaConnector(ABC):
         """The options of the connector's Spark reader for this source (``kafka.*``, deadlines, ...)."""
 
     @abstractmethod
-    def live_stream(self) -> DataFrame:
+    def live_stream(self, checkpoint: Path | None = None) -> DataFrame:
         """The source's live rows as a streaming DataFrame; every trigger is a micro-batch (an epoch).
 
         The Kafka source is the first source of the query's offset log
-        (:func:`connectors.kafka.stream.batch_offsets`).
+        (:func:`connectors.kafka.stream.batch_offsets`). ``checkpoint``: the query's, whose offset log
+        says which sources it was written with (a query's sources can not change under it).
         """
 
     @abstractmethod

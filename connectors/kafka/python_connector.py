@@ -42,8 +42,8 @@ class PythonKafkaConnector(KafkaConnector):
         """
         return self._options({"maxTasks": str(max_read_tasks(self.spark, self.source.max_read_tasks))}, {})
 
-    def live_stream(self) -> DataFrame:
-        """The ``kafka_py`` stream (it ticks itself: a new offset every trigger)."""
+    def live_stream(self, checkpoint: Path | None = None) -> DataFrame:
+        """The ``kafka_py`` stream (it ticks itself: a new offset every trigger; ``checkpoint`` unused)."""
         from connectors.kafka.source import KAFKA_FORMAT
         from connectors.kafka.spark_kafka import subscribed
 

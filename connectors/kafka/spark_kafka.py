@@ -6,8 +6,10 @@ The default connector of a Kafka source (``connector = "spark"``); the Python da
 
 * **The live stream**: Spark's streaming Kafka source, with the options users pass to it, unioned with a
   tick: Spark runs no micro-batch while its sources have no new data, and a job created on a quiet topic
-  must still backfill and finish in epochs. The tick is Spark's ``rate`` source at one row per second
-  whose rows are all filtered out: its offset moves every trigger, so every trigger is a micro-batch,
+  must still backfill and finish in epochs. The tick is Spark's ``rate-micro-batch`` source at one row
+  per micro-batch, whose rows are all filtered out: its offset moves every trigger, so every trigger is a
+  micro-batch (Spark's ``rate`` source moves its offset once a second whatever its rows per second: a
+  0.5 s trigger ran an epoch a second on a quiet topic),
   and the Kafka source's offsets in the query's offset log are exact as ever (the tick is the log's
   second source).
 * **History**: batch reads of planned offset ranges (``assign`` + ``startingOffsets`` / ``endingOffsets``
@@ -53,8 +55,6 @@ logger = logging.getLogger(__name__)
 SPARK_KAFKA_FORMAT = "kafka"
 #: How long a staged copy waits for its observed bytes after the copy (they only feed what is shown).
 STAGE_OBSERVE_TIMEOUT_S = 10.0
-#: Rows per second of the tick stream (all filtered out; it only makes every trigger a micro-batch).
-TICK_ROWS_PER_SECOND = 1
 #: Attempts of Spark's driver-side offset fetch (``fetchOffset.numRetries``, Spark's default).
 OFFSET_ATTEMPTS = 3
 #: Consumer settings both connectors default to (the source's ``kafka`` options override them).
@@ -93,16 +93,19 @@ class SparkKafkaConnector(KafkaConnector):
         return self._options({"fetchOffset.numRetries": str(OFFSET_ATTEMPTS)},
                              {**DEFAULT_CONSUMER, **SPARK_CONSUMER, **deadlines})
 
-    def live_stream(self) -> DataFrame:
-        """Spark's Kafka source, plus the tick (source #1 of the log)."""
+    def live_stream(self, checkpoint: Path | None = None) -> DataFrame:
+        """Spark's Kafka source, plus the tick (source #1 of the log, as ``checkpoint``'s log has it)."""
         from pyspark.sql import functions as F  # noqa: N812
+
+        from connectors.kafka.stream import TICK_FORMAT, tick_format
 
         spark = self.spark
         reader = spark.readStream.format(SPARK_KAFKA_FORMAT).options(**self.reader_options())
         kafka = subscribed(reader, self.source).load()
-        tick = (spark.readStream.format("rate").option("rowsPerSecond", str(TICK_ROWS_PER_SECOND))
-                .option("numPartitions", "1").load())  # one task of no rows per batch, not one per core
-        none = tick.where(F.lit(False)).select(
+        ticks = tick_format(checkpoint)
+        reader = spark.readStream.format(ticks).option("numPartitions", "1")  # one task, not one per core
+        reader = reader.option("rowsPerBatch" if ticks == TICK_FORMAT else "rowsPerSecond", "1")
+        none = reader.load().where(F.lit(False)).select(
             *[F.lit(None).cast(f.dataType).alias(f.name) for f in kafka.schema.fields]
         )
         stream: DataFrame = kafka.unionByName(none)

@@ -72,3 +72,29 @@ def batch_offsets(
     for sid, first in _source_offsets(log / str(batch_id), source_index, "born").items():
         start.setdefault(sid, first)
     return start, end
+
+
+#: The tick of the Spark connector's live stream (source #1 of its offset log): one row per micro-batch.
+TICK_FORMAT = "rate-micro-batch"
+#: The tick of logs written before it: Spark's ``rate`` source, whose offset (seconds since it started, a
+#: bare number) moves once a second, so a trigger under a second was not an epoch on a quiet topic.
+OLD_TICK_FORMAT = "rate"
+
+
+def tick_format(checkpoint_dir: str | Path | None) -> str:
+    """The tick source a query with this checkpoint must read: the one its offset log was written with.
+
+    A query's sources can not change under its checkpoint (Spark reads each logged offset back with the
+    source at that position): a log whose tick offset is a bare number was written by ``rate`` and keeps
+    it; a new checkpoint, or one written by ``rate-micro-batch`` (a JSON object), gets
+    :data:`TICK_FORMAT`.
+    """
+    log = Path(checkpoint_dir) / "offsets" if checkpoint_dir is not None else None
+    batches = sorted((int(p.name) for p in log.iterdir() if p.name.isdigit()), reverse=True) if (
+        log is not None and log.is_dir()) else []
+    for batch in batches[:1]:
+        lines = (log / str(batch)).read_text().splitlines()  # type: ignore[operator]
+        if len(lines) >= 4 and lines[3].strip().isdigit():
+            return OLD_TICK_FORMAT
+    return TICK_FORMAT
+

@@ -139,7 +139,7 @@ class LiveSource(JobHost[SourceBackfillJob]):
     def _start_query(self) -> StreamingQuery:
         self.checkpoint.mkdir(parents=True, exist_ok=True)
         query = (
-            self.connector.live_stream()
+            self.connector.live_stream(self.checkpoint)
             .writeStream.foreachBatch(self._on_batch)
             .option("checkpointLocation", str(self.checkpoint))
             .trigger(processingTime=f"{self.config.trigger_interval_s} seconds")

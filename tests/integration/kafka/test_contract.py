@@ -154,6 +154,10 @@ def test_the_live_stream_has_epochs_on_an_idle_topic_and_exact_batch_ranges(
     try:
         # the backlog in bounded batches, then epochs on the idle topic, then new records
         sink.wait(lambda b: sum(len(r) for _, r in b) >= 80 and sum(1 for _, r in b[1:] if not r) >= 3)
+        # on the idle topic an epoch every trigger (0.5 s: ~8 in 4 s), not one a second (the tick's rows)
+        idle = len(sink.items)
+        time.sleep(4)
+        assert len(sink.items) - idle >= 6, [b for b, _ in sink.items[idle:]]
         produce(topic, [b"late"] * 5, partition=1)
         items = sink.wait(lambda b: sum(len(r) for _, r in b) >= 85)
     finally:
@@ -181,3 +185,37 @@ def test_the_same_source_with_other_consumer_options_reads_in_the_same_jvm(spark
     for poll_timeout_s in (60, 15, 60):  # the consumer's deadlines change with the source's poll timeout
         reader = _reader(spark, kafka_bootstrap, "spark", topic, poll_timeout_s=poll_timeout_s)
         assert len(_rows(reader.rows(ranges))) == 60
+
+
+def test_a_checkpoint_written_with_the_old_tick_keeps_it_and_a_new_one_ticks_every_trigger(
+    spark, kafka_bootstrap, topic_factory, produce, tmp_path, monkeypatch
+):
+    # a query's sources can not change under its checkpoint: a log written with Spark's rate tick (before
+    # rate-micro-batch) is read on with it after an upgrade, and its rows still come exactly
+    from connectors.kafka import stream
+
+    topic = topic_factory(partitions=1)
+    produce(topic, [f"a{i}".encode() for i in range(10)], partition=0)
+    config = SourceConfig(name="s", topics=[topic], connector="spark", bootstrap_servers=kafka_bootstrap,
+                          starting_offsets="earliest", trigger_interval_s=0.5)
+    checkpoint = tmp_path / "ckpt"
+
+    def run(until) -> list:
+        sink = Batches()
+        query = (connector_for(config, kafka_bootstrap, spark, KafkaAdmin(kafka_bootstrap))
+                 .live_stream(checkpoint).writeStream.foreachBatch(sink)
+                 .option("checkpointLocation", str(checkpoint)).trigger(processingTime="0.5 seconds").start())
+        try:
+            return sink.wait(until)
+        finally:
+            query.stop()
+
+    monkeypatch.setattr(stream, "tick_format", lambda _: stream.OLD_TICK_FORMAT)  # the old daemon's query
+    first = run(lambda b: sum(len(r) for _, r in b) >= 10 and len(b) >= 2)
+    monkeypatch.undo()
+    assert stream.tick_format(checkpoint) == stream.OLD_TICK_FORMAT  # read from its log
+    produce(topic, [f"b{i}".encode() for i in range(5)], partition=0)
+    second = run(lambda b: sum(len(r) for _, r in b) >= 5)
+    rows = sorted(r[2] for _, batch in first + second for r in batch)
+    assert rows == list(range(15))  # each record once across the restart
+    assert stream.tick_format(tmp_path / "new") == stream.TICK_FORMAT  # no log yet: the new tick

@@ -145,3 +145,4 @@ def test_a_source_naming_its_own_group_keeps_it_for_history_reads_too():
                 group=connector.history_group())
     assert session.reads[-1]["kafka.group.id"] == "mine"
     assert session.reads[-1]["kafka.max.poll.records"] == "10000"  # the pool's consumers share options
+
