@@ -79,13 +79,14 @@ def archive_holdings(path: str | Path, version: int | None = None, *, unique_off
         msg = f"archive {path} has no {', '.join(missing)} column: it is not a table of Kafka records"
         raise DeltaSinkError(msg)
     actions = pa.table(table.get_add_actions(flatten=True)).to_pylist()
-    reader = read_offsets or _parquet_offsets
+    physical = _physical_names(table)
+    reader = read_offsets or (lambda uri: _parquet_offsets(uri, physical))
     runs: dict[str, list[tuple[int, int]]] = {}
     from_stats = read = 0
     whole_files = _files_as_they_are(table)
     files: list[ArchiveFile] = []
     for action in actions:
-        whole = _run_from_stats(action) if unique_offsets else None
+        whole = _run_from_stats(action, physical) if unique_offsets else None
         if whole is not None:
             sid, lo, hi = whole
             runs.setdefault(sid, []).append((lo, hi))
@@ -166,10 +167,26 @@ def offsets_for_timestamp(admin: Any, archives: Iterable[tuple[str, int | None]]
     return at_timestamp(admin.offsets_for_timestamp(splits, ts_ms), firsts)
 
 
-def _run_from_stats(action: dict[str, Any]) -> tuple[str, int, int] | None:
-    """``(split, lo, hi)`` when the file's statistics prove it holds exactly the offsets ``[lo, hi)``."""
+def _physical_names(table: Any) -> dict[str, str]:  # noqa: ANN401 - a deltalake.DeltaTable
+    """:data:`ARCHIVE_COLUMNS` as the table's files and statistics name them.
+
+    Under column mapping (``delta.columnMapping.mode``) a column's data is stored under a physical name
+    of its own (its field's ``delta.columnMapping.physicalName``); otherwise under its name.
+    """
+    key = "delta.columnMapping.physicalName"
+    names = {f.name: (f.metadata or {}).get(key) for f in table.schema().fields}
+    return {c: str(names.get(c) or c) for c in ARCHIVE_COLUMNS}
+
+
+def _run_from_stats(action: dict[str, Any], physical: Mapping[str, str] | None = None,
+                    ) -> tuple[str, int, int] | None:
+    """``(split, lo, hi)`` when the file's statistics prove it holds exactly the offsets ``[lo, hi)``.
+
+    ``physical``: the columns' names in the statistics (:func:`_physical_names`; default their names).
+    """
     count = action.get("num_records")
-    stats: list[Any] = [action.get(f"{m}.{c}") for m in ("min", "max") for c in ARCHIVE_COLUMNS]
+    names = physical or {c: c for c in ARCHIVE_COLUMNS}
+    stats: list[Any] = [action.get(f"{m}.{names[c]}") for m in ("min", "max") for c in ARCHIVE_COLUMNS]
     if count is None or any(v is None for v in stats):
         return None
     min_topic, max_topic = str(stats[0]), str(stats[3])
@@ -207,9 +224,14 @@ def _file_uri(table: Any, path: str) -> str:
     return f"{table.table_uri.rstrip('/')}/{path}"
 
 
-def _parquet_offsets(uri: str) -> Any:
-    """The ``topic``, ``partition``, ``offset`` columns of one Parquet data file."""
+def _parquet_offsets(uri: str, physical: Mapping[str, str] | None = None) -> Any:
+    """The ``topic``, ``partition``, ``offset`` columns of one Parquet data file.
+
+    Read by their ``physical`` names (:func:`_physical_names`), named as the table names them.
+    """
     import pyarrow.parquet as pq
 
     local = uri.removeprefix("file://")
-    return pq.read_table(local, columns=list(ARCHIVE_COLUMNS))
+    names = physical or {c: c for c in ARCHIVE_COLUMNS}
+    return pq.read_table(local, columns=[names[c] for c in ARCHIVE_COLUMNS]).rename_columns(
+        list(ARCHIVE_COLUMNS))

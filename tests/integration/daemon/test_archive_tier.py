@@ -28,14 +28,16 @@ TS_MS = 1_700_000_000_000
 
 def _archive(path: Path, topic: str, upto: int, *, skip: dict[int, range] | None = None,
              twice: dict[int, int] | None = None, changed: dict[int, int] | None = None,
-             ts_ms: Callable[[int], int] = lambda offset: TS_MS, file_offsets: int | None = None) -> None:
+             ts_ms: Callable[[int], int] = lambda offset: TS_MS, file_offsets: int | None = None,
+             configuration: dict[str, str] | None = None) -> None:
     """The records ``Producer.send(n, 2, timestamp_ms=TS_MS)`` wrote, offsets ``[0, upto)`` per partition.
 
     Record ``i`` went to partition ``i % 2`` at offset ``i // 2`` (key ``i``, value ``v<i>``). ``skip``:
     offsets left out per partition (a gap, as transaction markers leave); ``twice``: an offset per
     partition written a second time; ``changed``: an offset per partition whose value is not Kafka's;
     ``ts_ms(offset)``: the records' timestamps (default ``TS_MS``); ``file_offsets``: each data file
-    one partition's run of that many offsets (one commit each), else all records in one file.
+    one partition's run of that many offsets (one commit each), else all records in one file;
+    ``configuration``: the table's properties (column mapping, say).
     """
     import pyarrow as pa
     from deltalake import write_deltalake
@@ -62,7 +64,7 @@ def _archive(path: Path, topic: str, upto: int, *, skip: dict[int, range] | None
                         ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32())])
     table = pa.table(rows, schema=schema)
     if file_offsets is None:
-        write_deltalake(str(path), table)
+        write_deltalake(str(path), table, configuration=configuration)
         return
     import pyarrow.compute as pc
 
@@ -444,3 +446,26 @@ def test_a_job_without_a_transform_takes_a_trusted_archive_s_files_whole_each_re
     d.stop()
     shutil.rmtree(tmp_path / "whole")
     assert DeltaTable(str(archive)).to_pyarrow_table().num_rows == 2 * 300
+
+
+def test_an_archive_with_column_mapping_is_planned_and_read_each_record_once(
+    daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path
+):
+    """Column mapping (a Databricks default): the archive's files name its columns by physical names. Its
+    holdings are read by those, Spark reads its rows by the table's names: below the log start from the
+    archive, then Kafka, each record once."""
+    from connectors.kafka.admin import KafkaAdmin
+
+    topic = new_topic(PARTITIONS)
+    producer = producer_for(topic)
+    producer.send(400, PARTITIONS, timestamp_ms=TS_MS)  # offsets 0..199 per partition
+    _archive(tmp_path / "archive", topic, 150, configuration={
+        "delta.columnMapping.mode": "name", "delta.minReaderVersion": "2", "delta.minWriterVersion": "5"})
+    sids = [f"{topic}:{p}" for p in range(PARTITIONS)]
+    assert KafkaAdmin(kafka_bootstrap).delete_records(dict.fromkeys(sids, 100)) == dict.fromkeys(sids, 100)
+    d = daemon_factory([topic], [job_spec("mapped", tmp_path)], archive={"path": str(tmp_path / "archive")},
+                       starting_offsets="latest")
+    wait_for(lambda: finished(d, "mapped"), what="the job on the column-mapped archive finished")
+    want = sorted((p, o, f"v{o * PARTITIONS + p}") for p in range(PARTITIONS) for o in range(200))
+    wait_for(lambda: _table_records(tmp_path / "mapped") == want, timeout=60,
+             what="0..99 from the archive, 100..199 from Kafka, each record once")

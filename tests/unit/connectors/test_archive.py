@@ -114,3 +114,17 @@ def test_only_files_holding_their_rows_as_the_table_shows_them_are_listed_to_be_
     assert _files_as_they_are(table(1, []))
     assert not _files_as_they_are(table(2, [])) and not _files_as_they_are(table(3, []))
     assert not _files_as_they_are(table(1, ["day"]))
+
+
+@pytest.mark.parametrize("trusted", [True, False])
+def test_an_archive_with_column_mapping_is_planned_by_its_physical_columns(tmp_path, trusted):
+    # its files (and statistics) name each column by a physical name of its own: the holdings read those
+    path = str(tmp_path / "mapped")
+    mapping = {"delta.columnMapping.mode": "name", "delta.minReaderVersion": "2",
+               "delta.minWriterVersion": "5"}
+    write_deltalake(path, records("t", 0, list(range(10))), configuration=mapping)
+    write_deltalake(path, records("t", 1, [0, 1, 3]), mode="append")
+    h = archive_holdings(path, unique_offsets=trusted)
+    assert h.held == {"t:0": [(0, 10)], "t:1": [(0, 2), (3, 4)]}
+    assert (h.files_from_stats, h.files_read) == ((1, 1) if trusted else (0, 2))
+    assert h.files == ()  # reader protocol 2: a file is not taken whole
