@@ -26,6 +26,7 @@ ASSERTED_ELSEWHERE = {
     "job_data_loss_offsets_total": "daemon/test_log_positions.py",
     "job_history_tier_offsets_total": "daemon/test_archive_tier.py",
     "job_history_broker_bytes_total": "daemon/test_archive_tier.py",
+    "job_history_whole_files_total": "daemon/test_archive_tier.py",
     "job_repairs_total": "daemon/test_repair.py",
     "job_repair_rows_total": "daemon/test_repair.py",
     "job_failed": "daemon/test_isolation.py",
@@ -135,6 +136,7 @@ def test_every_readme_metric_is_asserted_somewhere():
              "job_data_loss_offsets_total": "JOB_DATA_LOSS",
              "job_history_tier_offsets_total": "JOB_HISTORY_TIER_OFFSETS",
              "job_history_broker_bytes_total": "JOB_HISTORY_BROKER_BYTES",
+             "job_history_whole_files_total": "JOB_HISTORY_WHOLE_FILES",
              "job_repairs_total": "JOB_REPAIRS", "job_repair_rows_total": "JOB_REPAIR_ROWS",
              "job_failed": "JOB_FAILED", "commit_conflicts_total": "COMMIT_CONFLICTS",
              "spark_work_timeouts_total": "SPARK_WORK_TIMEOUTS"}
