@@ -89,11 +89,11 @@ def tick_format(checkpoint_dir: str | Path | None) -> str:
     it; a new checkpoint, or one written by ``rate-micro-batch`` (a JSON object), gets
     :data:`TICK_FORMAT`.
     """
-    log = Path(checkpoint_dir) / "offsets" if checkpoint_dir is not None else None
-    batches = sorted((int(p.name) for p in log.iterdir() if p.name.isdigit()), reverse=True) if (
-        log is not None and log.is_dir()) else []
-    for batch in batches[:1]:
-        lines = (log / str(batch)).read_text().splitlines()  # type: ignore[operator]
+    if checkpoint_dir is None or not (log := Path(checkpoint_dir) / "offsets").is_dir():
+        return TICK_FORMAT
+    batches = [int(p.name) for p in log.iterdir() if p.name.isdigit()]
+    if batches:
+        lines = (log / str(max(batches))).read_text().splitlines()  # v1, metadata, then a line per source
         if len(lines) >= 4 and lines[3].strip().isdigit():
             return OLD_TICK_FORMAT
     return TICK_FORMAT

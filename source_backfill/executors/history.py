@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -256,9 +256,8 @@ class HistoryReader:
         write = self._whole_then(sink, whole, sink.staging.dataframe_write(transform(counted)))
         staged = sink.stage_files(write, after_epoch, on_folder)
         try:
-            observed_counts = dict(observed(observation, timeout_s=READ_AHEAD_OBSERVE_TIMEOUT_S))
-            for f in whole:
-                observed_counts[f.split] = observed_counts.get(f.split, 0) + f.end - f.start
+            read = observed(observation, timeout_s=READ_AHEAD_OBSERVE_TIMEOUT_S)
+            observed_counts = _with_whole(read, whole)
         except SourceBackfillError:
             observed_counts = range_sizes(ranges)
         return staged, {s: int(n) for s, n in observed_counts.items() if n}
@@ -289,9 +288,7 @@ class HistoryReader:
             spark_write = sink.staging.dataframe_write((transform or _identity)(rows))
         write = self._whole_then(sink, whole, spark_write)
         staged = sink.stage_files(write, after_epoch, on_folder)
-        counts = self.archive.held_counts(plan)
-        for f in whole:
-            counts[f.split] = counts.get(f.split, 0) + f.end - f.start
+        counts = _with_whole(self.archive.held_counts(plan), whole)
         return staged, {s: n for s, n in counts.items() if n}
 
     def _whole_then(self, sink: DeltaEpochSink, whole: Sequence[ArchiveFile],
@@ -386,6 +383,14 @@ def is_data_loss(exc: BaseException) -> bool:
             return True
         current = current.__cause__ or current.__context__
     return False
+
+
+def _with_whole(counts: Mapping[str, int], whole: Sequence[ArchiveFile]) -> dict[str, int]:
+    """Records per split of a staged read: ``counts`` (what was read) plus the runs of the ``whole`` files."""
+    out = dict(counts)
+    for f in whole:
+        out[f.split] = out.get(f.split, 0) + f.end - f.start
+    return out
 
 
 def count_per_split(rows: DataFrame, ranges: Sequence[HistoryRange],
