@@ -173,6 +173,10 @@ class HistoryWidthConfig(_Frozen):
     #: Never above this; None: the task slots Spark has (the cores of ``local[N]``, the executors' cores
     #: on a cluster).
     max_tasks: int | None = Field(default=None, gt=0, le=4096)
+    #: Below one task (``min_tasks`` 1) the governor slows the copies down to this share of the time at
+    #: the least, one task copying that share of the time (``runtime/width.py``); 1.0: never below one
+    #: task copying all the time.
+    min_duty: float = Field(default=0.125, gt=0, le=1.0)
     #: Governor off: every copy runs this many tasks (at least ``min_tasks``, at most ``max_tasks``).
     fixed_tasks: int | None = Field(default=None, gt=0, le=4096)
     #: The live latency (p99, seconds) the governor keeps. None: ``latency_target_ratio`` x the p99 the

@@ -60,6 +60,12 @@ HISTORY_WIDTH = Gauge(
     "history_width.fixed_tasks).",
     ["source"],
 )
+HISTORY_WIDTH_DUTY = Gauge(
+    PREFIX + "history_width_duty_ratio",
+    "Share of the time the source's history copies may run (1 from one task up; below, one task copies "
+    "this share of the time: the width governor slowing the copies for the live stream).",
+    ["source"],
+)
 HISTORY_WIDTH_LATENCY = Gauge(
     PREFIX + "history_width_latency_seconds",
     "The live latency (p99 of the source's Finished jobs, over the governor's last step) the history "

@@ -62,10 +62,11 @@ class Governor:
     probing: bool = False
 
     @classmethod
-    def start(cls, min_width: int, max_width: int) -> Governor:
-        """A governor at ``min_width`` that may widen up to ``max_width`` (both at least 1)."""
+    def start(cls, min_width: int, max_width: int, width: int | None = None) -> Governor:
+        """A governor at ``width`` (or ``min_width``), from ``min_width`` (at least 1) to ``max_width``."""
         low = max(1, min_width)
-        return cls(min_width=low, max_width=max(low, max_width), width=low)
+        high = max(low, max_width)
+        return cls(min_width=low, max_width=high, width=low if width is None else min(max(width, low), high))
 
     def with_bounds(self, min_width: int, max_width: int) -> Governor:
         """The same governor with new bounds (the cluster's free slots changed): the width kept within."""

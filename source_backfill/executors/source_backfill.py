@@ -110,6 +110,7 @@ if TYPE_CHECKING:
     from connectors.delta.staging import StagedFiles
     from connectors.kafka.admin import KafkaAdmin
     from connectors.kafka.connector import KafkaConnector
+    from source_backfill.executors.history_gate import HistoryGate
     from source_backfill.executors.spark_work import SparkWork
 
 logger = logging.getLogger(__name__)
@@ -202,6 +203,8 @@ class SourceBackfillJob:
         #: Spark tasks the job's next history copy may run: its share of the source's history width, set
         #: by the source before each epoch (``runtime/width.py``).
         self.history_tasks = 1
+        #: The source's history slots its reads ahead take in turn (None: no turns, as in unit tests).
+        self.gate: HistoryGate | None = None
         #: The live latencies the job committed in its last epoch (empty: none), for the width governor.
         self.epoch_latencies = Latencies.empty()
         #: History was copied in the job's last epoch (read in it, or a read ahead running or adopted).
@@ -598,12 +601,13 @@ class SourceBackfillJob:
             if budget <= 0:
                 return
             ranges = plan_epoch(planned, {}, budget, {}).history
-            if not ranges:
-                return
+            tasks = self.history_tasks
+            gate = self.gate
+            if not ranges or (gate is not None and not gate.take(self.name, tasks, self._read_ahead)):
+                return  # not its turn: the allowance keeps accruing (up to its cap) for a larger read then
             self._pace.spend(sum(r.size for r in ranges))
             self.history.count_data_loss(self.name, ranges)
             after = self.committed_epoch if self.committed_epoch is not None else -1
-            tasks = self.history_tasks
             self._reads.start(ranges, self._stage_read(after, tasks), self._read_done, tasks=tasks)
 
     def _stage_read(self, after_epoch: int,
@@ -619,7 +623,12 @@ class SourceBackfillJob:
         return stage
 
     def _read_done(self, read: ReadAhead) -> None:
-        """A read ahead ended: its throughput sizes the next one, which starts now (they chain)."""
+        """A read ahead ended: its slots go to the next job in turn; its throughput sizes the next read.
+
+        That one starts now if the job's turn allows (they chain).
+        """
+        if self.gate is not None:
+            self.gate.give_back(self.name, read.seconds)
         if read.error is None:
             self._rates.read_ahead(read.rows, read.seconds)
         if read.error is None and not read.dropped:
@@ -630,6 +639,8 @@ class SourceBackfillJob:
     def close(self, timeout_s: float = 30.0) -> None:
         """Stop reading ahead: running reads are cancelled and staged files removed (none committed)."""
         self._reads.close(timeout_s)
+        if self.gate is not None:
+            self.gate.leave(self.name)
 
     def _read_history(
         self, ranges: Sequence[HistoryRange], *, observe: bool = False, session: SparkSession | None = None

@@ -33,6 +33,7 @@ from source_backfill import metrics
 from source_backfill.config import SourceConfig
 from source_backfill.core import LiveStats, split_id
 from source_backfill.errors import SourceBackfillError, one_line
+from source_backfill.executors.history_gate import HistoryGate
 from source_backfill.executors.source_backfill import EpochInput, SourceBackfillJob
 from source_backfill.executors.spark_work import EPOCH
 from source_backfill.runtime.early_start import EarlyJobs
@@ -91,6 +92,10 @@ class LiveSource(JobHost[SourceBackfillJob]):
         #: How wide the jobs' history copies run, steered by the Finished jobs' live latency.
         self.width = HistoryWidth(config.name, config.history_width, functools.partial(task_slots, spark),
                                   config.trigger_interval_s)
+        #: The slots the jobs' copies take in turn, sized by the width (a job that has not asked again
+        #: for three triggers has left the queue).
+        self.gate = HistoryGate(stale_s=max(5.0, 3 * config.trigger_interval_s))
+        self.gate.resize(self.width.width, self.width.duty)
         #: Where the live stream's next batch starts: the end offsets of its last batch that completed.
         self._next_start: dict[str, int] | None = None
         #: Jobs created between epochs, built and reading history before the epoch that attaches them.
@@ -286,7 +291,11 @@ class LiveSource(JobHost[SourceBackfillJob]):
         return self.width.per_job(len(self._backfilling()) + more)
 
     def _share_width(self) -> None:
-        """Each job still backfilling (or about to attach) gets its share of the source's history width."""
+        """Each job still backfilling (or about to attach) gets its share of the source's history width.
+
+        The copies running together hold at most the width: they take it in turns.
+        """
+        self.gate.resize(self.width.width, self.width.duty)
         share = self._share()
         for job in self._backfilling():
             job.history_tasks = share
@@ -301,8 +310,10 @@ class LiveSource(JobHost[SourceBackfillJob]):
         return job if job is not None else self._build_job(spec)
 
     def _build_job(self, spec: JobSpec) -> SourceBackfillJob:
-        return SourceBackfillJob(spec, self.config, self.spark, self.admin,
-                                 connector=self.connector, work=self.work)
+        job = SourceBackfillJob(spec, self.config, self.spark, self.admin, connector=self.connector,
+                                work=self.work)
+        job.gate = self.gate
+        return job
 
     def _jvm_gone(self) -> bool:
         return self.work is not None and not self.work.alive()

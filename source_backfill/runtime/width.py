@@ -16,14 +16,20 @@ definition). From them:
   latencies are then dropped, so each step sees only its own width;
 * **no Finished job** on the source: there is no live latency to keep, the copies run at ``max_tasks``.
 
-``fixed_tasks`` switches the governor off. The width is the source's: the jobs backfilling share it
-(:meth:`HistoryWidth.per_job`). Metrics: ``history_width_tasks``, ``history_width_latency_seconds``,
-``history_width_target_seconds`` (per source).
+The governor counts in eighths of a task (``UNITS``): from one task up it is the tasks the copies may
+run at once; below, the **duty**, the share of the time one task may copy (down to ``min_duty``): one
+task at a time beside the live stream can be too much on a small machine with many jobs (each copy of
+many partitions costs the driver and the JVM more than its one task shows), and the live stream comes
+first. ``fixed_tasks`` switches the governor off. The width is the source's: the jobs backfilling share
+it (:meth:`HistoryWidth.per_job`) and take it in turns (``core.slots.HistorySlots``: the copies running
+together hold at most ``tasks``). Metrics: ``history_width_tasks``, ``history_width_duty_ratio``,
+``history_width_latency_seconds``, ``history_width_target_seconds`` (per source).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Iterable
 
 import numpy as np
@@ -41,6 +47,8 @@ STEP_EPOCHS = 3
 IDLE_INTERVALS = 1.5
 #: Seconds between two readings of the task slots (executors come and go on a cluster).
 SLOTS_EVERY_S = 30.0
+#: The governor's steps per task: below one task, the duty moves in eighths.
+UNITS = 8
 
 
 class HistoryWidth:
@@ -53,7 +61,8 @@ class HistoryWidth:
         self.config = config
         self._slots = slots
         self._slots_at: float | None = None
-        self.governor = Governor.start(config.min_tasks, self._high(slots() if callable(slots) else slots))
+        self.governor = Governor.start(self._low(), UNITS * self._high(slots() if callable(slots) else slots),
+                                       UNITS * config.min_tasks)
         self.interval_s = interval_s
         self._idle = LatencyWindow()
         self._gathered: list[Latencies] = []
@@ -61,12 +70,19 @@ class HistoryWidth:
         #: The p99 of the governor's last step and the target it was held to (None: none yet).
         self.latency_s: float | None = None
         self.target_s: float | None = None
-        self.width = self._fixed() or self.governor.max_width
-        metrics.HISTORY_WIDTH.labels(source).set(self.width)
+        #: Tasks the copies may run at once (at least one), and the share of the time (below one task).
+        self.width, self.duty = 1, 1.0
+        self._set(self._fixed() or self.governor.max_width)
 
     def _high(self, slots: int) -> int:
         configured = self.config.max_tasks
         return configured if configured is not None else max(self.config.min_tasks, slots)
+
+    def _low(self) -> int:
+        """The governor's least width, in units: ``min_tasks``, or ``min_duty`` of one task."""
+        if self.config.min_tasks > 1:
+            return UNITS * self.config.min_tasks
+        return max(1, min(UNITS, math.ceil(self.config.min_duty * UNITS - 1e-9)))
 
     def _rebound(self, now: float) -> None:
         """The slots read again (when they are read and not bounded by ``max_tasks``): new bounds."""
@@ -76,16 +92,16 @@ class HistoryWidth:
             return
         self._slots_at = now
         high = self._high(self._slots())
-        if high != self.governor.max_width:
+        if UNITS * high != self.governor.max_width:
             logger.info('history width bounds source="%s" max_tasks=%d->%d', self.source,
-                        self.governor.max_width, high)
-            self.governor = self.governor.with_bounds(self.config.min_tasks, high)
+                        self.governor.max_width // UNITS, high)
+            self.governor = self.governor.with_bounds(self._low(), UNITS * high)
 
     def _fixed(self) -> int | None:
         fixed = self.config.fixed_tasks
         if fixed is None:
             return None
-        return min(max(fixed, self.governor.min_width), self.governor.max_width)
+        return min(max(UNITS * fixed, self.governor.min_width), self.governor.max_width)
 
     def idle_p99(self, now: float) -> float:
         """The Finished jobs' live p99 while no copy ran (last minute), else ``IDLE_INTERVALS`` triggers."""
@@ -112,7 +128,7 @@ class HistoryWidth:
             return self._set(fixed)
         if not parts:  # nobody's live latency to keep: as wide as allowed
             self._gathered, self._epochs = [], 0
-            return self._set(self.governor.max_width if self.latency_s is None else self.width)
+            return self._set(self.governor.max_width if self.latency_s is None else self._units)
         if not copying or not at_width:
             return self._set(self.governor.width)
         self._gathered.extend(p for p in parts if p.rows)
@@ -131,14 +147,17 @@ class HistoryWidth:
         metrics.HISTORY_WIDTH_LATENCY.labels(self.source).set(latency)
         metrics.HISTORY_WIDTH_TARGET.labels(self.source).set(target)
         if self.governor.width != before:
-            logger.info('history width source="%s" tasks=%d->%d live_p99_s=%.3f target_s=%.3f',
-                        self.source, before, self.governor.width, latency, target)
+            logger.info('history width source="%s" tasks=%.3f->%.3f live_p99_s=%.3f target_s=%.3f',
+                        self.source, before / UNITS, self.governor.width / UNITS, latency, target)
         return self._set(self.governor.width)
 
-    def _set(self, width: int) -> int:
-        self.width = width
-        metrics.HISTORY_WIDTH.labels(self.source).set(width)
-        return width
+    def _set(self, units: int) -> int:
+        """The width at ``units`` eighths of a task: ``width`` tasks (at least one), ``duty``; the tasks."""
+        self._units = units
+        self.width, self.duty = max(1, units // UNITS), min(1.0, units / UNITS)
+        metrics.HISTORY_WIDTH.labels(self.source).set(self.width)
+        metrics.HISTORY_WIDTH_DUTY.labels(self.source).set(self.duty)
+        return self.width
 
     def per_job(self, copying_jobs: int) -> int:
         """The tasks each of ``copying_jobs`` backfilling jobs may use (at least one each)."""

@@ -104,7 +104,9 @@ def test_the_width_narrows_when_the_live_latency_of_a_finished_job_rises(
     wait_for(lambda: finished(d, "live"), timeout=120, what="the live job Finished")
     attached = {f"{topic}:0": 300_000, f"{topic}:1": 300_000}
     p.stream(2, per_second=40)
-    d.registry.create(JobSpec(**job_spec("late", tmp_path, rate_limit=20_000)))
+    # a light copy (5,000 rows/s): at 20,000 one task of it could take the live p99 over 1.5 s by itself
+    # on a busy machine, and the governor went below one task before ever trying two
+    d.registry.create(JobSpec(**job_spec("late", tmp_path, rate_limit=5_000)))
     source = d.sources["src"]
     gauge = metrics.HISTORY_WIDTH.labels("src")
     wait_for(lambda: source.width.latency_s is not None and source.width.width == 2
@@ -121,9 +123,51 @@ def test_the_width_narrows_when_the_live_latency_of_a_finished_job_rises(
     assert total(scraped, "history_width_tasks", source="src") == 1
     assert total(scraped, "history_width_latency_seconds", source="src") > 1.5  # over the target: narrowed
     assert total(scraped, "history_width_target_seconds", source="src") == pytest.approx(1.5)
+    assert total(scraped, "history_width_duty_ratio", source="src") == 1.0
+    # one task at a time is still too much for the target: the governor slows the copies down below it
+    wait_for(lambda: source.width.duty < 1.0, timeout=120, what="the copies slowed below one task")
+    assert total(scrape(d.api_url), "history_width_duty_ratio", source="src") < 1.0
     slow.clear()
     job_of(d, "late").rate_limit = None
     wait_for(lambda: finished(d, "late"), timeout=240, what="late job finished")
     p.stop()
     exactly_once(tmp_path / "late", kafka_bootstrap, [topic])
     exactly_once(tmp_path / "live", kafka_bootstrap, [topic], start=attached)
+
+
+def test_backfilling_jobs_take_the_width_in_turns(daemon_factory, new_topic, producer_for, kafka_bootstrap,
+                                                  tmp_path):
+    """Three jobs backfilling on a width of one task: their reads ahead run one at a time (never two at
+    once, each job in its turn), and each job's table is exactly the log."""
+    topic = new_topic(2)
+    p = producer_for(topic)
+    p.send(60_000, 2)
+    names = ["t0", "t1", "t2"]
+    d = daemon_factory([topic], [job_spec(n, tmp_path, rate_limit=15_000) for n in names],
+                       history_width={"fixed_tasks": 1})
+    wait_for(lambda: all(n in d.sources["src"].jobs for n in names), what="jobs built")
+    most, copied_by, stop = [0], set(), threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(0.02):
+            running = []
+            for n in names:
+                job = job_of(d, n)
+                with job._reads.lock:  # noqa: SLF001
+                    if any(not a.done.is_set() for a in job._reads._reads):  # noqa: SLF001
+                        running.append(n)
+            most[0] = max(most[0], len(running))
+            copied_by.update(running)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        wait_for(lambda: all(finished(d, n) for n in names), timeout=240, what="the three backfills")
+    finally:
+        stop.set()
+        watcher.join(5)
+    assert most[0] == 1, f"{most[0]} reads ahead ran at once on a width of one task"
+    assert copied_by == set(names)
+    assert d.sources["src"].gate.holding() == {}
+    for n in names:
+        exactly_once(tmp_path / n, kafka_bootstrap, [topic])

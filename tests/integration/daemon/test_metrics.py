@@ -39,6 +39,7 @@ ASSERTED_ELSEWHERE = {
     "spark_jvm_up": "daemon/test_jvm_survival.py",
     "live_latency_seconds": "daemon/test_live_latency.py",
     "history_width_tasks": "daemon/test_history_width.py",
+    "history_width_duty_ratio": "daemon/test_history_width.py",
     "history_width_latency_seconds": "daemon/test_history_width.py",
     "history_width_target_seconds": "daemon/test_history_width.py",
 }

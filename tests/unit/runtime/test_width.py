@@ -142,3 +142,32 @@ def test_history_width_settings_outside_their_bounds_are_refused() -> None:
     with pytest.raises(pydantic.ValidationError):
         SourceConfig(name="s", topics=["t"], table_index_rows=-1)
     assert SourceConfig(name="s", topics=["t"], history_width={"max_tasks": 8}).history_width.max_tasks == 8
+
+
+def test_below_one_task_the_width_slows_the_copies_down_to_min_duty_and_comes_back() -> None:
+    width = HistoryWidth("s", HistoryWidthConfig(), slots=2, interval_s=1.0)
+    for i in range(5):
+        width.after_epoch(float(i), copying=False, finished=[rows_at(1.0)])
+    assert steps(width, 1.0, STEP_EPOCHS, t0=10.0)[-1] == 2 and width.duty == 1.0
+    # even one task at a time keeps the live latency over its target: the duty halves per step
+    steps(width, 5.0, 6 * STEP_EPOCHS, t0=20.0)
+    assert width.width == 1 and width.duty == pytest.approx(0.125)  # min_duty: never below
+    assert width.per_job(15) == 1
+    # the live path has room again: the duty grows back to whole tasks
+    steps(width, 1.0, 12 * STEP_EPOCHS, t0=100.0)
+    assert width.duty == 1.0
+
+
+def test_min_duty_one_never_slows_below_a_task_and_min_tasks_above_one_neither() -> None:
+    for config in (HistoryWidthConfig(min_duty=1.0), HistoryWidthConfig(min_tasks=2, max_tasks=4)):
+        width = HistoryWidth("s", config, slots=4, interval_s=1.0)
+        steps(width, 50.0, 8 * STEP_EPOCHS)
+        assert width.duty == 1.0 and width.width == config.min_tasks
+
+
+def test_slots_read_again_unchanged_leave_the_governor_as_it_was() -> None:
+    width = HistoryWidth("s", HistoryWidthConfig(), slots=lambda: 2, interval_s=1.0)
+    steps(width, 1.0, 2 * STEP_EPOCHS)
+    before = width.governor
+    width.after_epoch(10 * SLOTS_EVERY_S, copying=False, finished=[])
+    assert width.governor == before

@@ -1,0 +1,64 @@
+"""A source's history slots shared by its jobs' threads: copies start in turn, within the width.
+
+The rules are the core's (``core.slots.HistorySlots``); this keeps them behind a lock for the epochs'
+threads and the reads' threads, and asks the job next in turn to try at once when a copy ends (it would
+otherwise wait for its next epoch with the slot idle).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from source_backfill.core.slots import HistorySlots
+
+logger = logging.getLogger(__name__)
+
+
+class HistoryGate:
+    """One source's :class:`HistorySlots`, thread-safe, with each waiting job's way to try again."""
+
+    def __init__(self, stale_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._slots = HistorySlots(stale_s=stale_s)
+        self._lock = threading.Lock()
+        self._clock = clock
+        self._retry: dict[str, Callable[[], None]] = {}
+
+    def resize(self, tasks: int, duty: float) -> None:
+        """The width governor's answer: ``tasks`` at once, and below one task ``duty`` of the time."""
+        with self._lock:
+            self._slots.resize(tasks, duty)
+
+    def take(self, job: str, tasks: int, retry: Callable[[], None]) -> bool:
+        """Whether ``job`` may start a copy of ``tasks`` tasks now (if not, ``retry`` at its turn)."""
+        with self._lock:
+            granted = self._slots.take(job, tasks, self._clock())
+            if granted:
+                self._retry.pop(job, None)
+            else:
+                self._retry[job] = retry
+            return granted
+
+    def give_back(self, job: str, seconds: float) -> None:
+        """``job``'s copy ended after ``seconds``: its slots are free; the next job in turn tries now."""
+        with self._lock:
+            following = self._slots.give_back(job, seconds, self._clock())
+            retry = None if following is None else self._retry.get(following)
+        if retry is not None:
+            try:
+                retry()
+            except Exception:  # noqa: BLE001 - that job tries again at its next epoch
+                logger.warning('history copy not started in turn job="%s"', following, exc_info=True)
+
+    def leave(self, job: str) -> None:
+        """``job`` stops copying (closed): out of the queue, its slots free."""
+        with self._lock:
+            self._slots.leave(job)
+            self._retry.pop(job, None)
+
+    def holding(self) -> dict[str, int]:
+        """Tasks each running copy holds, by job."""
+        with self._lock:
+            return dict(self._slots.held)
