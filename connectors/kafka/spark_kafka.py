@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from connectors.delta.staging import StagedFiles
+    from connectors.kafka.admin import KafkaAdmin
     from source_backfill.config import SourceConfig
     from source_backfill.core import HistoryRange
 
@@ -76,6 +78,12 @@ SMALL_POLL = 1000
 
 class SparkKafkaConnector(KafkaConnector):
     """A source's Kafka reads with Spark's Kafka source (``connector = "spark"``)."""
+
+    def __init__(self, source: SourceConfig, bootstrap_servers: str, spark: SparkSession,
+                 admin: KafkaAdmin) -> None:
+        super().__init__(source, bootstrap_servers, spark, admin)
+        self._copy_lock = threading.Lock()
+        self._copy_session: SparkSession | None = None
 
     def reader_options(self) -> dict[str, str]:
         """The options of Spark's Kafka source for the source: ``kafka.*``, ``failOnDataLoss``, deadlines.
@@ -129,6 +137,24 @@ class SparkKafkaConnector(KafkaConnector):
                 ranges = above_log_start(ranges, log_start)
         return read_ranges(session or self.spark, ranges, self.reader_options(), group=self.history_group())
 
+    def copy_session(self) -> SparkSession:
+        """The session of the source's plain history copies: without code generation for row conversions.
+
+        Spark's Kafka reader builds a ``KafkaRecordToRowConverter`` per partition it reads, and each
+        generates the Java code of two row projections (then finds the class compiled already): a copy
+        of 100 partitions built 200 projections' code, which with the consumers made anew was most of a
+        rate-limited copy's cost and kept the JIT compiler busy. ``spark.sql.codegen.factoryMode =
+        NO_CODEGEN`` (Spark's own switch, internal: an unknown setting is ignored) has those projections
+        interpreted instead; whole-stage code generation is not affected. Only these copies use it: the
+        live stream and transformed reads keep the daemon's session.
+        """
+        with self._copy_lock:
+            if self._copy_session is None:
+                session = self.spark.newSession()
+                session.conf.set("spark.sql.codegen.factoryMode", "NO_CODEGEN")
+                self._copy_session = session
+            return self._copy_session
+
     def history_group(self) -> str | None:
         """The group id of the source's history reads; None when its ``kafka`` options name their own.
 
@@ -150,9 +176,10 @@ class SparkKafkaConnector(KafkaConnector):
               on_bytes: Callable[[int], None] | None = None) -> tuple[StagedFiles, dict[str, int]]:
         """Spark copies the rows of :meth:`read_ranges` in ``tasks`` tasks; the files tell the counts.
 
-        ``niceness`` is not used: the copy runs in Spark's JVM. The bytes are observed as it copies.
+        ``niceness`` is not used: the copy runs in Spark's JVM. The bytes are observed as it copies. The
+        read runs in :meth:`copy_session`.
         """
-        rows = self.read_ranges(ranges)
+        rows = self.read_ranges(ranges, session=self.copy_session())
         observation = None
         if on_bytes is not None:
             from pyspark.sql import Observation

@@ -50,6 +50,12 @@ DEFAULT_CONF: dict[str, str] = {
     # stream's micro-batch on a trigger up to that still continues from its last poll.
     "spark.kafka.consumer.fetchedData.cache.timeout": "10s",
     "spark.kafka.consumer.fetchedData.cache.evictorThreadRunInterval": "5s",
+    # the pool of Spark's Kafka consumers (one per group id and partition) holds 64 by default, a soft
+    # cap: past it every borrow evicts the oldest idle ones. A source of 100 partitions has a consumer
+    # per partition for its live stream and for each poll class of its history reads: with 64, each
+    # history read made most of its consumers anew (a connection, a config parse, metadata), most of
+    # a rate-limited read's cost. Idle consumers still go after spark.kafka.consumer.cache.timeout (5 min).
+    "spark.kafka.consumer.cache.capacity": "1024",
     # Kafka batch reads (history) with the source's V2 reader, like the live stream: its tasks check for a
     # kill at every record. Spark's V1 Kafka reader does not, so a cancelled history read with a slow
     # transform (a job past its deadline, a read ahead dropped) kept both cores busy for minutes after it

@@ -133,6 +133,34 @@ def test_a_read_ahead_stages_exactly_the_rows_of_its_ranges(spark, kafka_bootstr
     assert not staged.folder.exists()
 
 
+def test_spark_copies_run_in_a_session_of_their_own_without_row_code_generation(
+        spark, kafka_bootstrap, topic_factory, produce, tmp_path):
+    """A read ahead's copy reads in the connector's copy session (Spark's row conversions interpreted, not
+    generated per partition); the daemon's session is left as it was, and the staged rows are exactly
+    the records, values and keys included."""
+    import pyarrow.parquet as pq
+
+    from connectors.delta.sink import DeltaEpochSink
+
+    topic = topic_factory(partitions=3)
+    for part in range(3):
+        produce(topic, [f"{part}-{i}".encode() for i in range(20)], partition=part)
+    reader = _reader(spark, kafka_bootstrap, "spark", topic)
+    session = reader.connector.copy_session()
+    assert session is reader.connector.copy_session() and session is not spark
+    assert session.conf.get("spark.sql.codegen.factoryMode") == "NO_CODEGEN"
+    assert spark.conf.get("spark.sql.codegen.factoryMode") != "NO_CODEGEN"
+    sink = DeltaEpochSink(str(tmp_path / "t"), "j", kafka_schema())
+    ranges = tuple(HistoryRange(f"{topic}:{p}", 2, 20) for p in range(3))
+    staged, counts = reader.stage(sink, ranges, after_epoch=-1)
+    assert counts == {f"{topic}:{p}": 18 for p in range(3)}
+    table = pq.ParquetDataset(sorted(staged.folder.rglob("*.parquet"))).read()
+    got = sorted(zip(table.column("partition").to_pylist(), table.column("offset").to_pylist(),
+                     table.column("value").to_pylist(), table.column("key").to_pylist(), strict=True))
+    assert got == [(p, o, f"{p}-{o}".encode(), None) for p in range(3) for o in range(2, 20)]
+    sink.discard(staged)
+
+
 @pytest.mark.parametrize("connector", CONNECTORS)
 def test_the_live_stream_has_epochs_on_an_idle_topic_and_exact_batch_ranges(
     spark, kafka_bootstrap, topic_factory, produce, tmp_path, connector

@@ -54,6 +54,14 @@ def test_spark_keeps_a_readers_last_poll_briefly_not_five_minutes():
     assert DEFAULT_CONF["spark.kafka.consumer.fetchedData.cache.evictorThreadRunInterval"] == "5s"
 
 
+def test_spark_pools_a_consumer_per_partition_of_a_large_source_for_its_reads():
+    """Past the pool's soft cap every borrow evicts idle consumers: a source of 100 partitions (a consumer
+    each for its live stream and each poll class of its history) must stay under it."""
+    from source_backfill.runtime.spark import DEFAULT_CONF
+
+    assert int(DEFAULT_CONF["spark.kafka.consumer.cache.capacity"]) >= 4 * 100
+
+
 class _Reader:
     """Spark's ``session.read`` as far as :func:`read_ranges` uses it: the options each read passes."""
 
