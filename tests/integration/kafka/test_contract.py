@@ -13,6 +13,7 @@ import pytest
 from connectors.kafka.admin import KafkaAdmin
 from connectors.kafka.factory import connector_for
 from connectors.kafka.ranges import kafka_schema
+from connectors.kafka.spark_kafka import INTERPRETED_RANGE_OFFSETS
 from connectors.kafka.stream import batch_offsets
 from source_backfill.config import SourceConfig
 from source_backfill.core import HistoryRange
@@ -152,13 +153,30 @@ def test_spark_copies_run_in_a_session_of_their_own_without_row_code_generation(
     assert spark.conf.get("spark.sql.codegen.factoryMode") != "NO_CODEGEN"
     sink = DeltaEpochSink(str(tmp_path / "t"), "j", kafka_schema())
     ranges = tuple(HistoryRange(f"{topic}:{p}", 2, 20) for p in range(3))
+    sessions, read = [], reader.connector.read_ranges
+
+    def spied(ranges, session=None):
+        sessions.append(session)
+        return read(ranges, session)
+
+    reader.connector.read_ranges = spied
     staged, counts = reader.stage(sink, ranges, after_epoch=-1)
+    assert sessions == [session]  # small ranges: the copy session (large ones keep generated code)
     assert counts == {f"{topic}:{p}": 18 for p in range(3)}
     table = pq.ParquetDataset(sorted(staged.folder.rglob("*.parquet"))).read()
     got = sorted(zip(table.column("partition").to_pylist(), table.column("offset").to_pylist(),
                      table.column("value").to_pylist(), table.column("key").to_pylist(), strict=True))
     assert got == [(p, o, f"{p}-{o}".encode(), None) for p in range(3) for o in range(2, 20)]
     sink.discard(staged)
+    def chosen(ranges, session=None):  # which session a larger copy would read in (not read: no records)
+        sessions.append(session)
+        raise LookupError
+
+    reader.connector.read_ranges = chosen
+    big = tuple(HistoryRange(f"{topic}:{p}", 0, 20 + INTERPRETED_RANGE_OFFSETS) for p in range(3))
+    with pytest.raises(LookupError):
+        reader.connector.stage(sink, big, -1, None, tasks=1, niceness=0)
+    assert sessions[-1] is None
 
 
 @pytest.mark.parametrize("connector", CONNECTORS)
