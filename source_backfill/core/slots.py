@@ -8,9 +8,9 @@ source's copies may run beside its live stream: ``tasks`` Spark tasks at once, a
   together never hold more than ``tasks`` (a job whose share is more than what is free waits). Fifteen
   backfilling jobs on a width of two copy two at a time, not fifteen on two cores beside the live stream.
 * **Turns.** The jobs that asked wait in the order they first asked; a free slot goes to the first of
-  them still asking (a job asks again at each of its epochs; one that has not asked for ``stale_s`` has
-  left the queue: finished, paused, dropped). So a job whose copy just ended does not take its slot again
-  before the others had theirs.
+  them still asking (a job asks again at each of its epochs; one that has nothing to copy any more
+  withdraws, and one that has not asked for ``stale_s`` has left the queue). So a job whose copy just
+  ended does not take its slot again before the others had theirs.
 * **Duty.** Below one task a copy that took ``s`` seconds closes the slots for ``s * (1 / duty - 1)``
   seconds after it: the copies then run ``duty`` of the time on average. The width governor goes there
   when even one task at a time keeps the live latency over its target (a small machine, many jobs).
@@ -72,6 +72,18 @@ class HistorySlots:
             return None
         if self.duty < 1.0:
             self.closed_until = max(self.closed_until, now + max(0.0, seconds) * (1.0 / self.duty - 1.0))
+        self._forget_stale(now)
+        if now < self.closed_until or not self.waiting or not self.free():
+            return None
+        return next(iter(self.waiting))
+
+    def withdraw(self, job: str, now: float) -> str | None:
+        """``job`` no longer asks (nothing to copy now: its rate limit, its tail, a backoff): it leaves.
+
+        So it does not hold the others back. Returns the job first in turn now, when a copy may start.
+        """
+        if self.waiting.pop(job, None) is None:
+            return None
         self._forget_stale(now)
         if now < self.closed_until or not self.waiting or not self.free():
             return None

@@ -46,11 +46,24 @@ class HistoryGate:
         with self._lock:
             following = self._slots.give_back(job, seconds, self._clock())
             retry = None if following is None else self._retry.get(following)
-        if retry is not None:
-            try:
-                retry()
-            except Exception:  # noqa: BLE001 - that job tries again at its next epoch
-                logger.warning('history copy not started in turn job="%s"', following, exc_info=True)
+        self._nudge(following, retry)
+
+    @staticmethod
+    def _nudge(job: str | None, retry: Callable[[], None] | None) -> None:
+        """Ask ``job``, next in turn, to try now (outside the lock: it takes its own and then the gate's)."""
+        if retry is None:
+            return
+        try:
+            retry()
+        except Exception:  # noqa: BLE001 - that job tries again at its next epoch
+            logger.warning('history copy not started in turn job="%s"', job, exc_info=True)
+
+    def withdraw(self, job: str) -> None:
+        """``job`` has nothing to copy now: out of the queue; the next job in turn tries if it may start."""
+        with self._lock:
+            following = self._slots.withdraw(job, self._clock())
+            retry = None if following is None else self._retry.get(following)
+        self._nudge(following, retry)
 
     def leave(self, job: str) -> None:
         """``job`` stops copying (closed): out of the queue, its slots free."""

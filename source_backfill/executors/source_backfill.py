@@ -582,33 +582,45 @@ class SourceBackfillJob:
         return not self._reads.in_flight_besides(ahead.reads) and _tail_fits(plan.states, budget)
 
     def _read_ahead(self) -> None:
-        """Start the next history read ahead if the job may read history now and none is running."""
+        """Start the next history read ahead if the job may read history now and none is running.
+
+        A job with nothing to read now leaves the source's queue for history slots (it asks again when it
+        has): a job first in turn that no longer asks would hold the others back.
+        """
+        if not self._ask_read_ahead() and self.gate is not None:
+            self.gate.withdraw(self.name)
+
+    def _ask_read_ahead(self) -> bool:
+        """:meth:`_read_ahead`'s work: whether the job asked the source's slots (started, or queued)."""
         with self._reads.lock:
             states = self.states if self.states is not None else self._early
             if (self.failed is not None or states is None or self.alone or not self._reads.may_start()
                     or self._pace.backing_off):
-                return
+                return False
             planned = ahead_of(states, self._reads.ranges())
             epoch_budget = self._budget(self._interval_s)
             if _tail_fits(planned, epoch_budget):
                 # the next epoch reads the rest itself and finishes: a read ahead of a few offsets costs
                 # a Spark job (~0.6 s) and is in flight when that epoch comes, so it would only delay it
-                return
+                return False
             budget = self._pace.ahead_budget(
                 remaining=job_progress(planned).remaining_offsets, tail_budget=epoch_budget,
                 rate_limit=self.rate_limit, interval_s=self._interval_s,
                 max_rows_per_epoch=self.spec.max_rows_per_epoch, paused=self.paused)
             if budget <= 0:
-                return
+                return False
             ranges = plan_epoch(planned, {}, budget, {}).history
             tasks = self.history_tasks
             gate = self.gate
-            if not ranges or (gate is not None and not gate.take(self.name, tasks, self._read_ahead)):
-                return  # not its turn: the allowance keeps accruing (up to its cap) for a larger read then
+            if not ranges:
+                return False
+            if gate is not None and not gate.take(self.name, tasks, self._read_ahead):
+                return True  # not its turn: the allowance keeps accruing (up to its cap) for a larger read
             self._pace.spend(sum(r.size for r in ranges))
             self.history.count_data_loss(self.name, ranges)
             after = self.committed_epoch if self.committed_epoch is not None else -1
             self._reads.start(ranges, self._stage_read(after, tasks), self._read_done, tasks=tasks)
+            return True
 
     def _stage_read(self, after_epoch: int,
                     tasks: int) -> Callable[[ReadAhead], tuple[StagedFiles, dict[str, int]]]:

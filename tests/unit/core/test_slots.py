@@ -84,3 +84,13 @@ def test_jobs_asking_each_epoch_copy_within_the_width_in_turn_and_at_the_duty(ta
     assert all(copies[n] > 0 for n in names)
     if tasks == 1 and duty < 1.0:
         assert busy <= duty * now + max(copy_s) + step
+
+
+def test_a_job_with_nothing_to_copy_withdraws_and_the_next_in_turn_is_asked():
+    slots = HistorySlots(tasks=1, stale_s=60.0)
+    assert slots.take("a", 1, 0.0)
+    assert not slots.take("b", 1, 0.1) and not slots.take("c", 1, 0.2)
+    assert slots.give_back("a", 1.0, 1.0) == "b"
+    assert slots.withdraw("b", 1.1) == "c"  # b's tail is read in its epoch: it asks no more
+    assert slots.take("c", 1, 1.1)  # not held back for stale_s behind b
+    assert slots.withdraw("b", 1.2) is None  # not queued: nothing to do
