@@ -72,10 +72,7 @@ class HistorySlots:
             return None
         if self.duty < 1.0:
             self.closed_until = max(self.closed_until, now + max(0.0, seconds) * (1.0 / self.duty - 1.0))
-        self._forget_stale(now)
-        if now < self.closed_until or not self.waiting or not self.free():
-            return None
-        return next(iter(self.waiting))
+        return self._next_in_turn(now)
 
     def withdraw(self, job: str, now: float) -> str | None:
         """``job`` no longer asks (nothing to copy now: its rate limit, its tail, a backoff): it leaves.
@@ -84,15 +81,19 @@ class HistorySlots:
         """
         if self.waiting.pop(job, None) is None:
             return None
-        self._forget_stale(now)
-        if now < self.closed_until or not self.waiting or not self.free():
-            return None
-        return next(iter(self.waiting))
+        return self._next_in_turn(now)
 
     def leave(self, job: str) -> None:
         """``job`` no longer copies (dropped, failed): out of the queue; slots it held are given back."""
         self.waiting.pop(job, None)
         self.held.pop(job, None)
+
+    def _next_in_turn(self, now: float) -> str | None:
+        """The job first in the queue when a copy may start at ``now`` (slots free, not closed), else None."""
+        self._forget_stale(now)
+        if now < self.closed_until or not self.waiting or not self.free():
+            return None
+        return next(iter(self.waiting))
 
     def _forget_stale(self, now: float) -> None:
         for name, asked in list(self.waiting.items()):
