@@ -81,7 +81,8 @@ def test_jobs_asking_each_epoch_copy_within_the_width_in_turn_and_at_the_duty(ta
         assert len(running) <= tasks
         busy += step * min(1, len(running)) if tasks == 1 else 0.0
         now += step
-    assert all(copies[n] > 0 for n in names)
+    # every job had a turn once the copies were as many as the jobs (a long duty cycle allows fewer)
+    assert sum(copies.values()) < jobs or all(copies[n] > 0 for n in names)
     if tasks == 1 and duty < 1.0:
         assert busy <= duty * now + max(copy_s) + step
 
