@@ -61,6 +61,12 @@ def test_the_container_path_starts_the_kafka_image_of_the_setting(docker_env, mo
             assert _kit_containers(docker_env), "no container labelled by the kit runs"
             admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
             admin.create_topics([NewTopic("kit-order", 2)])["kit-order"].result(30)
+            # the controller has committed the topic; the broker's metadata follows a moment later (once,
+            # in CI, a query right after the creation listed no topic), so it is asked until it shows
+            for _ in range(20):
+                if "kit-order" in admin.list_topics(timeout=10).topics:
+                    break
+                time.sleep(0.5)
             assert "kit-order" in admin.list_topics(timeout=10).topics
             del admin
     assert _kit_containers(docker_env) == []  # removed on exit
