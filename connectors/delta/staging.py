@@ -170,14 +170,19 @@ class EpochStaging:
         (folder / MARKER).touch()
         partition_by = self.target.partition_by
         if is_arrow_table(df):
-            import pyarrow.dataset as ds
-
             rows = self.target.conform_arrow(df)
-            if rows.num_rows:
-                ds.write_dataset(rows, folder, format="parquet", partitioning=list(partition_by) or None,
-                                 partitioning_flavor="hive" if partition_by else None,
-                                 basename_template=f"part-{uuid.uuid4().hex[:12]}-{{i}}.parquet",
+            name = f"part-{uuid.uuid4().hex[:12]}"
+            if rows.num_rows and partition_by:
+                import pyarrow.dataset as ds
+
+                ds.write_dataset(rows, folder, format="parquet", partitioning=list(partition_by),
+                                 partitioning_flavor="hive", basename_template=f"{name}-{{i}}.parquet",
                                  existing_data_behavior="overwrite_or_ignore")
+            elif rows.num_rows:
+                import pyarrow.parquet as pq
+
+                # one file, no dataset machinery: about half the time of write_dataset for an epoch's rows
+                pq.write_table(rows, folder / f"{name}-0.parquet")
             return self.collect_adds(folder)
         writer = self.target.conform(df).write.mode("append")
         if partition_by:
