@@ -284,7 +284,9 @@ class SinkTable:
             msg = f"Delta sink {self.path}: rows lack the table's columns {missing}"
             raise DeltaSinkError(msg)
         fields = [*self.arrow_schema, *(rows.schema.field(n) for n in extra)]
-        return rows.select([f.name for f in fields]).cast(pa.schema(fields))
+        target, picked = pa.schema(fields), rows.select([f.name for f in fields])
+        # the live batch's rows already have the sink's types (each job's epoch casts the same batch)
+        return picked if picked.schema.equals(target) else picked.cast(target)
 
 
 def is_arrow_table(df: Any) -> bool:
