@@ -5,8 +5,11 @@ One :class:`HistoryWidth` per source. After every source epoch it is told whethe
 committed in that epoch (``core.latency``: produce time to commit in the job's table, the one
 definition). From them:
 
-* **epochs with no copy** give the idle latency (the Finished jobs' p99 over the last minute of such
-  epochs); the target is ``latency_target_ratio`` x that, or ``latency_target_s`` when set. Before any
+* **quiet epochs** give the idle latency (the Finished jobs' p99 over the last minute of such epochs):
+  no copy ran in them nor in the ``QUIET_AFTER`` epochs before (right after a copy the rows it held up
+  are still being committed, and the JVM is still busy with it: under a duty below one task most epochs
+  have no copy running, and counting those set the target at 2.8-3.3 s on a load whose quiet p99 was
+  under 2 s); the target is ``latency_target_ratio`` x that, or ``latency_target_s`` when set. Before any
   idle epoch was seen (a daemon restarted mid-backfill) the idle p99 is taken as 1.5 trigger intervals
   (a row waits for the next trigger, then one epoch's work);
 * **epochs with a copy** started at the current width are gathered (a running copy keeps the tasks it
@@ -43,8 +46,10 @@ logger = logging.getLogger(__name__)
 
 #: Copy epochs at one width before the governor steps (the latency of a width shows once its copies ran).
 STEP_EPOCHS = 3
-#: The idle p99 before any epoch without a copy was seen, in trigger intervals.
+#: The idle p99 before any quiet epoch was seen, in trigger intervals.
 IDLE_INTERVALS = 1.5
+#: Epochs after one with a copy that still do not count as quiet (idle) ones.
+QUIET_AFTER = 2
 #: Seconds between two readings of the task slots (executors come and go on a cluster).
 SLOTS_EVERY_S = 30.0
 #: The governor's steps per task: below one task, the duty moves in eighths.
@@ -67,6 +72,8 @@ class HistoryWidth:
         self._idle = LatencyWindow()
         self._gathered: list[Latencies] = []
         self._epochs = 0
+        #: Epochs since the last one with a copy (a daemon starts quiet).
+        self._since_copy = QUIET_AFTER + 1
         #: The p99 of the governor's last step and the target it was held to (None: none yet).
         self.latency_s: float | None = None
         self.target_s: float | None = None
@@ -104,7 +111,7 @@ class HistoryWidth:
         return min(max(UNITS * fixed, self.governor.min_width), self.governor.max_width)
 
     def idle_p99(self, now: float) -> float:
-        """The Finished jobs' live p99 while no copy ran (last minute), else ``IDLE_INTERVALS`` triggers."""
+        """The Finished jobs' live p99 in quiet epochs (last minute), else ``IDLE_INTERVALS`` triggers."""
         found = self._idle.quantiles(now, (0.99,))
         return found[0] if found is not None else IDLE_INTERVALS * self.interval_s
 
@@ -120,7 +127,8 @@ class HistoryWidth:
         """
         parts = list(finished)
         self._rebound(now)
-        if not copying:
+        self._since_copy = 0 if copying else self._since_copy + 1
+        if self._since_copy > QUIET_AFTER:
             for part in parts:
                 self._idle.add(now, part)
         fixed = self._fixed()

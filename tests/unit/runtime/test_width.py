@@ -14,7 +14,13 @@ from source_backfill.config import HistoryWidthConfig
 from source_backfill.core import HistoryRange
 from source_backfill.core.governor import pieces_for_tasks
 from source_backfill.core.latency import Latencies, measure
-from source_backfill.runtime.width import IDLE_INTERVALS, SLOTS_EVERY_S, STEP_EPOCHS, HistoryWidth
+from source_backfill.runtime.width import (
+    IDLE_INTERVALS,
+    QUIET_AFTER,
+    SLOTS_EVERY_S,
+    STEP_EPOCHS,
+    HistoryWidth,
+)
 
 
 def rows_at(latency_s: float, n: int = 200) -> Latencies:
@@ -55,6 +61,20 @@ def test_epochs_without_a_copy_never_step_the_governor() -> None:
     for i in range(10):
         width.after_epoch(200.0 + i, copying=False, finished=[rows_at(9.0)])
     assert width.governor == before
+
+
+def test_only_quiet_epochs_set_the_idle_latency_not_those_right_after_a_copy() -> None:
+    width = HistoryWidth("s", HistoryWidthConfig(), slots=16, interval_s=1.0)
+    for i in range(20):  # a copy every 4th epoch (a duty below one task): the epochs after it are slow
+        copying = i % 4 == 0
+        latency = 1.0 if i % 4 == 3 else 4.0  # only the 3rd epoch after a copy is back to the quiet 1 s
+        width.after_epoch(float(i), copying=copying, finished=[rows_at(latency)])
+    assert abs(width.idle_p99(20.0) - 1.0) < 0.01
+    assert QUIET_AFTER == 2
+    # a daemon starts quiet: its first epochs without a copy count at once
+    fresh = HistoryWidth("s", HistoryWidthConfig(), slots=16, interval_s=1.0)
+    fresh.after_epoch(0.0, copying=False, finished=[rows_at(0.8)])
+    assert abs(fresh.idle_p99(1.0) - 0.8) < 0.01
 
 
 def test_before_any_idle_epoch_the_target_follows_the_trigger_interval() -> None:
