@@ -92,12 +92,7 @@ class DeltaTableSource:
 
     def row_count(self, version: int) -> int | None:
         """Rows of ``version`` by the log's file statistics (None: a file without them)."""
-        actions = self._table(version).get_add_actions(flatten=True)
-        names = actions.schema.names
-        if "num_records" not in names:
-            return None
-        counts = actions.column("num_records").to_pylist()
-        return None if any(c is None for c in counts) else int(sum(counts))
+        return log_row_count(self._table(version))
 
     def batches(self, version: int, batch_rows: int = 8_192) -> Iterator[pa.RecordBatch]:
         """The rows of ``version`` batch by batch, one file at a time (never the whole version at once).
@@ -177,6 +172,15 @@ def _plain_types(table: pa.Table) -> pa.Table:
     }
     schema = pa.schema([f.with_type(casts.get(f.type, f.type)) for f in table.schema])
     return table.cast(schema) if schema != table.schema else table
+
+
+def log_row_count(table: DeltaTable) -> int | None:
+    """Rows of ``table``'s version by its log's file statistics (None: a file without them)."""
+    actions = table.get_add_actions(flatten=True)
+    if "num_records" not in actions.schema.names:
+        return None
+    counts = actions.column("num_records").to_pylist()
+    return None if any(c is None for c in counts) else int(sum(counts))
 
 
 class VersionIndex:

@@ -151,8 +151,8 @@ def _run(job: SourceBackfillJob, outcome: RepairOutcome) -> None:
         msg = (f"offsets {lost} are held by neither the archive nor Kafka: their rows would be removed "
                "and not copied again")
         raise ConfigError(msg)
-    where = _predicate(ranges, "topic" in sink.arrow_schema.names)
     reads = _TableReads(job)
+    where = _predicate(ranges, reads.with_topic)
     meta = {KEY_REPAIR: json.dumps({"id": outcome.id, "job": job.name,
                                     "ranges": {s: list(r) for s, r in outcome.ranges.items()}},
                                    sort_keys=True)}
@@ -266,15 +266,14 @@ class _TableReads:
 
     def _dataset(self, version: int | None) -> ds.Dataset | None:
         """The table as a pyarrow dataset when the driver reads it (small, readable), else None."""
-        import pyarrow as pa
         from deltalake import DeltaTable
+
+        from connectors.delta.table_source import log_row_count
 
         try:
             table = DeltaTable(self.path, version=version)
-            actions = pa.table(table.get_add_actions(flatten=True))
-            names = actions.column_names
-            counts = actions.column("num_records").to_pylist() if "num_records" in names else [None]
-            if any(c is None for c in counts) or sum(counts) > DRIVER_READ_ROWS:
+            rows = log_row_count(table)
+            if rows is None or rows > DRIVER_READ_ROWS:
                 return None
             return table.to_pyarrow_dataset()
         except Exception as exc:  # noqa: BLE001 - a table delta-rs cannot read is read by Spark
