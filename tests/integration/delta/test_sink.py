@@ -126,6 +126,33 @@ def test_an_attempt_swept_while_being_written_is_never_committed(
     assert s.committed_epoch() == 1
 
 
+def test_rows_on_the_driver_are_one_file_counted_in_its_add_action_and_a_sweep_still_refuses_them(
+    sink_factory, tmp_path, monkeypatch
+):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    s = sink_factory()
+    result = s.commit_epoch(1, pa.Table.from_pylist([{"id": i} for i in (1, 2, 3)], schema=s.arrow_schema),
+                            {"e": 1})
+    assert result.committed and result.rows == 3 and result.files == 1
+    actions = DeltaTable(str(tmp_path / "t")).get_add_actions(flatten=True)
+    assert actions.column("num_records").to_pylist() == [3]
+    assert table_ids(tmp_path / "t") == [1, 2, 3]
+    real = pq.write_table
+
+    def write_then_sweep(table, where, *a, **k):
+        real(table, where, *a, **k)
+        sink_factory()  # a second writer of the job starts: its sweep removes the in-flight attempt
+
+    monkeypatch.setattr(pq, "write_table", write_then_sweep)
+    with pytest.raises(DeltaSinkError, match="orphan sweep"):
+        s.commit_epoch(2, pa.Table.from_pylist([{"id": 4}], schema=s.arrow_schema), {"e": 2})
+    monkeypatch.undo()
+    assert table_ids(tmp_path / "t") == [1, 2, 3]
+    assert s.committed_epoch() == 1
+
+
 def test_state_read_back_equals_state_committed(sink_factory, rows):
     split = {"stage": "backfilling", "offset": 2**40 + 1, "rows": [1, 2, {"x": None}], "done": False}
     state = {"version": 1, "splits": {"t:0": split, "t:1": {"stage": "finished", "offset": None}}}
