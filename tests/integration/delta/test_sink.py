@@ -107,18 +107,21 @@ def test_a_failure_after_the_commit_landed_keeps_the_committed_files(
     assert s.commit_epoch(2, rows([3]), {"e": 2}).committed
 
 
+def _then_swept(write, sink_factory):
+    """``write``, then a second writer of the job starts: its sweep removes the in-flight attempt."""
+    def wrapped(*a, **k):
+        write(*a, **k)
+        sink_factory()
+
+    return wrapped
+
+
 def test_an_attempt_swept_while_being_written_is_never_committed(
     spark, sink_factory, rows, tmp_path, monkeypatch
 ):
     s = sink_factory()
     s.commit_epoch(1, rows([1]), {"e": 1})
-    real = DataFrameWriter.parquet
-
-    def write_then_sweep(self, path, *a, **k):
-        real(self, path, *a, **k)
-        sink_factory()  # a second writer of the job starts: its sweep removes the in-flight attempt
-
-    monkeypatch.setattr(DataFrameWriter, "parquet", write_then_sweep)
+    monkeypatch.setattr(DataFrameWriter, "parquet", _then_swept(DataFrameWriter.parquet, sink_factory))
     with pytest.raises(DeltaSinkError, match="orphan sweep"):
         s.commit_epoch(2, rows([2]), {"e": 2})
     monkeypatch.undo()
@@ -139,13 +142,7 @@ def test_rows_on_the_driver_are_one_file_counted_in_its_add_action_and_a_sweep_s
     actions = DeltaTable(str(tmp_path / "t")).get_add_actions(flatten=True)
     assert actions.column("num_records").to_pylist() == [3]
     assert table_ids(tmp_path / "t") == [1, 2, 3]
-    real = pq.write_table
-
-    def write_then_sweep(table, where, *a, **k):
-        real(table, where, *a, **k)
-        sink_factory()  # a second writer of the job starts: its sweep removes the in-flight attempt
-
-    monkeypatch.setattr(pq, "write_table", write_then_sweep)
+    monkeypatch.setattr(pq, "write_table", _then_swept(pq.write_table, sink_factory))
     with pytest.raises(DeltaSinkError, match="orphan sweep"):
         s.commit_epoch(2, pa.Table.from_pylist([{"id": 4}], schema=s.arrow_schema), {"e": 2})
     monkeypatch.undo()
