@@ -15,12 +15,11 @@ from tests.chaos.chaos import run_chaos
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 
 
-def test_sigkill_at_random_moments_then_every_job_exactly_once(kafka_bootstrap, tmp_path, capsys):
+def test_sigkill_at_random_moments_then_every_job_exactly_once(kafka_bootstrap, tmp_path, record_property):
     cycles = int(os.environ.get("CHAOS_CYCLES", "20"))
     seed = int(os.environ["CHAOS_SEED"]) if os.environ.get("CHAOS_SEED") else None
     summary = run_chaos(kafka_bootstrap, tmp_path, cycles, seed)
-    with capsys.disabled():  # the summary line shows in make test's output, pass or fail
-        print(f"\n{summary.line()}")
+    record_property("summary", summary.line())  # shown in make test's output, pass or fail (conftest)
     assert summary.cycles == cycles
     assert summary.records >= 200_000
     assert summary.mid_backfill >= min(5, cycles), summary.line()  # the kills hit a running backfill
