@@ -252,6 +252,9 @@ def _load(bootstrap: str, *, n_jobs: int = LOAD_JOBS, interval_s: float = INTERV
         "load.epochs_per_s": round(epochs / seconds, 3),
         "load.epoch_mean_s": round(delta("epoch_duration_seconds_sum", source="src") / max(epochs, 1), 3),
         "load.epoch_p50_s": _quantile(after, before, 0.5),
+        "load.epoch_p99_s": _quantile(after, before, 0.99),
+        # every job's live rows, produce time to commit (a stop-the-world collection shows here)
+        "load.live_p99_s": _quantile(after, before, 0.99, "live_latency_seconds"),
         "load.max_parallel_jobs": parallel,
         "load.epochs_within_interval": round(within / max(epochs, 1), 3),
         "load.errors": delta("source_errors_total"),
@@ -268,14 +271,22 @@ def _load(bootstrap: str, *, n_jobs: int = LOAD_JOBS, interval_s: float = INTERV
     return result
 
 
-def _quantile(after: Any, before: Any, q: float) -> float | None:
-    """The epoch duration at quantile ``q`` over the window, from the histogram's buckets.
+def _quantile(after: Any, before: Any, q: float, name: str = "epoch_duration_seconds",
+              **labels: str) -> float | None:
+    """Histogram ``name`` at quantile ``q`` over the window (the source's epoch durations by default).
 
-    Interpolated linearly within the bucket it falls in, as Prometheus' ``histogram_quantile`` does.
+    The series whose labels include ``labels`` are summed (``source="src"`` when none are given; the live
+    latency: every job's). Interpolated linearly within the bucket it falls in, as Prometheus'
+    ``histogram_quantile`` does.
     """
+    labels = labels or ({"source": "src"} if name == "epoch_duration_seconds" else {})
+
     def buckets(samples: Any) -> dict[float, float]:
-        return {float(lab["le"]): v for lab, v in samples.get("epoch_duration_seconds_bucket", [])
-                if lab.get("source") == "src"}
+        summed: dict[float, float] = {}
+        for lab, v in samples.get(f"{name}_bucket", []):
+            if all(lab.get(k) == want for k, want in labels.items()):
+                summed[float(lab["le"])] = summed.get(float(lab["le"]), 0.0) + v
+        return summed
 
     was = buckets(before)
     counts = sorted((le, n - was.get(le, 0.0)) for le, n in buckets(after).items())
