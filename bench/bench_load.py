@@ -251,8 +251,8 @@ def _load(bootstrap: str, *, n_jobs: int = LOAD_JOBS, interval_s: float = INTERV
         "load.epochs_ratio": round(verdict.ratio, 3),
         "load.epochs_per_s": round(epochs / seconds, 3),
         "load.epoch_mean_s": round(delta("epoch_duration_seconds_sum", source="src") / max(epochs, 1), 3),
-        "load.epoch_p50_s": _quantile(after, before, 0.5),
-        "load.epoch_p99_s": _quantile(after, before, 0.99),
+        "load.epoch_p50_s": _quantile(after, before, 0.5, "epoch_duration_seconds", source="src"),
+        "load.epoch_p99_s": _quantile(after, before, 0.99, "epoch_duration_seconds", source="src"),
         # every job's live rows, produce time to commit (a stop-the-world collection shows here)
         "load.live_p99_s": _quantile(after, before, 0.99, "live_latency_seconds"),
         "load.max_parallel_jobs": parallel,
@@ -271,16 +271,11 @@ def _load(bootstrap: str, *, n_jobs: int = LOAD_JOBS, interval_s: float = INTERV
     return result
 
 
-def _quantile(after: Any, before: Any, q: float, name: str = "epoch_duration_seconds",
-              **labels: str) -> float | None:
-    """Histogram ``name`` at quantile ``q`` over the window (the source's epoch durations by default).
+def _quantile(after: Any, before: Any, q: float, name: str, **labels: str) -> float | None:
+    """Histogram ``name`` at quantile ``q`` over the window (its series with ``labels`` among theirs, summed).
 
-    The series whose labels include ``labels`` are summed (``source="src"`` when none are given; the live
-    latency: every job's). Interpolated linearly within the bucket it falls in, as Prometheus'
-    ``histogram_quantile`` does.
+    Interpolated linearly within the bucket it falls in, as Prometheus' ``histogram_quantile`` does.
     """
-    labels = labels or ({"source": "src"} if name == "epoch_duration_seconds" else {})
-
     def buckets(samples: Any) -> dict[float, float]:
         summed: dict[float, float] = {}
         for lab, v in samples.get(f"{name}_bucket", []):
