@@ -140,8 +140,9 @@ def render(figures: Mapping[str, Any]) -> str:
     lines = ["| goal | key | last figure | measured | goal | met |", "|---|---|---|---|---|---|"]
     for g in GOALS:
         value = figures.get(g.key)
+        what = g.what.replace("|", "\\|")  # a cell's own bar ("|error|") would split the row
         if not _number(value):
-            lines.append(f"| {g.what} | `{g.key}` | not measured | — | {g.goal} | — |")
+            lines.append(f"| {what} | `{g.key}` | not measured | — | {g.goal} | — |")
             continue
         verdict = "yes" if g.met(float(value), figures) else "**missed**"
         spread = figures.get(g.key.rsplit(".", 1)[0] + ".ratio_range")
@@ -150,7 +151,7 @@ def render(figures: Mapping[str, Any]) -> str:
         runs = figures.get("_runs", {}).get(g.key, [])
         if len(runs) > 1:
             shown = f"{value:g} (median of {len(runs)} runs: {min(runs):g}–{max(runs):g})"
-        lines.append(f"| {g.what} | `{g.key}` | {shown} | {_measured_at(g.key, figures)} | {g.goal} | "
+        lines.append(f"| {what} | `{g.key}` | {shown} | {_measured_at(g.key, figures)} | {g.goal} | "
                      f"{verdict} |")
     return "\n".join(lines)
 
