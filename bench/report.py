@@ -135,14 +135,18 @@ def combine(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _row(*cells: str) -> str:
+    """One markdown row; a bar inside a cell ("|error|") is escaped, else it would split the row."""
+    return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+
+
 def render(figures: Mapping[str, Any]) -> str:
     """The markdown table of every goal against ``figures`` (a ``latest.json``)."""
     lines = ["| goal | key | last figure | measured | goal | met |", "|---|---|---|---|---|---|"]
     for g in GOALS:
         value = figures.get(g.key)
-        what = g.what.replace("|", "\\|")  # a cell's own bar ("|error|") would split the row
         if not _number(value):
-            lines.append(f"| {what} | `{g.key}` | not measured | — | {g.goal} | — |")
+            lines.append(_row(g.what, f"`{g.key}`", "not measured", "—", g.goal, "—"))
             continue
         verdict = "yes" if g.met(float(value), figures) else "**missed**"
         spread = figures.get(g.key.rsplit(".", 1)[0] + ".ratio_range")
@@ -151,9 +155,17 @@ def render(figures: Mapping[str, Any]) -> str:
         runs = figures.get("_runs", {}).get(g.key, [])
         if len(runs) > 1:
             shown = f"{value:g} (median of {len(runs)} runs: {min(runs):g}–{max(runs):g})"
-        lines.append(f"| {what} | `{g.key}` | {shown} | {_measured_at(g.key, figures)} | {g.goal} | "
-                     f"{verdict} |")
+        lines.append(_row(g.what, f"`{g.key}`", shown, _measured_at(g.key, figures), g.goal, verdict))
     return "\n".join(lines)
+
+
+def table_in(text: str) -> tuple[str, str, str] | None:
+    """``text`` cut at the markers: what comes before the table, the table, what comes after (None: no markers)."""
+    if BEGIN not in text or END not in text:
+        return None
+    head, rest = text.split(BEGIN, 1)
+    table, tail = rest.split(END, 1)
+    return head, table.strip(), tail
 
 
 def update(readme: Path = README, results: Path | Sequence[Path] = RESULTS) -> bool:
@@ -161,15 +173,14 @@ def update(readme: Path = README, results: Path | Sequence[Path] = RESULTS) -> b
 
     ``results``: one ``latest.json``, or several runs' (:func:`combine`).
     """
-    text = readme.read_text()
-    if BEGIN not in text or END not in text:
+    parts = table_in(readme.read_text())
+    if parts is None:
         return False
     if isinstance(results, Path):
         figures = json.loads(results.read_text()) if results.exists() else {}
     else:
         figures = combine([json.loads(p.read_text()) for p in results])
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
+    head, _, tail = parts
     readme.write_text(f"{head}{BEGIN}\n{render(figures)}\n{END}{tail}")
     return True
 

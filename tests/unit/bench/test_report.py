@@ -73,8 +73,8 @@ def test_several_runs_give_each_goal_its_median_and_range(tmp_path):
 
 def test_the_readme_table_lists_every_goal_in_order():
     """The committed table is hand-kept between full runs (medians of soaks): it must not drop a goal."""
-    text = report.README.read_text()
-    table = text.split(report.BEGIN, 1)[1].split(report.END, 1)[0].strip().splitlines()
-    rows = [_cells(row) for row in table[2:]]
+    parts = report.table_in(report.README.read_text())
+    assert parts is not None
+    rows = [_cells(row) for row in parts[1].splitlines()[2:]]
     assert all(len(cells) == 6 and cells[-1] for cells in rows), rows
     assert [cells[1].strip("`") for cells in rows] == [g.key for g in report.GOALS]
