@@ -160,7 +160,7 @@ def render(figures: Mapping[str, Any]) -> str:
 
 
 def table_in(text: str) -> tuple[str, str, str] | None:
-    """``text`` cut at the markers: what comes before the table, the table, what comes after (None: no markers)."""
+    """``text`` cut at the markers: before the table, the table, after it (None: no markers)."""
     if BEGIN not in text or END not in text:
         return None
     head, rest = text.split(BEGIN, 1)
