@@ -274,9 +274,14 @@ class SourceConfig(_Frozen):
     #: A job's Spark work in one epoch (its transform over the live batch, history read in the epoch) or
     #: in one history read ahead that runs longer than this is cancelled and that job fails alone.
     job_timeout_s: float = Field(default=300.0, gt=0)
-    #: The jobs' epochs of one source epoch that run side by side (each on a thread of its own, with its
-    #: own Spark jobs and commit); 1 runs them one after another.
+    #: The jobs' steps (their epochs) that run at once, each job on its own lane (its steps in order,
+    #: its own Spark jobs and commit). The source's epoch never waits for a lane: a job whose step has
+    #: not ended (or not started) when the next epoch comes skips that epoch and rejoins by offsets.
     max_parallel_jobs: int = Field(default=4, gt=0, le=64)
+    #: A job whose lane keeps skipping the source's epochs (each step slower than the trigger) for longer
+    #: than this is failed, saying so: the source's checkpoint moves on without it, and a lag past the
+    #: topic's retention would lose records (``job_lag_seconds`` shows the lag meanwhile).
+    max_job_lag_s: float = Field(default=900.0, gt=0)
     #: How wide the jobs' history copies run: governed by the live latency (``HistoryWidthConfig``).
     history_width: HistoryWidthConfig = Field(default_factory=HistoryWidthConfig)
     #: A Kafka source's archive tier: history read from a Delta table of its records (``ArchiveConfig``),

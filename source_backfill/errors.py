@@ -111,6 +111,17 @@ class SparkWorkTimeoutError(JobError):
     """A job's Spark work (an epoch's, or a read ahead's) ran past its deadline and was cancelled."""
 
 
+class LaneStoppedError(SourceBackfillError):
+    """A job's lane was stopped under its step (a drop, a retry, the daemon stopping).
+
+    The step commits nothing, and it is not the job's failure.
+    """
+
+
+class SparkWorkCancelledError(LaneStoppedError):
+    """A job's Spark work was cancelled by control (its drop or retry, the daemon stopping), not failed."""
+
+
 #: An error of the Kafka client inside a JVM stack trace (Spark's Kafka source), with its message.
 _KAFKA_CLIENT_ERROR = re.compile(r"(org\.apache\.kafka\.[\w.$]+(?:Exception|Error): [^\n]+)")
 

@@ -96,7 +96,8 @@ LIVE_LATENCY = Histogram(
 # -- epochs (RW: barrier latency) ----------------------------------------------------------------------
 EPOCH_DURATION = Histogram(
     PREFIX + "epoch_duration_seconds",
-    "Wall time of one epoch (one micro-batch of the source), all jobs included.",
+    "Wall time of one source epoch (one micro-batch): the batch read once and handed to the jobs' lanes, "
+    "and the steps of those that end within it (a lane still busy goes on after it).",
     ["source"],
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60),
 )
@@ -182,6 +183,31 @@ TABLE_BACKFILL_LAG = Gauge(
 )
 JOB_FAILED = Gauge(
     PREFIX + "job_failed", "1 while the job is failed (see its error in the API; retry or drop it).", ["job"]
+)
+# -- lanes: each job runs its epochs on its own lane; a busy lane skips the source's epochs and lags ----
+JOB_EPOCHS_SKIPPED = Counter(
+    PREFIX + "job_epochs_skipped",
+    "Source epochs a job skipped because its lane was still busy with an earlier one (it rejoins by "
+    "offsets).",
+    ["job"],
+)
+JOB_REJOINS = Counter(
+    PREFIX + "job_rejoins",
+    "Epochs that did not start where the job's output ended: the job realigned by offsets "
+    "(core.plan.rejoin).",
+    ["job"],
+)
+JOB_LAG_SECONDS = Gauge(
+    PREFIX + "job_lag_seconds",
+    "Seconds since the job's lane first skipped a source epoch, while it still does (0: keeping up); past "
+    "sources[].max_job_lag_s the job is failed.",
+    ["job"],
+)
+JOB_STEP_DURATION = Histogram(
+    PREFIX + "job_step_duration_seconds",
+    "Wall time of one job's step on its lane (its epoch: repairs due, plan, reads, transform, commit).",
+    ["job"],
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
 )
 
 # -- a transform cannot take the daemon down (executors/spark_work.py, runtime/watchdog.py) -------------

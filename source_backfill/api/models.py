@@ -218,6 +218,9 @@ class JobView(BaseModel):
     history_broker_bytes: int | None = None
     #: The job's repairs: pending ones, then the last finished ones since the daemon started.
     repairs: list[RepairView] = Field(default_factory=list)
+    #: Seconds the job's lane has been skipping its source's epochs (each step slower than the trigger:
+    #: it lags alone and rejoins by offsets); 0 while it keeps up. Past ``max_job_lag_s`` it is failed.
+    lag_s: float = 0.0
 
     @classmethod
     def of(cls, record: JobRecord, progress: JobProgress | None, pending: int = 0,
@@ -226,6 +229,9 @@ class JobView(BaseModel):
         spec = record.spec
         splits = [SplitView.of(s) for s in progress.splits] if progress is not None else []
         status: JobStatus = progress.status if progress is not None else "pending"
+        lag = progress.lag_s if progress is not None else 0.0
+        if lag > 0 and status in ("backfilling", "finished"):
+            status = "lagging"
         if record.error is not None:
             status = "failed"
         return cls(
@@ -263,6 +269,7 @@ class JobView(BaseModel):
             if progress is not None and progress.history_tiers is not None else None,
             history_broker_bytes=progress.history_broker_bytes if progress is not None else None,
             repairs=[RepairView(**r) for r in repairs or []],
+            lag_s=round(lag, 1),
         )
 
 

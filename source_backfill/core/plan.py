@@ -137,9 +137,15 @@ def rejoin(
 ) -> dict[SplitId, SplitState]:
     """States of a job that missed epochs, rejoining where the live stream stands at ``positions``.
 
-    ``covered_to[s]`` is the live position after the job's last committed epoch: everything below it was
-    emitted or left to history. Finished and caught-up splits go back to Backfilling from there, and
-    every target rises to ``P - 1``, so history covers the epochs the job did not see.
+    ``covered_to[s]`` is the live position after the last epoch the job processed: everything below it
+    was emitted or left to history. Finished and caught-up splits go back to Backfilling from there, and
+    every target rises to ``P - 1``, so history covers the epochs the job did not see (a job whose lane
+    was busy while its source's epochs went by, or one restarted from an older commit).
+
+    The other way round, a batch that starts *below* ``covered_to`` (it overlaps what a Finished split
+    emitted already): the split is SourceCachingUp at ``covered_to - 1``, so the row rules drop the
+    batch's rows up to there and emit the rest. A Finished split emits a batch whole only when the batch
+    starts exactly where the split's output ends.
     """
     out: dict[SplitId, SplitState] = {}
     for split, state in states.items():
@@ -157,7 +163,12 @@ def rejoin(
             out[split] = SplitState.backfilling(b, target, rows) if b < p - 1 else state
         else:
             done = covered_to.get(split, p) - 1
-            out[split] = SplitState.backfilling(done, target, rows) if done < p - 1 else state
+            if done < p - 1:
+                out[split] = SplitState.backfilling(done, target, rows)
+            elif done > p - 1:
+                out[split] = SplitState.caching_up(done, state.target_offset, rows)
+            else:
+                out[split] = state
     return out
 
 

@@ -38,6 +38,7 @@ epoch reads it itself and the job finishes.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -81,6 +82,7 @@ from source_backfill.core.state_log import SnapshotPolicy
 from source_backfill.errors import (
     ArchiveError,
     JobError,
+    LaneStoppedError,
     SourceBackfillError,
     SparkWorkTimeoutError,
     one_line,
@@ -184,6 +186,15 @@ class SourceBackfillJob:
         self.committed_epoch: int | None = None
         #: The last epoch the job processed: committed, or with nothing to commit (no change).
         self.processed_epoch: int | None = None
+        #: Where the live stream stood after the last epoch the job processed (its ``end``): a batch that
+        #: does not start there is not contiguous with the job's output, and the job realigns by offsets
+        #: (``core.plan.rejoin``) before it plans. Empty before the attach.
+        self.live_to: dict[str, int] = {}
+        #: Why the job's lane was stopped (dropped, retried, failed, the daemon stopping); None: running.
+        #: Checked under ``_commit_lock`` right before each commit, so once :meth:`stop_lane` has the
+        #: lock no commit of the job lands any more.
+        self.stopped: str | None = None
+        self._commit_lock = threading.Lock()
         self._rates = Rates()
         #: The rate limit's allowance, the epoch's history budget, the backoff after read errors.
         self._pace = HistoryPace(self._rates)
@@ -231,6 +242,7 @@ class SourceBackfillJob:
         self.states = self._log_base = self.log.recover(self.sink, recovered)
         self.committed_epoch = recovered.epoch
         self.processed_epoch = None
+        self.live_to = dict(self.log.covered_to)
 
     @property
     def last_error(self) -> str | None:
@@ -342,16 +354,22 @@ class SourceBackfillJob:
         assert self.states is not None  # noqa: S101 - set by attach
         states: SplitTable = self.states
         last = self.processed_epoch if self.processed_epoch is not None else self.committed_epoch
-        if last is not None and last < inp.epoch - 1 and inp.start:
-            # the job missed epochs (dropped and re-created on its table, restarted after epochs that
-            # changed nothing and were not committed, say): history covers them. Epochs skipped for no
-            # change moved no position, so after those the rejoin plans nothing to read.
-            states = SplitTable.from_states(rejoin(states, self.log.covered_to, inp.start))
-            logger.info('job rejoins job="%s" last_epoch=%d epoch=%d', self.name, last, inp.epoch)
         reconciled, changes = reconcile_splits(states, sorted(inp.end))
         states = SplitTable.from_states(reconciled)
         for change, count in _count_changes(changes).items():
             metrics.SPLIT_CHANGES.labels(self.name, change).inc(count)
+        if inp.start:
+            covered = {**(self.live_to or self.log.covered_to), **self._born_unseen(inp, changes)}
+            if any(covered.get(s, p) != p for s, p in inp.start.items()) or (
+                    last is not None and last < inp.epoch - 1):
+                # the batch does not start where the job's output ends: it missed epochs (its lane was
+                # busy while the source went on, it was restarted or re-created on its table): history
+                # covers them, by offsets. Epochs processed with no change moved no emitted position,
+                # so after those the rejoin plans nothing to read.
+                states = SplitTable.from_states(rejoin(states, covered, inp.start))
+                metrics.JOB_REJOINS.labels(self.name).inc()
+                logger.info('job rejoins by offsets job="%s" last_epoch=%s epoch=%d', self.name, last,
+                            inp.epoch)
 
         self._interval_s = inp.interval_s
         budget = self._budget(inp.interval_s)
@@ -382,6 +400,36 @@ class SourceBackfillJob:
             with self.spark_work(f"epoch {inp.epoch}"):
                 written = self._write_epoch(inp, plan, budget, ahead)
         return self._committed(inp, written, ahead, t0)
+
+    def _born_unseen(self, inp: EpochInput, changes: Iterable[SplitChange] | None) -> dict[str, int]:
+        """Splits new to the job whose first batch it did not see: their log start, where output begins.
+
+        A new partition joins Finished (the live stream reads it from its log start); a job that skipped
+        the batch that first read it (its lane busy) would miss the records before this batch: the
+        rejoin reads them, from the log start.
+        """
+        added = [c.split for c in changes or () if getattr(c, "kind", None) == "added"]
+        start = inp.start or {}
+        unseen = [s for s in added if start.get(s, 0) > 0] if self.live_to or self.log.covered_to else []
+        if not unseen:
+            return {}
+        earliest = self.history.earliest_offsets(unseen)
+        return {s: earliest[s] for s in unseen if earliest.get(s, 0) < start[s]}
+
+    def stop_lane(self, why: str, timeout_s: float = 30.0) -> bool:
+        """No commit of the job lands from now on: its Spark work in flight is cancelled (by its job tag).
+
+        Returns once a commit in flight has ended (or failed under the cancel), False if that took more
+        than ``timeout_s`` (the commit may still land: the caller says so).
+        """
+        if self.stopped is None:
+            self.stopped = why
+        if self._work is not None:
+            self._work.cancel(self.name, why)
+        if timeout_s <= 0 or not self._commit_lock.acquire(timeout=timeout_s):
+            return False
+        self._commit_lock.release()
+        return True
 
     def spark_work(self, what: str, kind: str = "epoch") -> AbstractContextManager[None]:
         """The job's Spark work: under its own job tag and deadline, marked while it runs (when managed)."""
@@ -449,9 +497,13 @@ class SourceBackfillJob:
 
         try:
             try:
-                result = self.sink.commit_epoch(
-                    inp.epoch, rows(), state if self.sink.writes_before_commit() else state(),
-                    plan=self.log.plan_summary(plan, budget, ahead.ranges), staged=ahead.staged)
+                with self._commit_lock:
+                    if self.stopped is not None:  # dropped or stopped under the step: nothing lands
+                        msg = f"job {self.name} commits nothing more: {self.stopped}"
+                        raise LaneStoppedError(msg)
+                    result = self.sink.commit_epoch(
+                        inp.epoch, rows(), state if self.sink.writes_before_commit() else state(),
+                        plan=self.log.plan_summary(plan, budget, ahead.ranges), staged=ahead.staged)
             except Exception as exc:
                 if live_only is None or isinstance(exc, SourceBackfillError) or "states" in taken:
                     raise  # the rows were written (or the sink refused): not the history read's fault
@@ -488,6 +540,7 @@ class SourceBackfillJob:
                 self._recover(recovered)
         self.committed_epoch = inp.epoch
         self.processed_epoch = inp.epoch
+        self.live_to = dict(inp.end)
         elapsed = time.monotonic() - t0
         inline = (sum(counts.values()), written.read_s)
         if result.committed:
@@ -533,6 +586,7 @@ class SourceBackfillJob:
         """An epoch with nothing to commit is processed all the same (progress, metrics, read ahead)."""
         self.states = states
         self.processed_epoch = inp.epoch
+        self.live_to = dict(inp.end)
         self._account(inp, plan, {}, (0, 0.0), time.monotonic() - t0, committed=False, unchanged=True)
         if self.reads_ahead:
             self._read_ahead()
@@ -649,7 +703,13 @@ class SourceBackfillJob:
             self._read_ahead()
 
     def close(self, timeout_s: float = 30.0) -> None:
-        """Stop reading ahead: running reads are cancelled and staged files removed (none committed)."""
+        """Stop reading ahead: running reads are cancelled and staged files removed (none committed).
+
+        The job's lane commits nothing after this either (:meth:`stop_lane`; a step still running ends
+        at its commit).
+        """
+        if self.stopped is None:
+            self.stopped = "closed"
         self._reads.close(timeout_s)
         if self.gate is not None:
             self.gate.leave(self.name)

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from source_backfill import metrics
-from source_backfill.errors import SparkWorkTimeoutError
+from source_backfill.errors import SparkWorkCancelledError, SparkWorkTimeoutError
 
 logger = logging.getLogger(__name__)
 
@@ -209,6 +209,8 @@ class _Work:
     timeout_s: float
     deadline: float
     expired: bool = False
+    #: Why the work was cancelled by its job's control (a drop, a retry, the daemon stopping); None: not.
+    cancelled: str | None = None
 
 
 class SparkWork:
@@ -249,6 +251,9 @@ class SparkWork:
             yield
             failed = False
         except Exception as exc:
+            if work.cancelled is not None:
+                msg = f"{what} was cancelled: {work.cancelled}"
+                raise SparkWorkCancelledError(msg) from exc
             if work.expired:
                 msg = (f"{what} ran past its deadline of {timeout_s:g} s (sources[].job_timeout_s): its "
                        "Spark jobs were cancelled and the job failed alone (retry it to run it again)")
@@ -265,13 +270,31 @@ class SparkWork:
         if not failed:
             self.ledger.completed(job, kind)
 
+    def cancel(self, job: str, why: str) -> int:
+        """Cancel every Spark work of ``job`` in flight now (its job tags), and again each tick until it ends.
+
+        A work that does not start a Spark job right away (its next one comes later in the body) is
+        cancelled at that one's tick. Returns the works found.
+        """
+        now = time.monotonic()
+        with self._lock:
+            works = [(tag, w) for tag, w in self._works.items() if w.job == job]
+            for _, work in works:
+                work.cancelled = why
+                work.deadline = min(work.deadline, now)
+        for tag, _ in works:
+            self._sc.cancelJobsWithTag(tag)
+        if works:
+            logger.info('job Spark work cancelled job="%s" works=%d why="%s"', job, len(works), why)
+        return len(works)
+
     def tick(self) -> None:
         """Cancel the Spark jobs of every work past its deadline (again each tick until it returns)."""
         now = time.monotonic()
         with self._lock:
             late = [(tag, w) for tag, w in self._works.items() if now >= w.deadline]
         for tag, work in late:
-            if not work.expired:
+            if not work.expired and work.cancelled is None:
                 work.expired = True
                 metrics.SPARK_WORK_TIMEOUTS.labels(work.job).inc()
                 logger.error('job Spark work past its deadline, cancelling it job="%s" work="%s" '

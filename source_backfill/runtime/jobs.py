@@ -10,9 +10,13 @@ this base holds the rest once:
   at once; any other exception in its epoch rebuilds it from its table (its last commit is the truth);
   ``JOB_ATTEMPTS`` epochs failing in a row mark it failed. A job that cannot be built is failed too.
   Failed jobs are persisted by the registry, skipped at start, and come back with a ``retry``;
-* the jobs' epochs side by side: each job's epoch of one source epoch runs on a pool of
-  ``max_parallel_jobs`` threads (its own Spark jobs, its own commit), so the epoch takes about as long as
-  its slowest job, not the sum of them; the source epoch ends when every job's has;
+* each job on its own lane (:mod:`source_backfill.runtime.lanes`, :meth:`JobHost._run_lanes`): a Kafka
+  source's epoch hands every job whose lane is free its step, on a pool of ``max_parallel_jobs`` threads
+  (its own Spark jobs, its own commit), waits for them at most two triggers, and ends: a job still busy
+  when the next epoch comes skips it and rejoins by offsets. Control acts on a busy lane at once (its
+  Spark work cancelled by its job tag; a drop is marked applied once its lane is free, and nothing of the
+  job commits after it). A delta source still runs its jobs' epochs side by side and waits for all
+  (:meth:`JobHost._run_jobs`);
 * health in one shape (the source failing, its epochs stale).
 """
 
@@ -25,12 +29,14 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from source_backfill import metrics
-from source_backfill.errors import JobError, one_line
+from source_backfill.errors import JobError, LaneStoppedError, one_line
 from source_backfill.executors.job import Job
+from source_backfill.runtime.lanes import Lanes, lane_wait_s
 
 if TYPE_CHECKING:
     from source_backfill.config import JobSpec, SourceConfig
@@ -75,6 +81,13 @@ class JobHost(ABC, Generic[J]):
         self._repairs: dict[str, list[Mutation]] = {}
         self._repairs_finished: list[int] = []
         self._repairs_lock = threading.Lock()
+        #: Mutations that wait for their job's lane to be free (a drop, a retry, a new transform), applied
+        #: at a later epoch.
+        self._deferred: list[Mutation] = []
+        #: Each job's lane: its step in flight, its lag (``runtime/lanes.py``).
+        self.lanes = Lanes(lane_wait_s(config.trigger_interval_s))
+        #: Guards ``jobs`` against the lanes: a step failing rebuilds or fails its job on its lane's thread.
+        self._jobs_lock = threading.RLock()
 
     @property
     def name(self) -> str:
@@ -130,7 +143,8 @@ class JobHost(ABC, Generic[J]):
             return False
         job.paused = paused
         job.rate_limit = rate_limit
-        self.jobs[spec.name] = job
+        with self._jobs_lock:
+            self.jobs[spec.name] = job
         metrics.JOB_FAILED.labels(spec.name).set(0)
         self._publish(job)
         return True
@@ -141,21 +155,27 @@ class JobHost(ABC, Generic[J]):
         applied: list[Mutation] = []
         for m in mutations:
             job = self.jobs.get(m.job)
+            busy = self.lanes.busy(m.job)
             if m.kind == "create":
+                if job is None and busy:  # the same name's lane still ends a dropped job's step
+                    self._deferred.append(m)
+                    continue
                 if job is None and m.spec is not None:
                     self._add_job(m.spec, paused=False, rate_limit=m.spec.rate_limit)
             elif m.kind == "retry":
+                if busy:  # its step is cancelled; the retry replaces the job once its lane is free
+                    if job is not None:
+                        self._stop_lane(job, "retried", wait=False)
+                    self._deferred.append(m)
+                    continue
                 self._retry(m.job, epoch)
             elif m.kind == "drop":
-                if job is not None:
-                    job.close()
-                    del self.jobs[m.job]
-                self._job_failures.pop(m.job, None)
-                with self._repairs_lock:  # nothing left to repair: applied as nothing
-                    self._repairs_finished += [r.id for r in self._repairs.pop(m.job, [])]
-                self._crashes_reset(m.job)
-                metrics.forget_job(m.job)
-                logger.info('job dropped job="%s" epoch=%d', m.job, epoch)
+                if not self._drop(m.job, epoch):
+                    self._deferred.append(m)  # applied once its lane is free: nothing commits after it
+                    continue
+            elif job is not None and busy and m.kind not in ("pause", "resume", "throttle"):
+                self._deferred.append(m)  # a new transform, a repair: at the job's next step
+                continue
             elif job is not None:
                 if m.kind == "pause":
                     job.paused = True
@@ -167,6 +187,33 @@ class JobHost(ABC, Generic[J]):
                     continue  # applied later (a repair, once it is committed)
             applied.append(m)
         return applied
+
+    def _drop(self, name: str, epoch: int) -> bool:
+        """Take the job out: no step of it starts, its Spark work is cancelled, nothing of it commits.
+
+        Returns True once its lane is free (the drop is then applied), False while its step still ends.
+        """
+        with self._jobs_lock:
+            job = self.jobs.pop(name, None)
+        if job is not None:
+            self._stop_lane(job, "dropped")
+            job.close()
+            logger.info('job dropped job="%s" epoch=%d', name, epoch)
+        if self.lanes.busy(name):
+            return False
+        self._job_failures.pop(name, None)
+        with self._repairs_lock:  # nothing left to repair: applied as nothing
+            self._repairs_finished += [r.id for r in self._repairs.pop(name, [])]
+        self._crashes_reset(name)
+        self.lanes.forget(name)
+        metrics.forget_job(name)
+        return True
+
+    def _stop_lane(self, job: J, why: str, *, wait: bool = True) -> None:
+        """Nothing more of the job commits: its Spark work in flight is cancelled (a Kafka source's job).
+
+        Here: nothing (a delta source's job has no lane; it is closed between epochs).
+        """
 
     def _apply_job_mutation(self, job: J, m: Mutation) -> bool:
         """A mutation of a kind only some sources' jobs take (re-transform, repair); False: not applied yet.
@@ -180,9 +227,11 @@ class JobHost(ABC, Generic[J]):
 
     def _retry(self, name: str, epoch: int) -> None:
         """A retried job is built anew from its table (a running one is replaced)."""
-        old = self.jobs.pop(name, None)
+        with self._jobs_lock:
+            old = self.jobs.pop(name, None)
         if old is not None:
             old.close()
+        self.lanes.forget(name)
         self._job_failures.pop(name, None)
         try:
             record = self.registry.get(name)
@@ -214,6 +263,64 @@ class JobHost(ABC, Generic[J]):
             if s:  # one at a time, after the others: a next death names its job alone
                 self._run_job(job, epoch, run)
 
+    def _run_lanes(self, epoch: int, runs: Sequence[JobRun[J]], *, handed: Callable[[], None] | None = None,
+                   left: Callable[[], None] | None = None) -> list[str]:
+        """Hand each ``(job, run)`` of ``epoch`` to the job's lane; wait for them up to the lanes' bound.
+
+        A job whose lane is still busy with an earlier step skips this epoch (it rejoins by offsets at its
+        next one); one that has lagged past ``max_job_lag_s`` is failed. ``handed``/``left``: called as a
+        step is handed and as it ends (the caller keeps the batch for the steps that outlive the epoch).
+        Returns the jobs whose step still runs when the epoch ends.
+
+        While a job is suspect (Spark work in flight at the JVM's last deaths) the epoch runs as before
+        lanes: it waits for every busy lane, then for every job's step, the suspects' alone (
+        :meth:`_run_jobs`): a suspect's step must have nothing of another job beside it.
+        """
+        started = time.monotonic()
+        if any(self._suspect(job.name) for job, _ in runs):
+            for name in self.lanes.busy_jobs():
+                self.lanes.wait_idle(name, self.config.job_timeout_s)
+            self._run_jobs(epoch, runs)
+            return []
+        if self._pool is None:
+            self._pool = _Workers(self.config.max_parallel_jobs, f"jobs-{self.name}")
+        steps: dict[str, Future[Any]] = {}
+        for job, run in runs:
+            job.alone = False
+            if self.lanes.busy(job.name):
+                lag = self.lanes.skipped(job.name)
+                self._publish_lag(job.name, lag)
+                if lag > self.config.max_job_lag_s:
+                    self._fail(job.name, f"fell behind the live stream: its steps skipped the source's "
+                                         f"epochs for {lag:.0f} s (sources[].max_job_lag_s = "
+                                         f"{self.config.max_job_lag_s:g} s); retry it to rejoin by offsets")
+                continue
+            if handed is not None:
+                handed()
+            step = self._pool.submit(partial(self._lane_step, job, epoch, run, left))
+            self.lanes.handed(job.name, step)
+            steps[job.name] = step
+        still = self.lanes.wait(steps, started)
+        errors = [step.exception() for step in steps.values() if step.done()]
+        first = next((e for e in errors if e is not None), None)
+        if first is not None:
+            raise first
+        if still:
+            logger.info('epoch ends with lanes still busy source="%s" epoch=%d jobs=%s', self.name, epoch,
+                        ",".join(still))
+        return still
+
+    def _lane_step(self, job: J, epoch: int, run: Callable[[], object],
+                   left: Callable[[], None] | None) -> None:
+        """One step on the job's lane: its epoch (:meth:`_run_job`), timed for the lanes' book."""
+        t0 = time.monotonic()
+        try:
+            self._run_job(job, epoch, run)
+        finally:
+            self.lanes.ended(job.name, time.monotonic() - t0)
+            if left is not None:
+                left()
+
     def _run_together(self, epoch: int, runs: Sequence[JobRun[J]]) -> None:
         width = min(self.config.max_parallel_jobs, len(runs))
         if width <= 1:
@@ -240,13 +347,19 @@ class JobHost(ABC, Generic[J]):
         try:
             run()
         except JobError as exc:
-            self._fail(job.name, str(exc))
+            if self.jobs.get(job.name) is job:
+                self._fail(job.name, str(exc))
             return
         except Exception as exc:
             if self._stopping.is_set() or self._jvm_gone():
                 raise  # not the job's failure: nothing of it is rebuilt or failed
+            if self.jobs.get(job.name) is not job or isinstance(exc, LaneStoppedError):
+                logger.info('job step stopped job="%s" epoch=%d why="%s"', job.name, epoch, one_line(exc))
+                return  # dropped, retried or failed under its step: nothing of it to rebuild
             self._job_epoch_failed(job, epoch, exc)
             return
+        if self.jobs.get(job.name) is not job:
+            return  # dropped or replaced under its step: its progress is not published
         self._job_failures.pop(job.name, None)
         self._crashes_reset(job.name, epoch=True)
         self._publish(job)
@@ -259,9 +372,12 @@ class JobHost(ABC, Generic[J]):
         if self._jvm_gone():
             logger.warning('job not failed: the JVM is gone job="%s" error="%s"', name, error)
             return
-        job = self.jobs.pop(name, None)
+        with self._jobs_lock:
+            job = self.jobs.pop(name, None)
         if job is not None:
+            self._stop_lane(job, f"failed: {error}", wait=False)
             job.close()
+        self.lanes.forget(name)
         self._job_failures.pop(name, None)
         self.registry.set_failed(name, error)
         metrics.JOB_FAILED.labels(name).set(1)
@@ -277,13 +393,26 @@ class JobHost(ABC, Generic[J]):
         logger.warning('job epoch failed, rebuilding the job from its table job="%s" epoch=%d attempt=%d '
                        'error="%s"', job.name, epoch, count, error)
         job.close()
-        del self.jobs[job.name]
-        record = self.registry.get(job.name)
-        if self._build(record):
-            self._job_failures[job.name] = count
+        with self._jobs_lock:
+            if self.jobs.get(job.name) is not job:
+                return  # dropped or replaced meanwhile
+            del self.jobs[job.name]
+            record = self.registry.get(job.name)
+            if record.dropped or record.error is not None:
+                return
+            if self._build(record):
+                self._job_failures[job.name] = count
 
     def _publish(self, job: J) -> None:
-        self.registry.publish_progress(job.name, self._progress(job))
+        progress = self._progress(job)
+        lag = self.lanes.lag_s(job.name)
+        self.registry.publish_progress(job.name, replace(progress, lag_s=lag) if lag else progress)
+
+    def _publish_lag(self, name: str, lag: float) -> None:
+        """The job skipped an epoch: its published progress says for how long it has lagged."""
+        progress = self.registry.progress(name)
+        if progress is not None:
+            self.registry.publish_progress(name, replace(progress, lag_s=lag))
 
     # -- health -----------------------------------------------------------------------------------------
     def health(self, stale_after_intervals: float) -> dict[str, Any]:
@@ -295,7 +424,10 @@ class JobHost(ABC, Generic[J]):
             problems.append(f"{self.failing_what} failing ({self.query_failures} in a row): {self.error}")
         if age > stale_after:
             problems.append(f"no epoch for {age:.0f}s (more than {stale_after:.0f}s)")
+        lagging = {name: round(self.lanes.lag_s(name), 1) for name in sorted(self.jobs)
+                   if self.lanes.lag_s(name) > 0}
         return {
+            "lagging_jobs": lagging,
             "healthy": not problems,
             "ready": self.last_epoch_at is not None and not problems,
             "problems": problems,

@@ -15,7 +15,8 @@ if TYPE_CHECKING:
     from source_backfill.executors.source_backfill import SourceBackfillJob
     from source_backfill.executors.table_backfill import TableBackfillJob
 
-JobStatus = Literal["pending", "backfilling", "finished", "failed"]
+#: ``lagging``: the job's lane skips its source's epochs (it rejoins by offsets; ``lag_s`` says how long).
+JobStatus = Literal["pending", "backfilling", "finished", "lagging", "failed"]
 
 
 # -- data types -----------------------------------------------------------------------------------------
@@ -118,6 +119,9 @@ class JobProgress:
     #: Kafka jobs: record bytes (key + value) the history reads fetched from Kafka since the daemon
     #: started (what the archive served is not in it); None for table jobs.
     history_broker_bytes: int | None = None
+    #: Seconds the job's lane has been skipping its source's epochs (each step slower than the trigger;
+    #: it rejoins by offsets); 0 while it keeps up. Past ``sources[].max_job_lag_s`` the job is failed.
+    lag_s: float = 0.0
 
 
 def live_latency(window: LatencyWindow, now: float | None = None) -> LiveLatency:

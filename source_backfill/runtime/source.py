@@ -5,9 +5,12 @@ Each micro-batch is one epoch (epoch id = Spark ``batchId``). At the boundary, i
 1. read the batch's exact per-split start/end positions from the query's offset log;
 2. apply the queued mutations of this source's jobs (recorded durably by the registry before); a job's
    repairs wait for its turn in step 3, where they run before its epoch (``executors/repair.py``);
-3. run every job's epoch (plan, filter live, read history, commit output + state atomically), up to
-   ``max_parallel_jobs`` side by side (:meth:`JobHost._run_jobs`), the live batch read once for all;
-4. mark the mutations applied (repairs: once done or failed) and publish progress.
+3. hand every job its step on its own lane (plan, filter live, read history, commit output + state
+   atomically; :meth:`JobHost._run_lanes`, ``runtime/lanes.py``), up to ``max_parallel_jobs`` at once,
+   the live batch read once for all and kept until the last step that uses it ends; wait for the steps
+   at most two triggers: a job still busy goes on alone, skips the epochs that come meanwhile and
+   rejoins by offsets (the job checks that each batch starts where its output ends);
+4. mark the mutations applied (repairs: once done or failed; a drop: once its lane is free).
 
 A job already committed for this epoch skips it (replay after a crash). One job's failure never stalls
 the others: a :class:`~source_backfill.errors.JobError` marks the job failed at once; any other exception
@@ -85,7 +88,6 @@ class LiveSource(JobHost[SourceBackfillJob]):
         #: driver's consumer of small live batches (closed at stop).
         self.connector = connector
         self.checkpoint = state_root / "sources" / config.name / "checkpoint"
-        self._deferred: list[Mutation] = []
         self._lock = threading.Lock()
         self._query: StreamingQuery | None = None
         self._supervisor: threading.Thread | None = None
@@ -120,11 +122,18 @@ class LiveSource(JobHost[SourceBackfillJob]):
     def stop(self, timeout_s: float = 30.0) -> None:
         """Stop after the running epoch (if any) finishes; a later epoch is abandoned, never half-done."""
         self._stopping.set()
+        busy = [job for job in list(self.jobs.values()) if self.lanes.busy(job.name)]
+        for job in busy:  # their Spark work is cancelled: a lane's step ends now, nothing of it commits
+            job.stop_lane("the daemon is stopping", timeout_s=0)
         acquired = self._lock.acquire(timeout=timeout_s)
         if acquired:
             self._lock.release()
         else:
             logger.warning('epoch still running at shutdown, abandoning it source="%s"', self.name)
+        for job in busy:
+            if not job.stop_lane("the daemon is stopping", timeout_s=min(5.0, timeout_s)):
+                logger.warning('job step still committing at shutdown source="%s" job="%s"', self.name,
+                               job.name)
         self._close_pool()
         self.early.stop(timeout_s)
         for job in list(self.jobs.values()):
@@ -212,6 +221,7 @@ class LiveSource(JobHost[SourceBackfillJob]):
         # read once, only if a job reads the batch: the query's first batch with no job attached yet is
         # read by none (attaching waits for the next batch, whose start is known), so no Spark job runs
         read: tuple[pa.Table | None, dict[str, LiveStats]] | None = None
+        hold = _BatchHold(lambda: read is not None and read[0] is None and _unpersist(batch))
         try:
             if self._reads_batch(start):  # before the mutations: a failing batch leaves them queued
                 read = _rows_and_stats(batch, start, end, self.connector.read_small)
@@ -223,9 +233,10 @@ class LiveSource(JobHost[SourceBackfillJob]):
                                  interval_s=self.config.trigger_interval_s, rows=rows)
                 # attach needs the exact live position: a new job waits for an epoch whose start is known
                 self._share_width()
-                self._run_jobs(inp.epoch, [(job, functools.partial(self._job_turn, job, inp))
-                                           for job in list(self.jobs.values())
-                                           if job.states is not None or inp.start is not None])
+                self._run_lanes(inp.epoch, [(job, functools.partial(self._job_turn, job, inp))
+                                            for job in list(self.jobs.values())
+                                            if job.states is not None or inp.start is not None],
+                                handed=hold.take, left=hold.give)
                 self._steer_width()
             with self._repairs_lock:
                 finished, self._repairs_finished = self._repairs_finished, []
@@ -233,8 +244,7 @@ class LiveSource(JobHost[SourceBackfillJob]):
                 self.registry.mark_applied([m.id for m in applied] + finished, batch_id)
             self._next_start = end  # the next batch starts where this one ended (Spark's offset log)
         finally:
-            if read is not None and read[0] is None:
-                batch.unpersist()
+            hold.give()  # the batch is unpersisted once the last step that may read it has ended too
 
     def _job_turn(self, job: SourceBackfillJob, inp: EpochInput) -> bool:
         """The job's turn in an epoch: its repairs due (between its last commit and this one), its epoch."""
@@ -249,7 +259,7 @@ class LiveSource(JobHost[SourceBackfillJob]):
         """
         from source_backfill.executors.repair import run_repair
 
-        if job.failed is not None or job.committed_epoch is None:
+        if job.failed is not None or job.committed_epoch is None or job.stopped is not None:
             return
         with self._repairs_lock:
             due = list(self._repairs.get(job.name, []))
@@ -315,6 +325,11 @@ class LiveSource(JobHost[SourceBackfillJob]):
         job.gate = self.gate
         return job
 
+    def _stop_lane(self, job: SourceBackfillJob, why: str, *, wait: bool = True) -> None:
+        if not job.stop_lane(why, timeout_s=10.0 if wait else 0) and wait:
+            logger.warning('job step still committing after its lane was stopped job="%s" why="%s"',
+                           job.name, why)
+
     def _jvm_gone(self) -> bool:
         return self.work is not None and not self.work.alive()
 
@@ -332,6 +347,35 @@ class LiveSource(JobHost[SourceBackfillJob]):
         from source_backfill.runtime.progress import to_job_progress
 
         return to_job_progress(job)
+
+
+class _BatchHold:
+    """The live batch, kept for the steps that read it: released when the epoch and each of them end."""
+
+    def __init__(self, release: Callable[[], object]) -> None:
+        self._release = release
+        self._count = 1  # the epoch's own
+        self._lock = threading.Lock()
+
+    def take(self) -> None:
+        with self._lock:
+            self._count += 1
+
+    def give(self) -> None:
+        with self._lock:
+            self._count -= 1
+            last = self._count == 0
+        if last:
+            self._release()
+
+
+def _unpersist(batch: DataFrame) -> bool:
+    """Unpersist a live batch whose last reader ended (it may outlive its epoch: a lane's step)."""
+    try:
+        batch.unpersist()
+    except Exception as exc:  # noqa: BLE001 - the session may be stopping; the cache goes with it
+        logger.debug('live batch not unpersisted error="%s"', one_line(exc))
+    return True
 
 
 #: A live batch whose offset ranges bound it to at most this many rows is collected to the driver once

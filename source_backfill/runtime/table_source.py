@@ -125,7 +125,8 @@ class TableLiveSource(JobHost["TableBackfillJob"]):
             assert before is not None
             delivered = self.table.latest_version()
             epoch = self._epoch + 1
-            mutations = self._apply_mutations(self.registry.drain(self.name), epoch)
+            pending, self._deferred = self._deferred + self.registry.drain(self.name), []
+            mutations = self._apply_mutations(pending, epoch)
             live = self._live(before, delivered)
             self._run_jobs(epoch, [(job, partial(job.run_epoch, epoch, before, delivered,
                                                  live if job.needs_live() else None))

@@ -90,6 +90,14 @@ def test_rejoin_backfills_the_epochs_a_job_missed():
     assert out == {"t:0": B(9, 19), "t:1": B(2, 19), "t:2": B(8, 19), "t:3": F()}
 
 
+def test_rejoin_a_batch_that_overlaps_a_finished_splits_output_drops_what_was_emitted():
+    """A Finished split emits a batch whole only if it starts where the split's output ends."""
+    states = {"t:0": F(4), "t:1": F()}
+    out = rejoin(states, {"t:0": 15, "t:1": 10}, {"t:0": 10, "t:1": 10})
+    assert out == {"t:0": C(14), "t:1": F()}  # offsets 10..14 were emitted already: dropped again
+    assert rejoin(states, {"t:0": 10, "t:1": 10}, {"t:0": 10, "t:1": 10}) == states  # contiguous
+
+
 def test_finish_reported_vs_done_and_progress():
     states = {"t:0": C(5, 5, 6), "t:1": F(3, 3, 4), "t:2": B(1, 11, 2)}
     assert not is_finish_reported(states)

@@ -152,3 +152,39 @@ def test_work_past_its_deadline_is_cancelled_and_fails_with_the_deadline_in_its_
     finally:
         ticking.set()
     assert work.ledger.in_flight() == []
+
+
+def test_a_cancel_ends_only_that_jobs_work_says_why_and_is_not_a_timeout(tmp_path):
+    """A drop or a retry cancels the job's Spark work by its tags, at once and again at each tick."""
+    from source_backfill.errors import LaneStoppedError, SparkWorkCancelledError
+
+    work, sc = _work(tmp_path)
+    outcome: dict[str, BaseException | None] = {}
+    started = threading.Barrier(3, timeout=10)
+
+    def run(job: str) -> None:
+        try:
+            with work.running(job, f"{job}'s epoch 7", 600):
+                started.wait()
+                sc.run_job(30)
+            outcome[job] = None
+        except BaseException as exc:  # noqa: BLE001
+            outcome[job] = exc
+
+    threads = [threading.Thread(target=run, args=(job,)) for job in ("dropped", "other")]
+    for thread in threads:
+        thread.start()
+    started.wait()
+    assert work.cancel("dropped", "dropped") == 1
+    threads[0].join(10)
+    exc = outcome["dropped"]
+    assert isinstance(exc, SparkWorkCancelledError) and isinstance(exc, LaneStoppedError)
+    assert not isinstance(exc, SparkWorkTimeoutError)  # not the job's failure
+    assert "dropped's epoch 7 was cancelled: dropped" in str(exc)
+    assert threads[1].is_alive()  # the other job's work runs on
+    work.tick()  # a cancelled work is not reported as past its deadline
+    assert len(sc.cancelled) == 1
+    work.cancel("other", "the daemon is stopping")
+    threads[1].join(10)
+    assert isinstance(outcome["other"], SparkWorkCancelledError)
+    assert work.ledger.in_flight() == []

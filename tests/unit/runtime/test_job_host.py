@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -288,3 +289,119 @@ def test_a_job_that_cannot_be_built_is_failed(host_factory) -> None:
     host._recover_jobs()
     assert sorted(host.jobs) == ["fine"]
     assert host.registry.get("broken").error == "job could not start: table owned by another job"
+
+
+# -- lanes: the source's epoch never waits for a slow job (runtime/lanes.py) ----------------------------
+@pytest.fixture
+def lane_host(tmp_path: Path):
+    """A host on a 50 ms trigger (its epochs wait 100 ms for the steps), lag bound ``max_lag``."""
+    made: list[tuple[Host, JobRegistry]] = []
+
+    def make(names: list[str], max_lag: float = 900.0) -> Host:
+        registry = JobRegistry(tmp_path / f"lanes{len(made)}", ["src"])
+        host = Host(SourceConfig(name="src", topics=["t"], max_parallel_jobs=4, trigger_interval_s=0.05,
+                                 max_job_lag_s=max_lag), registry)
+        for name in names:
+            registry.create(JobSpec(name=name, source="src", sink_path=f"/tables/{name}"))
+        host._recover_jobs()
+        made.append((host, registry))
+        return host
+
+    yield make
+    for host, registry in made:
+        host._close_pool()
+        registry.close()
+
+
+def test_a_slow_job_holds_neither_the_epoch_nor_its_neighbours(lane_host) -> None:
+    """A step that blocks: the epoch ends without it, the others run every epoch, the slow one skips."""
+    host = lane_host(["slow", "a", "b"])
+    release = threading.Event()
+    ran: dict[str, list[int]] = {"slow": [], "a": [], "b": []}
+
+    def runs(epoch: int) -> list[Any]:
+        def run(job: FakeJob) -> None:
+            ran[job.name].append(epoch)
+            if job.name == "slow" and epoch == 1:
+                assert release.wait(30)
+            job.run_epoch(epoch)
+        return [(job, partial(run, job)) for job in list(host.jobs.values())]
+
+    assert host._run_lanes(1, runs(1)) == ["slow"]  # ended without it
+    for epoch in (2, 3, 4):
+        host._run_lanes(epoch, runs(epoch))
+        assert host.jobs["a"].committed_epoch == host.jobs["b"].committed_epoch == epoch
+    assert ran["slow"] == [1] and host.lanes.busy("slow")
+    assert host.lanes.lag_s("slow") > 0
+    assert host.registry.progress("a").epoch == 4
+    release.set()
+    assert host.lanes.wait_idle("slow", 30)
+    host._run_lanes(5, runs(5))
+    assert ran["slow"] == [1, 5]  # its next step: the job rejoins by offsets there (its own check)
+    assert host.lanes.lag_s("slow") == 0  # it kept up again
+    assert host.registry.failed() == []
+
+
+def test_a_job_lagging_past_its_bound_is_failed_saying_so(lane_host) -> None:
+    host = lane_host(["slow", "a"], max_lag=0.001)
+    release = threading.Event()
+
+    def runs(epoch: int) -> list[Any]:
+        def run(job: FakeJob) -> None:
+            if job.name == "slow":
+                assert release.wait(30)
+            job.run_epoch(epoch)
+        return [(job, partial(run, job)) for job in list(host.jobs.values())]
+
+    host._run_lanes(1, runs(1))
+    host._run_lanes(2, runs(2))  # the first skip: the lag starts
+    time.sleep(0.01)
+    host._run_lanes(3, runs(3))
+    release.set()
+    error = host.registry.get("slow").error
+    assert error is not None and "fell behind the live stream" in error and "max_job_lag_s" in error
+    assert "slow" not in host.jobs and host.jobs["a"].committed_epoch == 3
+
+
+def test_a_drop_of_a_busy_job_is_applied_once_its_lane_is_free(lane_host) -> None:
+    host = lane_host(["slow", "a"])
+    release = threading.Event()
+    stopped: list[str] = []
+    host._stop_lane = lambda job, why, wait=True: stopped.append(why)  # type: ignore[method-assign]
+    slow = host.jobs["slow"]
+    host._run_lanes(1, [(slow, lambda: release.wait(30) and slow.run_epoch(1))])
+    host.registry.drop("slow")
+    applied = host._apply_mutations(host.registry.drain("src"), 2)
+    assert "drop" not in [m.kind for m in applied]  # not applied while it runs
+    assert "slow" not in host.jobs and slow.closed and stopped == ["dropped"]  # gone, its work cancelled
+    pending, host._deferred = host._deferred, []
+    assert [m.kind for m in pending] == ["drop"]
+    release.set()
+    assert host.lanes.wait_idle("slow", 30)
+    assert [m.kind for m in host._apply_mutations(pending, 3)] == ["drop"]
+    assert slow.committed_epoch == 1  # (a fake: a real job's commit is refused once its lane is stopped)
+    assert host.registry.progress("slow").epoch is None  # a step that ended after its drop publishes nothing
+
+
+def test_a_suspect_job_still_runs_alone_with_every_lane_idle(lane_host) -> None:
+    """Quarantine's rule across lanes: the epoch waits for the busy lanes, then runs the suspect alone."""
+    host = lane_host(["a", "s"])
+    host._suspect = lambda name: name == "s"  # type: ignore[method-assign]
+    lock = threading.Lock()
+    running: set[str] = set()
+    beside: dict[str, set[str]] = {}
+
+    def run(name: str) -> None:
+        with lock:
+            running.add(name)
+            beside.setdefault(name, set()).update(running)
+        time.sleep(0.2)  # longer than the lanes' wait: "a" of epoch 1 still runs when epoch 2 comes
+        with lock:
+            running.discard(name)
+
+    a = host.jobs["a"]
+    host._suspect = lambda name: False  # type: ignore[method-assign]
+    host._run_lanes(1, [(a, partial(run, "a"))])
+    host._suspect = lambda name: name == "s"  # type: ignore[method-assign]
+    host._run_lanes(2, [(job, partial(run, job.name)) for job in host.jobs.values()])
+    assert beside["s"] == {"s"}

@@ -1,0 +1,117 @@
+"""Each job's lane: its steps (its epochs) in order, one at a time, never holding its source's epoch.
+
+A source's epoch reads its batch once and hands every job whose lane is free its step
+(:meth:`source_backfill.runtime.jobs.JobHost._run_lanes`). It waits for those steps up to
+:func:`lane_wait_s` (two triggers), so a job that keeps up ends its step inside the epoch as before; a
+step still running then goes on alone, and the source's next epochs do not wait for it. A job whose lane
+is still busy when the next epoch comes **skips** that epoch: its next step does not start where its
+output ends, and the job rejoins by offsets (``core.plan.rejoin``: its splits read the skipped offsets
+from Kafka, or the archive, and hand over by the row rules). That is a lane's whole backlog: a bound of
+zero pending epochs, kept as offset ranges by the job's own output positions (nothing to spill, nothing
+to lose on a crash; a queue of kept batches would only save the re-read of a few seconds of records).
+
+This module keeps the lanes' book: which step is in flight, which jobs ran slower than the wait last time
+(the epoch does not wait for those), and for how long a job has been skipping epochs (its lag: a metric,
+its status, and past ``max_job_lag_s`` the job is failed — the source's checkpoint moves on without a
+lagging job, and a lag past the topic's retention would lose records).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future, wait
+
+from source_backfill import metrics
+
+#: How many triggers a source's epoch waits for the steps it handed out before it ends without them.
+WAIT_TRIGGERS = 2.0
+
+
+def lane_wait_s(trigger_interval_s: float) -> float:
+    """How long a source's epoch waits for its jobs' steps (two triggers)."""
+    return WAIT_TRIGGERS * trigger_interval_s
+
+
+class Lanes:
+    """The book of one source's lanes: steps in flight, slow lanes, lag per job. Thread-safe."""
+
+    def __init__(self, wait_s: float) -> None:
+        self.wait_s = wait_s
+        self._lock = threading.Lock()
+        #: The step in flight per job (queued or running).
+        self._steps: dict[str, Future[object]] = {}
+        #: Jobs whose last step ran past ``wait_s``: their next step is not waited for either.
+        self._slow: set[str] = set()
+        #: When each lagging job first skipped an epoch (since it last kept up).
+        self._behind_since: dict[str, float] = {}
+
+    def busy(self, job: str) -> bool:
+        """Whether the job has a step in flight (queued behind others, or running)."""
+        with self._lock:
+            step = self._steps.get(job)
+        return step is not None and not step.done()
+
+    def busy_jobs(self) -> list[str]:
+        """The jobs with a step in flight."""
+        with self._lock:
+            return sorted(name for name, step in self._steps.items() if not step.done())
+
+    def handed(self, job: str, step: Future[object]) -> None:
+        """The job's step was handed to its lane."""
+        with self._lock:
+            self._steps[job] = step
+
+    def wait(self, steps: dict[str, Future[object]], started: float) -> list[str]:
+        """Wait for the ``steps`` of jobs not known to be slow, up to ``wait_s`` after ``started``.
+
+        Returns the jobs whose step is still running then (they go on alone).
+        """
+        with self._lock:
+            waited = [step for name, step in steps.items() if name not in self._slow]
+        wait(waited, timeout=max(0.0, started + self.wait_s - time.monotonic()))
+        return sorted(name for name, step in steps.items() if not step.done())
+
+    def wait_idle(self, job: str, timeout_s: float) -> bool:
+        """Wait until the job's lane is free (its step ended); False after ``timeout_s``."""
+        with self._lock:
+            step = self._steps.get(job)
+        if step is None:
+            return True
+        done, _ = wait([step], timeout=timeout_s)
+        return bool(done)
+
+    def ended(self, job: str, seconds: float) -> None:
+        """The job's step ended after ``seconds``: a step within the wait means the job keeps up again."""
+        metrics.JOB_STEP_DURATION.labels(job).observe(seconds)
+        with self._lock:
+            if seconds > self.wait_s:
+                self._slow.add(job)
+                return
+            self._slow.discard(job)
+            caught_up = self._behind_since.pop(job, None) is not None
+        if caught_up:
+            metrics.JOB_LAG_SECONDS.labels(job).set(0)
+
+    def skipped(self, job: str, now: float | None = None) -> float:
+        """The job's lane was busy when an epoch came: it skips it. Returns how long it has lagged."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            since = self._behind_since.setdefault(job, now)
+        lag = now - since
+        metrics.JOB_EPOCHS_SKIPPED.labels(job).inc()
+        metrics.JOB_LAG_SECONDS.labels(job).set(lag)
+        return lag
+
+    def lag_s(self, job: str, now: float | None = None) -> float:
+        """Seconds the job has been skipping epochs (0: it keeps up)."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            since = self._behind_since.get(job)
+        return 0.0 if since is None else now - since
+
+    def forget(self, job: str) -> None:
+        """The job left (dropped, failed, rebuilt): its lag and slowness start anew."""
+        with self._lock:
+            self._slow.discard(job)
+            self._behind_since.pop(job, None)
