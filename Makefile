@@ -11,7 +11,7 @@ PYTEST_ARGS ?= --durations=25
 TEST_WORKERS ?= 2
 TEST_WORKERS_ARGS := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
-.PHONY: venv jars test-deps run run-table test test-slow test-containers unit integration lint bench chaos clean
+.PHONY: venv jars test-deps run run-table test test-slow test-containers unit integration lint docs bench chaos clean
 
 venv: $(STAMP)
 
@@ -63,9 +63,17 @@ integration: $(STAMP) jars
 ## ruff, mypy strict on the core, and the layers (pyproject.toml's [tool.importlinter]: every import of
 ## source_backfill and connectors, lazy ones too, points down; docs/architecture.md, "Layers").
 lint: $(STAMP)
-	$(VENV)/bin/ruff check source_backfill connectors tests bench examples deploy
+	$(VENV)/bin/ruff check source_backfill connectors tests bench examples deploy docs
 	$(VENV)/bin/mypy source_backfill connectors
 	$(VENV)/bin/lint-imports --no-logo
+
+## The documentation site (mkdocs.yml over docs/): the configuration, HTTP API and CLI references generated
+## from the code into docs/reference/ (docs/gen.py), then built with --strict into site/ (a broken link or
+## anchor fails; NO_MKDOCS_2_WARNING quiets Material's banner about MkDocs 2). `$(VENV)/bin/mkdocs serve`
+## previews it once the references are generated.
+docs: $(STAMP)
+	$(PY) docs/gen.py
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 ## The crash suite as a soak: CYCLES kill/restart cycles of the daemon process, then exactly once.
 CYCLES ?= 200
@@ -79,4 +87,4 @@ bench: $(STAMP) jars
 	$(PY) -m bench $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache var
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache var site docs/reference

@@ -2,5 +2,6 @@
 
 from pathlib import Path
 
-#: Every benchmark's figures, merged (``bench/__main__.py``); the README's goals table is written from it.
+#: Every benchmark's figures, merged (``bench/__main__.py``); the goals table of docs/benchmarks.md is
+#: written from it.
 RESULTS = Path(__file__).parent / "results" / "latest.json"

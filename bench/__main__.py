@@ -70,7 +70,8 @@ def main(argv: list[str]) -> int:
         from bench import report
 
         if report.update():
-            print("\nREADME.md: the goals table is written from bench/results/latest.json", flush=True)
+            print("\ndocs/benchmarks.md: the goals table is written from bench/results/latest.json",
+                  flush=True)
     if failed:
         print(f"\nfailed benchmarks: {', '.join(failed)}", flush=True)
     return 1 if failed else 0

@@ -46,8 +46,9 @@ LOAD_BACKFILLING = LOAD_JOBS // 2
 PARALLEL_JOBS = int(os.environ.get("BENCH_LOAD_PARALLEL_JOBS") or 0) or None
 LOAD_HISTORY = 100_000 if QUICK else 500_000
 LIVE_PER_S = 1000.0
-# The trigger the load runs at: 1 s epochs do not hold with 10 jobs on 2 cores (17 s on average, see the
-# README), so the stated figure is at a 30 s trigger; BENCH_LOAD_INTERVAL_S=1 measures the shortfall.
+# The trigger the load runs at: 1 s epochs do not hold with 10 jobs on 2 cores (17 s on average, see
+# docs/benchmarks.md), so the stated figure is at a 30 s trigger; BENCH_LOAD_INTERVAL_S=1 measures the
+# shortfall.
 INTERVAL_S = float(os.environ.get("BENCH_LOAD_INTERVAL_S", "30"))
 #: Seconds between the checks of the JVM's health (and of the daemon's memory) during the load.
 WATCH_S = 2.0

@@ -1,7 +1,7 @@
-"""The README's table of goals, written from ``bench/results/latest.json``: ``python -m bench.report``.
+"""The goals table of docs/benchmarks.md, from ``bench/results/latest.json``: ``python -m bench.report``.
 
 ``make bench`` calls it after a full run. It rewrites what sits between the two markers below in
-README.md: one row per goal with the figure measured last, when it was measured, and plainly whether the
+docs/benchmarks.md: one row per goal with the figure measured last, when it was measured, and whether the
 goal is met. Figures a run did not produce are shown as "not measured", never left stale without saying
 so. The hand-written tables after it keep the context (earlier runs, variants tried).
 ``python -m bench.report RUN.json ...`` writes the table from several runs' ``latest.json`` instead:
@@ -20,7 +20,8 @@ from typing import Any
 
 from bench import RESULTS
 
-README = Path(__file__).parent.parent / "README.md"
+#: The page holding the goals table (named README while the table lived in README.md).
+README = Path(__file__).parent.parent / "docs" / "benchmarks.md"
 BEGIN = "<!-- bench-goals:begin (written by python -m bench.report from bench/results/latest.json) -->"
 END = "<!-- bench-goals:end -->"
 

@@ -114,16 +114,18 @@ class _Start(_Frozen):
 class EarliestStart(_Start):
     """Backfill from the earliest offset still in the log (the default)."""
 
-    kind: Literal["earliest"] = "earliest"
+    kind: Literal["earliest"] = Field(default="earliest", description="`earliest`: from the log start.")
 
 
 class OffsetsStart(_Start):
     """Backfill from an explicit offset per split (``"topic:partition" -> offset``); others from earliest."""
 
-    kind: Literal["offsets"] = "offsets"
+    kind: Literal["offsets"] = Field(default="offsets", description="`offsets`: from an offset per split.")
     #: The schema states the rule _split_ids checks, so API clients (and the schema fuzzer) see it.
     offsets: dict[str, Annotated[int, Field(ge=0)]] = Field(
-        json_schema_extra={"propertyNames": {"pattern": r"^[\s\S]+:[0-9]+$"}}
+        json_schema_extra={"propertyNames": {"pattern": r"^[\s\S]+:[0-9]+$"}},
+        description='The first offset to backfill per split, `{"topic:partition" = offset}`; the splits it '
+                    "does not name start at the earliest offset.",
     )
 
     @field_validator("offsets")
@@ -140,8 +142,10 @@ class OffsetsStart(_Start):
 class TimestampStart(_Start):
     """Backfill from the first record at or after ``timestamp_ms`` (Kafka record timestamps)."""
 
-    kind: Literal["timestamp"] = "timestamp"
-    timestamp_ms: Annotated[int, Field(ge=0)]
+    kind: Literal["timestamp"] = Field(default="timestamp", description="`timestamp`: from a record time.")
+    timestamp_ms: Annotated[int, Field(ge=0)] = Field(
+        description="Milliseconds since the Unix epoch: each split starts at its first record whose Kafka "
+                    "timestamp is at or after it (in the source's archive too, below the log start).")
 
 
 class LatestStart(_Start):
@@ -150,7 +154,8 @@ class LatestStart(_Start):
     Every split is Finished at attach; the live stream brings what follows.
     """
 
-    kind: Literal["latest"] = "latest"
+    kind: Literal["latest"] = Field(default="latest",
+                                    description="`latest`: no history, only records after the attach.")
 
 
 StartSpec = Annotated[
@@ -168,21 +173,23 @@ class HistoryWidthConfig(_Frozen):
     into offset pieces so that it can use its share.
     """
 
-    #: The width is never below this (tasks of all the source's copies together).
-    min_tasks: int = Field(default=1, gt=0, le=4096)
-    #: Never above this; None: the task slots Spark has (the cores of ``local[N]``, the executors' cores
-    #: on a cluster).
-    max_tasks: int | None = Field(default=None, gt=0, le=4096)
-    #: Below one task (``min_tasks`` 1) the governor slows the copies down to this share of the time at
-    #: the least, one task copying that share of the time (``runtime/width.py``); 1.0: never below one
-    #: task copying all the time.
-    min_duty: float = Field(default=0.125, gt=0, le=1.0)
-    #: Governor off: every copy runs this many tasks (at least ``min_tasks``, at most ``max_tasks``).
-    fixed_tasks: int | None = Field(default=None, gt=0, le=4096)
-    #: The live latency (p99, seconds) the governor keeps. None: ``latency_target_ratio`` x the p99 the
-    #: Finished jobs had while no copy ran.
-    latency_target_s: float | None = Field(default=None, gt=0)
-    latency_target_ratio: float = Field(default=1.2, ge=1.0, le=100.0)
+    min_tasks: int = Field(default=1, gt=0, le=4096, description=(
+        "The width is never below this many tasks (of all the source's copies together)."))
+    max_tasks: int | None = Field(default=None, gt=0, le=4096, description=(
+        "The width is never above this many tasks; unset: the task slots Spark has (the N of `local[N]`, "
+        "the executors' cores on a cluster, read again every 30 s)."))
+    min_duty: float = Field(default=0.125, gt=0, le=1.0, description=(
+        "Below one task (with `min_tasks` 1) the governor slows the copies down to this share of the time "
+        "at the least, one task copying that share of the time (`runtime/width.py`); `1.0`: never below "
+        "one task copying all the time."))
+    fixed_tasks: int | None = Field(default=None, gt=0, le=4096, description=(
+        "Governor off: every copy runs this many tasks (at least `min_tasks`, at most `max_tasks`); the "
+        "benchmarks compare fixed widths so."))
+    latency_target_s: float | None = Field(default=None, gt=0, description=(
+        "The live latency (p99 of the Finished jobs' live rows, seconds) the governor keeps; unset: "
+        "`latency_target_ratio` × the p99 the Finished jobs had while no copy ran."))
+    latency_target_ratio: float = Field(default=1.2, ge=1.0, le=100.0, description=(
+        "The default target, relative to the Finished jobs' p99 while no copy ran (the last minute's)."))
 
     @model_validator(mode="after")
     def _bounds(self) -> HistoryWidthConfig:
@@ -201,20 +208,21 @@ class ArchiveConfig(_Frozen):
     to use it (``history_source``).
     """
 
-    #: The archive's Delta table (its ``topic``, ``partition``, ``offset`` columns and the rest of
-    #: Kafka's, as a job of this service without a transform writes them).
-    path: str = Field(min_length=1)
-    #: The archive's records are Kafka's wherever both hold an offset (this service's own identity job
-    #: wrote it, each offset once): it is read wherever it holds offsets. False (a foreign table): it is
-    #: read only below the log start, where nothing is left to compare it with; Kafka serves the rest.
-    trusted: bool = False
-    #: An archive not ``trusted`` that overlaps what Kafka still holds is compared with Kafka there before
-    #: a job reads it: this many offsets per split from the log start (``core.tiers.overlap_window``),
-    #: record by record (key, value, timestamp, timestampType); a difference refuses the archive (its jobs
-    #: fail, saying where). It proves the archive is a copy of this topic's log (not a recreated topic's,
-    #: not a transformed table) before its part below the log start, which nothing can check, is copied.
-    #: 0: not compared.
-    check_offsets: int = Field(default=1000, ge=0, le=10_000_000)
+    path: str = Field(min_length=1, description=(
+        "The archive's Delta table: its `topic`, `partition`, `offset` columns and the rest of Kafka's, as "
+        "a job of this service without a transform writes them."))
+    trusted: bool = Field(default=False, description=(
+        "The archive's records are Kafka's wherever both hold an offset (this service's own identity job "
+        "wrote it, each offset once): it is read wherever it holds offsets. `false` (a foreign table): it "
+        "is read only below the log start, where nothing is left to compare it with; Kafka serves the "
+        "rest."))
+    check_offsets: int = Field(default=1000, ge=0, le=10_000_000, description=(
+        "An archive not `trusted` that overlaps what Kafka still holds is compared with Kafka there before "
+        "a job reads it: this many offsets per split from the log start (`core.tiers.overlap_window`), "
+        "record by record (key, value, timestamp, timestampType). A difference, or a record one side "
+        "lacks, refuses the archive (its jobs fail, naming split and offset): it proves the archive is a "
+        "copy of this topic's log before its part below the log start, which nothing can check, is "
+        "copied. `0`: not compared."))
 
 
 class SourceConfig(_Frozen):
@@ -225,68 +233,93 @@ class SourceConfig(_Frozen):
     its jobs copy the table with a table-backfill ``strategy``, then follow its changes.
     """
 
-    name: Name
-    kind: Literal["kafka", "delta"] = "kafka"
-    #: How a ``kafka`` source reads Kafka: ``spark`` = Spark's own Kafka source (spark-sql-kafka, the jar
-    #: ``make jars`` fetches), ``python`` = the project's Python data source (``kafka_py``), the fallback
-    #: for a cluster without the jar. Same rows, offsets and ranges (contract-tested on both).
-    connector: Literal["spark", "python"] = "spark"
-    #: The Delta table a ``delta`` source follows (its change data feed must be on).
-    table_path: str | None = None
-    #: The primary-key columns of a ``delta`` source (integer or string columns; they order the copy).
-    primary_key: list[str] = Field(default_factory=list)
-    #: A ``delta`` source's snapshot jobs replay at most this many table versions per epoch (more when
-    #: more arrived, so their lag shrinks every epoch).
-    replay_versions_per_epoch: int = Field(default=16, gt=0)
-    #: Rows a table-backfill job reads per vnode per epoch (of 256 vnodes), before its rate limit.
-    chunk_rows: int = Field(default=1024, gt=0)
-    #: A ``delta`` source's table version of more rows than this is spilled to local disk by vnode, each
-    #: vnode sorted by key, and its chunks read from there (the driver holds one vnode's rows at a time);
-    #: up to it, the version is sorted in the driver's memory (faster).
-    table_index_rows: int = Field(default=1_000_000, ge=0)
-    #: A snapshot or chain job whose pinned version holds at least this many rows (by the log's file
-    #: statistics) copies it with Spark, by data file, when the daemon runs Spark (it does with a
-    #: ``kafka`` source, or with ``spark.tables``); None: always on the driver with delta-rs. Measured
-    #: (bench scale_table): equal at 100k rows, Spark in 0.6 of the driver's time at 300k, 0.4 at 1M.
-    spark_copy_rows: int | None = Field(default=250_000, ge=0, le=10**15, strict=True)
-    #: A copy by Spark takes at most this many rows (whole files) an epoch: its unit of progress, and
-    #: what a crash redoes.
-    spark_copy_epoch_rows: int = Field(default=20_000_000, gt=0, le=10**15, strict=True)
-    #: ``host:port,...``, ``embedded``, or ``${VAR}``: the value of environment variable ``VAR`` (a
-    #: container image's config names ``${KAFKA_BOOTSTRAP_SERVERS}`` and the deployment sets it).
-    bootstrap_servers: str = EMBEDDED
-    topics: list[str] = Field(default_factory=list)
-    #: A regex of topics instead of (or besides) ``topics``; topics that appear later are picked up.
-    topic_pattern: str | None = None
-    #: ``kafka.*`` options passed to the consumer (without the prefix), e.g. security settings.
-    kafka: dict[str, str] = Field(default_factory=dict)
-    trigger_interval_s: float = Field(default=1.0, gt=0)
-    max_offsets_per_trigger: int | None = Field(default=None, gt=0)
-    #: Spark tasks one Kafka read makes at most (small partitions are packed together); None: twice
-    #: Spark's default parallelism (the cores of ``local[*]``, of the executors on a cluster).
-    max_read_tasks: int | None = Field(default=None, gt=0)
-    #: Where the live stream starts the first time the source runs (jobs backfill what lies before).
-    starting_offsets: Literal["earliest", "latest"] = "latest"
-    fail_on_data_loss: bool = True
-    #: A Kafka read (a live batch's or a history read's) that makes no progress for this long fails: the
-    #: live query is restarted, a history read backs off (``kafkaConsumer.pollTimeoutMs`` of the reader).
-    poll_timeout_s: float = Field(default=60.0, gt=0)
-    #: A job's Spark work in one epoch (its transform over the live batch, history read in the epoch) or
-    #: in one history read ahead that runs longer than this is cancelled and that job fails alone.
-    job_timeout_s: float = Field(default=300.0, gt=0)
-    #: The jobs' steps (their epochs) that run at once, each job on its own lane (its steps in order,
-    #: its own Spark jobs and commit). The source's epoch never waits for a lane: a job whose step has
-    #: not ended (or not started) when the next epoch comes skips that epoch and rejoins by offsets.
-    max_parallel_jobs: int = Field(default=4, gt=0, le=64)
-    #: A job whose lane keeps skipping the source's epochs (each step slower than the trigger) for longer
-    #: than this is failed, saying so: the source's checkpoint moves on without it, and a lag past the
-    #: topic's retention would lose records (``job_lag_seconds`` shows the lag meanwhile).
-    max_job_lag_s: float = Field(default=900.0, gt=0)
-    #: How wide the jobs' history copies run: governed by the live latency (``HistoryWidthConfig``).
-    history_width: HistoryWidthConfig = Field(default_factory=HistoryWidthConfig)
-    #: A Kafka source's archive tier: history read from a Delta table of its records (``ArchiveConfig``),
-    #: or from several, in order (an offset from the first that holds it).
-    archive: ArchiveConfig | list[ArchiveConfig] | None = None
+    name: Name = Field(description="The source's name (jobs name it); one shared live stream per source.")
+    kind: Literal["kafka", "delta"] = Field(default="kafka", description=(
+        "`kafka`: one streaming query reading `topics`. `delta`: the source is a Delta table with change "
+        "data feed (`table_path`, keyed by `primary_key`), copied and followed by table-backfill jobs "
+        "(docs/architecture.md, \"Table backfill\")."))
+    connector: Literal["spark", "python"] = Field(default="spark", description=(
+        "How a `kafka` source reads Kafka: `spark` = Spark's own Kafka source (spark-sql-kafka, the jar "
+        "`make jars` fetches) for the live stream and every history read; `python` = the project's Python "
+        "data source (`kafka_py`), the fallback for a cluster without the jar. Same rows, offsets and "
+        "ranges (`tests/integration/kafka/test_contract.py` runs on both)."))
+    table_path: str | None = Field(default=None, description=(
+        "The Delta table a `delta` source follows (its change data feed must be on)."))
+    primary_key: list[str] = Field(default_factory=list, description=(
+        "The key columns of a `delta` source (integer or string columns; they order the copy)."))
+    replay_versions_per_epoch: int = Field(default=16, gt=0, description=(
+        "Table versions a snapshot or chain job replays per epoch (more when more arrived: its lag shrinks "
+        "every epoch)."))
+    chunk_rows: int = Field(default=1024, gt=0, description=(
+        "Rows a table-backfill job reads per vnode (of 256) per epoch, before its rate limit."))
+    table_index_rows: int = Field(default=1_000_000, ge=0, description=(
+        "A `delta` source's table version of more rows than this (by the log's file statistics) is spilled "
+        "to local disk (the system's temporary folder) by vnode, each vnode sorted by key, and the "
+        "snapshot and arrangement chunks are read from there: the driver holds one vnode's rows at a time "
+        "instead of the whole version (`connectors/delta/spill.py`). Up to it the version is sorted in "
+        "memory, which is faster."))
+    spark_copy_rows: int | None = Field(default=250_000, ge=0, le=10**15, strict=True, description=(
+        "A snapshot or chain job whose pinned version holds at least this many rows (by the log's file "
+        "statistics) copies it with Spark's executors, whole data files per epoch (the copy by files), "
+        "when the daemon runs Spark (it does with a `kafka` source, or with `spark.tables`); `false`: "
+        "always on the driver with delta-rs; `0`: every copy on Spark. Measured (bench `scale_table`): "
+        "equal at 100k rows, Spark faster from 300k."))
+    spark_copy_epoch_rows: int = Field(default=20_000_000, gt=0, le=10**15, strict=True, description=(
+        "A copy by files takes at most this many rows (whole files; at least one) an epoch: its unit of "
+        "progress and of what a crash redoes."))
+    bootstrap_servers: str = Field(default=EMBEDDED, description=(
+        "Kafka bootstrap servers (`host:port,...`), `embedded` for the embedded Apache Kafka (its log under "
+        "`state_root/kafka`), or `${VAR}`: the value of the environment variable `VAR` (the image's config "
+        "names `${KAFKA_BOOTSTRAP_SERVERS}`)."))
+    topics: list[str] = Field(default_factory=list, description=(
+        "The topics a `kafka` source reads (or `topic_pattern`)."))
+    topic_pattern: str | None = Field(default=None, description=(
+        "A regex of topics instead of `topics`; topics that appear later are picked up."))
+    kafka: dict[str, str] = Field(default_factory=dict, description=(
+        "`kafka.*` consumer options without the prefix (security, ...). Both connectors read with "
+        "`isolation.level = read_committed` unless this says otherwise; Spark's consumers with "
+        "`max.poll.records = 10000` (the Java client's 500 read history ~30 % slower). A source's history "
+        "reads share its consumers under the group `source-backfill-<source>-history-<digest of the kafka "
+        "options>-<poll>`, polling 1,000 records when their largest range is at most that, else 10,000 "
+        "(docs/architecture.md, \"History read ahead\"); a `group.id` here is used for every read "
+        "instead."))
+    trigger_interval_s: float = Field(default=1.0, gt=0, description=(
+        "The epoch interval: an epoch every trigger, on a quiet topic too (the Spark connector's tick, "
+        "docs/architecture.md, \"Idle topics\"); a source whose checkpoint was written before 2026-11-27 "
+        "keeps its old tick, an epoch at most once a second."))
+    max_offsets_per_trigger: int | None = Field(default=None, gt=0, description=(
+        "Admission control of the live stream: offsets per micro-batch at most (unset: all that arrived)."))
+    max_read_tasks: int | None = Field(default=None, gt=0, description=(
+        "Spark tasks one Kafka read makes at most: small partitions are read together (a 100-partition "
+        "topic is not 100 tasks per epoch); unset: twice Spark's default parallelism."))
+    starting_offsets: Literal["earliest", "latest"] = Field(default="latest", description=(
+        "Where the live stream starts the first time the source runs (jobs backfill what lies before)."))
+    fail_on_data_loss: bool = Field(default=True, description=(
+        "History below the log start fails the job, naming split and offsets; `false`: skipped and counted "
+        "(`job_data_loss_offsets_total`)."))
+    poll_timeout_s: float = Field(default=60.0, gt=0, description=(
+        "A Kafka read (a live batch's or a history read's) without progress this long fails (broker "
+        "unreachable): the live query restarts, a history read backs off."))
+    job_timeout_s: float = Field(default=300.0, gt=0, description=(
+        "A job's Spark work in one epoch (its transform over the live batch, history read in the epoch) or "
+        "in one read ahead that runs longer is cancelled, and that job fails alone."))
+    max_parallel_jobs: int = Field(default=4, gt=0, le=64, description=(
+        "The jobs' steps that run at once, each job on its own lane (its epochs in order, its own Spark "
+        "jobs and commit; the live batch is read once for all). The source's epoch waits for them at most "
+        "two triggers: a job still busy skips the next epochs and rejoins by offsets (docs: \"Lanes\")."))
+    max_job_lag_s: float = Field(default=900.0, gt=0, description=(
+        "A job whose lane keeps skipping its source's epochs (each step slower than the trigger) for "
+        "longer than this is failed, saying so: the source's checkpoint moves on without it, and a lag "
+        "past the topic's retention would lose records (`job_lag_seconds`, status `lagging`)."))
+    history_width: HistoryWidthConfig = Field(default_factory=HistoryWidthConfig, description=(
+        "How many Spark tasks the source's history copies (reads ahead) run together, governed by the live "
+        "latency by default; the jobs backfilling share the width (docs: \"History width\")."))
+    archive: ArchiveConfig | list[ArchiveConfig] | None = Field(default=None, description=(
+        "A Kafka source's archive tier: one Delta table of the topic's records as Kafka gave them, or a "
+        "list of them, in order (an offset is read from the first that holds it). A job's history offsets "
+        "below the log start that it holds are read from it (Spark, at the version pinned when the job "
+        "first reads it) instead of being lost. Its offsets held twice fail the jobs that read it (docs: "
+        "\"History beyond Kafka's retention\")."))
 
     @field_validator("archive")
     @classmethod
@@ -353,36 +386,48 @@ class SourceConfig(_Frozen):
 class JobSpec(_Frozen):
     """A downstream job: backfill the source's history, then follow it live, into a Delta table."""
 
-    name: Name
-    source: Name
-    sink_path: str = Field(min_length=1)
-    start: StartSpec = Field(default_factory=EarliestStart)
-    #: History rows per second; ``None`` = unlimited, ``0`` = read no history (loses nothing; resumes later).
+    name: Name = Field(description="The job's name (in paths, metric labels and URLs).")
+    source: Name = Field(description="The source the job reads (`sources[].name`).")
+    sink_path: str = Field(min_length=1, description=(
+        "The job's Delta table (a local path). It must lie inside `daemon.data_root` when that is set and "
+        "overlap neither the state root nor another job's table (docs: \"Security\", \"State and sinks\")."))
+    start: StartSpec = Field(default_factory=EarliestStart, description=(
+        'Where the job\'s history starts: `{kind = "earliest"}`, `{kind = "offsets", offsets = {"t:0" = '
+        '42}}`, `{kind = "timestamp", timestamp_ms = ...}` or `{kind = "latest"}` (no history: only records '
+        "after the attach position)."))
     #: strict: ``true`` is not 1 row/s, nor ``"5"`` a number (the schema says number, and so do we).
-    rate_limit: float | None = Field(default=None, ge=0, allow_inf_nan=False, strict=True)
-    max_rows_per_epoch: int | None = Field(default=None, gt=0)
-    #: Read history ahead of the epochs, in a background Spark job (FAIR pool ``history``), and commit it
-    #: at the next epoch boundary. Jobs with a transform always read history inside their epochs.
-    read_ahead: bool = True
-    #: Spark SQL over the Kafka columns, reading ``{source}``; ``None`` = identity.
-    #: Judged by allow-list on Spark's parsed plan (docs/architecture.md, "Transforms") before it runs.
-    transform: TransformText | None = None
-    #: What lands in the table. Kafka sources: ``append`` (the default). Delta sources: ``merge`` (the
-    #: default; the source's rows applied by key) or ``changelog`` (every change appended with
-    #: ``_change_type``, ``_epoch`` and ``_seq``, which order them). None: the source kind's default.
-    mode: Literal["append", "merge", "changelog"] | None = None
-    #: How a job on a ``delta`` source copies the table (docs: "Table backfill"): ``snapshot`` (pin the
-    #: version, copy it per vnode, replay the changes after it), ``arrangement`` (copy the moving table
-    #: per vnode, forward changes of the rows already copied) or ``chain`` (the pinned snapshot in one
-    #: pass, then the changes).
-    strategy: Literal["snapshot", "arrangement", "chain"] | None = None
-    #: Who commits the job's table: delta-rs (the default: 5-25x faster per epoch here, `make bench`) or
-    #: delta-spark (``txnAppId``/``txnVersion``; no history read ahead, history read in the epochs).
-    writer: Literal["delta-rs", "delta-spark"] = "delta-rs"
-    #: Where a Kafka job's history comes from (docs/architecture.md, "History tiers"): ``auto`` (the
-    #: source's archive for the offsets it holds, Kafka for the rest; Kafka alone without an archive),
-    #: ``kafka`` (the broker only), ``archive`` (the archive only: what it lacks is a gap or data loss).
-    history_source: Literal["auto", "kafka", "archive"] = "auto"
+    rate_limit: float | None = Field(default=None, ge=0, allow_inf_nan=False, strict=True, description=(
+        "History rows per second, met on average (a token bucket on the wall clock); unset: unlimited; `0`: "
+        "read no history for now (nothing is lost; it resumes when raised)."))
+    max_rows_per_epoch: int | None = Field(default=None, gt=0, description=(
+        "A cap on history offsets per epoch (and per read ahead)."))
+    read_ahead: bool = Field(default=True, description=(
+        "Copy history between epochs, in a background Spark job, its commit at the next epoch boundary (a "
+        "transform is applied as it copies); `false` reads it inside the epochs."))
+    transform: TransformText | None = Field(default=None, description=(
+        "One Spark SQL query over `{source}` (the Kafka columns), at most 16,384 characters; unset: "
+        "identity. Judged by allow-list on Spark's parsed plan before anything runs (only the plan nodes, "
+        "expressions and built-in functions `executors/transform_allowed.py` names; relations only "
+        "`{source}` and its own `WITH` names), else a 422 naming the construct (docs/architecture.md, "
+        "\"Transforms\")."))
+    mode: Literal["append", "merge", "changelog"] | None = Field(default=None, description=(
+        "What lands in the table. Kafka sources: `append` (the default). Delta sources: `merge` (the "
+        "default; the table copied by key) or `changelog` (every change appended with `_change_type`, "
+        "`_epoch` and `_seq`, which order them). Unset: the source kind's default."))
+    strategy: Literal["snapshot", "arrangement", "chain"] | None = Field(default=None, description=(
+        "How a job on a `delta` source copies the table: `snapshot` (pin the version, copy it per vnode, "
+        "replay the changes after it), `arrangement` (copy the moving table per vnode, forward changes of "
+        "the rows already copied) or `chain` (the pinned snapshot in one pass, then the changes); "
+        "docs/architecture.md, \"Table backfill\"."))
+    writer: Literal["delta-rs", "delta-spark"] = Field(default="delta-rs", description=(
+        "Who commits the job's table: `delta-rs` (an append written straight into the log while nothing "
+        "else wrote there, else a delta-rs commit), or `delta-spark` (5-25× slower per epoch here; history "
+        "then read inside the epochs)."))
+    history_source: Literal["auto", "kafka", "archive"] = Field(default="auto", description=(
+        "Kafka jobs: where history comes from. `auto`: the source's archive for what it holds (below the "
+        "log start, or everywhere when `trusted`), Kafka for the rest, and `earliest` starts at the lower "
+        "of the two (Kafka alone without an archive); `kafka`: the broker only; `archive`: the archive only "
+        "(what it lacks is a gap inside its span, else data loss; needs `sources[].archive`)."))
 
     @field_validator("transform")
     @classmethod
@@ -404,11 +449,16 @@ class RepairSpec(_Frozen):
     """
 
     splits: list[Annotated[str, Field(pattern=r"^[\s\S]+:[0-9]+$")]] = Field(
-        default_factory=list, max_length=MAX_REPAIR_SPLITS)
-    from_offset: int | None = Field(default=None, ge=0, strict=True)
-    to_offset: int | None = Field(default=None, ge=0, strict=True)
-    from_timestamp_ms: int | None = Field(default=None, ge=0, strict=True)
-    to_timestamp_ms: int | None = Field(default=None, ge=0, strict=True)
+        default_factory=list, max_length=MAX_REPAIR_SPLITS,
+        description='The splits to repair (`"topic:partition"`); empty: every split of the job.')
+    from_offset: int | None = Field(default=None, ge=0, strict=True, description=(
+        "The window's first offset (with `to_offset`)."))
+    to_offset: int | None = Field(default=None, ge=0, strict=True, description=(
+        "The offset after the window's last (exclusive)."))
+    from_timestamp_ms: int | None = Field(default=None, ge=0, strict=True, description=(
+        "Instead of offsets: the first Kafka timestamp (ms) of the window (resolved in Kafka)."))
+    to_timestamp_ms: int | None = Field(default=None, ge=0, strict=True, description=(
+        "The Kafka timestamp (ms) the window ends before (exclusive)."))
 
     @field_validator("splits")
     @classmethod
@@ -475,11 +525,23 @@ def check_job_fits_source(job: JobSpec, source: SourceConfig) -> None:
 class SparkConfig(_Frozen):
     """Where Spark runs and any extra Spark conf."""
 
-    master: str = "local[*]"
-    conf: dict[str, str] = Field(default_factory=dict)
-    #: Start Spark in a daemon of ``delta`` sources alone, so that their large snapshot and chain copies
-    #: run on it (``sources[].spark_copy_rows``); a daemon with a ``kafka`` source always runs Spark.
-    tables: bool = False
+    master: str = Field(default="local[*]", description=(
+        "Any Spark master (`local[N]`, `spark://host:7077`, `k8s://...`); the daemon is the application "
+        "and its driver (docs: \"Connecting to a cluster\")."))
+    conf: dict[str, str] = Field(default_factory=dict, description=(
+        "Spark conf over the defaults of `runtime/spark.py`'s `DEFAULT_CONF`: among them "
+        "`spark.driver.memory = 2g` (in local mode the one JVM's heap, executors included), "
+        "`spark.kafka.consumer.fetchedData.cache.timeout = 10s` (Spark's 5 min kept every history read's "
+        "last polls and ran the heap out under load), `spark.kafka.consumer.cache.capacity = 1024` "
+        "(Spark's 64 is a soft cap past which every borrow closes idle consumers), `spark.locality.wait = "
+        "0s` (the scheduler waited 3 s for the executor Spark's Kafka source prefers per partition). A "
+        "daemon with no `kafka` source also gets `TABLE_DAEMON_CONF`'s `spark.driver.extraJavaOptions` "
+        "(the serial collector, 10-20 % of the heap free after a collection; docs/architecture.md, "
+        "\"Table backfill\")."))
+    tables: bool = Field(default=False, description=(
+        "Start Spark in a daemon of `delta` sources alone, so that their large snapshot and chain copies "
+        "run on it (`sources[].spark_copy_rows`); without it such a daemon starts no JVM and copies on the "
+        "driver. A daemon with a `kafka` source always runs Spark."))
 
 
 #: Names the API always serves: a browser names them only for a page on this machine's loopback.
@@ -516,37 +578,42 @@ def _is_wildcard(host: str) -> bool:
 class ApiConfig(_Frozen):
     """The HTTP control API's bind address, token and request limits."""
 
-    host: str = "127.0.0.1"
-    port: int = Field(default=8080, ge=0, le=65535)
-    #: When set, mutating calls need ``Authorization: Bearer <token>``.
-    token: SecretStr | None = None
-    #: A file holding the token (a mounted Kubernetes Secret); read once at start, surrounding whitespace
-    #: stripped. Exclusive with ``token``.
-    token_file: Path | None = None
-    #: Guard the read-only job endpoints and ``/metrics`` with the token too (probes stay open).
-    guard_reads: bool = False
-    #: Requests with a larger body are refused with 413 before it is read.
-    max_body_bytes: int = Field(default=1 << 20, ge=1024)
-    #: Serve a non-loopback address without a token (anyone who reaches the port may drop jobs).
-    allow_unauthenticated: bool = False
-    #: Host names (or IP addresses) requests may name in their ``Host`` header, besides the loopback names
-    #: and a bind ``host`` that is not a wildcard, which are always served; any port. ``"*.example.com"``
-    #: also serves every subdomain, ``"*"`` any name (no defence against DNS rebinding then). Anything
-    #: else is refused with 421 (the probes ``/live`` and ``/ready`` answer whatever the Host).
-    allowed_hosts: list[str] = Field(default_factory=list)
-    #: A connection that has not sent a request's headers this long after it opened (or after its last
-    #: response) is closed: slow or idle clients cannot hold connections open.
-    header_timeout_s: float = Field(default=5.0, gt=0, le=300)
-    #: A request whose body has not arrived this long after its headers is cut off (its connection closed).
-    body_timeout_s: float = Field(default=30.0, gt=0, le=3600)
-    #: An idle keep-alive connection is closed after this long.
-    keep_alive_timeout_s: float = Field(default=5.0, gt=0, le=300)
-    #: Open connections at most (per port); a new one beyond it closes the one that has waited longest for
-    #: its client's headers or body, or gets 503 when the daemon is working on a request on every one.
-    max_connections: int = Field(default=100, ge=2, le=10_000)
-    #: A request line and headers still incomplete past this many bytes are refused (400) and the connection
-    #: closed (h11's limit: it measures what it holds unparsed, so headers arriving whole in one read pass).
-    max_header_bytes: int = Field(default=16 * 1024, ge=1024, le=1 << 20)
+    host: str = Field(default="127.0.0.1", description=(
+        "The control API's bind address; a non-loopback host needs a token (or "
+        "`api.allow_unauthenticated = true`)."))
+    port: int = Field(default=8080, ge=0, le=65535, description="The control API's port.")
+    token: SecretStr | None = Field(default=None, description=(
+        "When set, mutating calls need `Authorization: Bearer <token>`; compared in constant time, never "
+        "logged or echoed."))
+    token_file: Path | None = Field(default=None, description=(
+        "Read the token from this file instead (a mounted secret; read once at start, surrounding "
+        "whitespace stripped), so it is never on a command line. Exclusive with `token`."))
+    guard_reads: bool = Field(default=False, description=(
+        "The job reads and `/metrics` on the API port need the token too (`/health`, `/ready`, `/live` "
+        "never do; a separate `metrics.port` is not guarded)."))
+    max_body_bytes: int = Field(default=1 << 20, ge=1024, description=(
+        "Larger request bodies get 413 before they are read."))
+    allow_unauthenticated: bool = Field(default=False, description=(
+        "Serve a non-loopback address without a token (anyone who reaches the port may drop jobs)."))
+    allowed_hosts: list[str] = Field(default_factory=list, description=(
+        "Host names (or IPs, `\"*.domain\"` for its subdomains) a request's `Host` may name besides the "
+        "loopback names and a non-wildcard `api.host`, any port; others get 421 (not `/live`, `/ready`). "
+        "`\"*\"`: any (no DNS-rebinding defence). Env: JSON, "
+        "`SOURCE_BACKFILL_API__ALLOWED_HOSTS='[\"api.example.com\"]'`."))
+    header_timeout_s: float = Field(default=5.0, gt=0, le=300, description=(
+        "A connection that has not sent a request's complete headers this long after it opened (or after "
+        "its last response) is closed."))
+    body_timeout_s: float = Field(default=30.0, gt=0, le=3600, description=(
+        "A request body not complete this long after its headers: the connection is closed."))
+    keep_alive_timeout_s: float = Field(default=5.0, gt=0, le=300, description=(
+        "An idle kept-alive connection is closed after this long."))
+    max_connections: int = Field(default=100, ge=2, le=10_000, description=(
+        "Open connections at most, per port (API, metrics); a new one closes the one that has waited "
+        "longest for its client's headers or body, or gets 503 when the daemon is working on a request on "
+        "every one."))
+    max_header_bytes: int = Field(default=16 * 1024, ge=1024, le=1 << 20, description=(
+        "A request line and headers still incomplete past this many bytes: 400, connection closed (h11 "
+        "measures what it holds unparsed: headers that arrive whole in one read of up to 256 KiB pass)."))
 
     @field_validator("allowed_hosts")
     @classmethod
@@ -617,16 +684,17 @@ class ApiConfig(_Frozen):
 class MetricsConfig(_Frozen):
     """The Prometheus endpoint, and which splits get series of their own."""
 
-    #: A separate Prometheus port; off (``false`` in TOML, which has no null, or ``off``/``none``/``null``
-    #: in the environment) serves ``/metrics`` on the API port only.
-    port: int | None = Field(default=9108, ge=0, le=65535)
-    #: Per-split series (``history_rows``, ``live_rows``, ``split_stage``, ``split_lag_offsets``,
-    #: ``data_loss_offsets``): ``auto`` for the splits not Finished and those with data loss, at most
-    #: ``per_split_max`` per job (data loss first, then the most lagging); ``always`` for every split (four
-    #: series per split: 40,000 for a job on 10,000 partitions); ``never``. The job-level series are
-    #: always exported, and ``GET /jobs/{name}`` has every split.
-    per_split: Literal["auto", "always", "never"] = "auto"
-    per_split_max: int = Field(default=50, ge=0, le=100_000)
+    port: int | None = Field(default=9108, ge=0, le=65535, description=(
+        "The Prometheus port (`/metrics` is also on the API port); `false` (env: `off`) to serve it there "
+        "only. Serves `GET /metrics` only, with the `api.*` connection limits, any `Host`."))
+    per_split: Literal["auto", "always", "never"] = Field(default="auto", description=(
+        "Which splits get series of their own (`history_rows`, `live_rows`, `split_stage`, "
+        "`split_lag_offsets`, `data_loss_offsets`): `auto` = those not Finished and those with data loss, "
+        "at most `per_split_max` per job (data loss first, then the most lagging; series of a split that "
+        "no longer qualifies are removed); `always` = every split (4 series per split: 40,000 for a job on "
+        "10,000 partitions); `never`. Job-level series (`job_*`) always; every split in "
+        "`GET /jobs/{name}`."))
+    per_split_max: int = Field(default=50, ge=0, le=100_000, description="The cap of `auto`, per job.")
 
     def per_split_policy(self) -> PerSplit:
         """The policy ``source_backfill.metrics`` applies (``metrics.configure_per_split``)."""
@@ -657,18 +725,23 @@ def _off_or(value: object, true_is: str) -> object:
 class DaemonConfig(_Frozen):
     """Process-wide settings."""
 
-    #: Root of everything the daemon persists: job registry, mutation log, streaming checkpoints.
-    state_root: Path = Path("var/state")
-    #: Seconds a graceful shutdown waits for the running epoch before abandoning it (never half-committed).
-    shutdown_timeout_s: float = Field(default=30.0, gt=0)
-    #: When set, every job's ``sink_path`` must resolve inside this folder (symlinks followed); jobs
-    #: created through the API cannot write anywhere else.
-    data_root: Path | None = None
-    #: A source whose last epoch is older than this many trigger intervals is reported unhealthy.
-    stale_after_intervals: float = Field(default=60.0, gt=1)
-    #: A job whose Spark work was in flight at this many deaths of Spark's JVM in a row (seen by the
-    #: daemon's watchdog) is failed ("quarantined") at the next start, before it runs again, until retried.
-    quarantine_after_crashes: int = Field(default=3, ge=1)
+    state_root: Path = Field(default=Path("var/state"), description=(
+        "Root of everything the daemon persists: the mutation log, streaming checkpoints, the embedded "
+        "broker's log (made `0700`; no job's `sink_path` may overlap it)."))
+    shutdown_timeout_s: float = Field(default=30.0, gt=0, description=(
+        "How long SIGTERM waits for the running epoch (never half-committed). Send it to the daemon's "
+        "process alone, as Docker and Kubernetes do (under systemd: `KillMode=mixed`): a SIGTERM to its "
+        "whole process group stops Spark's JVM under the epoch, and the daemon then reports a dead JVM and "
+        "exits 70."))
+    data_root: Path | None = Field(default=None, description=(
+        "When set, every job's `sink_path` must resolve inside it (no `..`, no symlink out): API creates "
+        "elsewhere get 422."))
+    stale_after_intervals: float = Field(default=60.0, gt=1, description=(
+        "A source whose last epoch is older than this many trigger intervals is unhealthy."))
+    quarantine_after_crashes: int = Field(default=3, ge=1, description=(
+        "A job whose Spark work was in flight at this many deaths of Spark's JVM in a row (seen by the "
+        "daemon's watchdog) is failed as `quarantined` at the next start, before it runs again, until it "
+        "is retried."))
 
 
 _toml_file: contextvars.ContextVar[Path | None] = contextvars.ContextVar("toml_file", default=None)
@@ -681,12 +754,17 @@ class Settings(BaseSettings):
         env_prefix="SOURCE_BACKFILL_", env_nested_delimiter="__", extra="forbid", frozen=True
     )
 
-    daemon: DaemonConfig = Field(default_factory=DaemonConfig)
-    spark: SparkConfig = Field(default_factory=SparkConfig)
-    api: ApiConfig = Field(default_factory=ApiConfig)
-    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
-    sources: list[SourceConfig] = Field(default_factory=list)
-    jobs: list[JobSpec] = Field(default_factory=list)
+    daemon: DaemonConfig = Field(default_factory=DaemonConfig, description="Process-wide settings.")
+    spark: SparkConfig = Field(default_factory=SparkConfig, description="Where Spark runs, and its conf.")
+    api: ApiConfig = Field(default_factory=ApiConfig, description=(
+        "The HTTP control API: bind address, token, request limits."))
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig, description=(
+        "The Prometheus endpoint, and which splits get series of their own."))
+    sources: list[SourceConfig] = Field(default_factory=list, description=(
+        "The shared live sources (`[[sources]]` in TOML), each fanned out to its jobs."))
+    jobs: list[JobSpec] = Field(default_factory=list, description=(
+        "Jobs the daemon starts with (`[[jobs]]`); jobs created through the API are kept in the mutation "
+        "log."))
 
     @model_validator(mode="after")
     def _references(self) -> Settings:

@@ -1,4 +1,4 @@
-"""Every Prometheus metric of source-backfill, defined once (the README lists them).
+"""Every Prometheus metric of source-backfill, defined once (docs/operations/metrics.md lists them).
 
 RisingWave's names are given in comments so dashboards can be mapped across.
 """

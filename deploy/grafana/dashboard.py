@@ -88,8 +88,8 @@ def rows() -> list[tuple[str, list[dict[str, Any]]]]:
             ], unit="s", description="Live rows' record timestamp (CreateTime or LogAppendTime: "
                                      "GET /jobs/{name} live_latency.timestamp_type) to the Delta commit "
                                      "holding them, over the last minute (live_latency_seconds; history "
-                                     "rows not counted). The same figure as GET /jobs/{name}: README "
-                                     "\"Live latency\"."),
+                                     "rows not counted). The same figure as GET /jobs/{name}: "
+                                     "docs/guides/live-latency.md."),
             panel("Jobs backfilling", [
                 target(f"count({P}job_backfilling{{{JOB}}} == 1)", "backfilling")],
                 description="Jobs still backfilling (job_backfilling): a Finished job's live latency rising "

@@ -100,7 +100,7 @@ class TableView(BaseModel):
 
 
 class LatencyView(BaseModel):
-    """Live latency of a Kafka job (README "Live latency"): record timestamp -> commit of its epoch."""
+    """Live latency of a Kafka job (docs/guides/live-latency.md): record timestamp -> commit of its epoch."""
 
     #: p50 and p99 (seconds) over the live rows committed in the last ``window_s`` seconds (null: none).
     p50_s: float | None

@@ -96,7 +96,7 @@ def test_the_example_passes_on_the_testcontainers_path_as_a_user_runs_it(engine,
             "TESTCONTAINERS_RYUK_DISABLED": "true"}
     since = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() - 1))
     started = time.monotonic()
-    done = subprocess.run(  # noqa: S603 - the README's command for the example, in a fresh folder
+    done = subprocess.run(  # noqa: S603 - the documented command for the example, in a fresh folder
         [sys.executable, "-m", "pytest", "-p", "source_backfill.testing", "-q", "-p", "no:cacheprovider",
          "--rootdir", str(tmp_path), str(ROOT / "examples" / "test_my_pipeline.py")],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900, check=False,

@@ -1,19 +1,21 @@
-"""Honest metrics: every metric the README lists is exported, and moves where its event happens.
+"""Honest metrics: every metric docs/operations/metrics.md lists is exported, and moves where its event
+happens.
 
 Scraped from the daemon's real ``/metrics`` endpoint (what Prometheus sees). The scenario here covers the
 job-progress and epoch metrics; metrics of faults move in the tests of those faults, named in
-:data:`ASSERTED_ELSEWHERE`, and a check below keeps that table, the README and ``metrics.py`` in step.
+:data:`ASSERTED_ELSEWHERE`, and a check below keeps that table and the metrics page in step (the page and
+``metrics.py``: ``tests/unit/test_metrics.py``).
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 
 from source_backfill.testing.metrics import scrape, total
 from tests.integration.daemon.conftest import exactly_once, finished, job_of, job_spec, wait_for
+from tests.unit.test_metrics import documented_metrics
 
 pytestmark = pytest.mark.integration
 
@@ -43,33 +45,6 @@ ASSERTED_ELSEWHERE = {
     "history_width_latency_seconds": "daemon/test_history_width.py",
     "history_width_target_seconds": "daemon/test_history_width.py",
 }
-
-
-def _readme_metrics() -> set[str]:
-    text = (ROOT / "README.md").read_text()
-    section = text.split("## Metrics", 1)[1].split("\n## ", 1)[0]
-    body = section.split("\n", 1)[1]  # past the heading, which names the module
-    return {m for m in re.findall(r"`([a-z_]+)`", body) if not m.startswith(("error_type", "live_query"))
-            and m not in ("data_loss",)}
-
-
-def _module_metrics() -> set[str]:
-    from prometheus_client import Counter
-
-    from source_backfill import metrics
-
-    names = set()
-    for value in vars(metrics).values():
-        describe = getattr(value, "describe", None)
-        if describe is None or not hasattr(value, "_name"):
-            continue
-        name = value._name.removeprefix(metrics.PREFIX)  # noqa: SLF001
-        names.add(f"{name}_total" if isinstance(value, Counter) else name)
-    return names
-
-
-def test_the_readme_lists_exactly_the_metrics_the_module_defines():
-    assert _readme_metrics() == _module_metrics()
 
 
 def test_progress_and_epoch_metrics_move_where_their_events_happen(
@@ -126,12 +101,12 @@ def test_progress_and_epoch_metrics_move_where_their_events_happen(
     exactly_once(tmp_path / "m", kafka_bootstrap, [topic])
 
 
-def test_every_readme_metric_is_asserted_somewhere():
+def test_every_documented_metric_is_asserted_somewhere():
     here = {"history_rows_total", "live_rows_total", "split_stage", "split_lag_offsets",
             "split_changes_total", "history_reads_ahead_total", "epoch_duration_seconds",
             "epoch_lag_seconds", "epoch", "commits_total", "job_rows", "job_splits", "job_eta_seconds",
             "job_backfilling", "job_lag_offsets", "job_split_lag_max_offsets"}
-    assert here | set(ASSERTED_ELSEWHERE) == _readme_metrics()
+    assert here | set(ASSERTED_ELSEWHERE) == documented_metrics()
     tests = ROOT / "tests" / "integration"
     names = {"source_errors_total": "SOURCE_ERRORS", "data_loss_offsets_total": "DATA_LOSS_OFFSETS",
              "job_data_loss_offsets_total": "JOB_DATA_LOSS",

@@ -431,7 +431,7 @@ def test_the_configmaps_load_with_the_pods_environment(variant, monkeypatch, tmp
     mounted = {m["mountPath"]: volumes[m["name"]] for m in container["volumeMounts"]}
     folder, key = declared.rsplit("/", 1)
     # the Secret is an example outside what `kubectl apply -f deploy/k8s/` applies (it would overwrite the
-    # real token the README has the user create first with its placeholder)
+    # real token docs/operations/deploy.md has the user create first with its placeholder)
     assert [o for o in objects if o["kind"] == "Secret"] == []
     secret = _one(_objects(K8S / "examples"), "Secret", mounted[folder]["secret"]["secretName"])
     assert key in secret["stringData"]

@@ -1,4 +1,4 @@
-"""The README's goals table: written from latest.json, each goal plainly met or missed."""
+"""The goals table of docs/benchmarks.md: written from latest.json, each goal plainly met or missed."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def test_several_runs_give_each_goal_its_median_and_range(tmp_path):
     assert report.update(readme, files) and "median of 3 runs" in readme.read_text()
 
 
-def test_the_readme_table_lists_every_goal_in_order():
+def test_the_committed_table_lists_every_goal_in_order():
     """The committed table is hand-kept between full runs (medians of soaks): it must not drop a goal."""
     parts = report.table_in(report.README.read_text())
     assert parts is not None
