@@ -11,7 +11,7 @@ PYTEST_ARGS ?= --durations=25
 TEST_WORKERS ?= 2
 TEST_WORKERS_ARGS := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
-.PHONY: venv jars test-deps run run-table test test-slow test-containers unit integration lint docs bench chaos clean
+.PHONY: venv jars test-deps run run-table test test-slow test-containers unit integration lint docs bench bench-compare chaos clean
 
 venv: $(STAMP)
 
@@ -85,6 +85,18 @@ chaos: $(STAMP) jars
 BENCH_ARGS ?=
 bench: $(STAMP) jars
 	$(PY) -m bench $(BENCH_ARGS)
+
+## Two builds in one run: BASE (any git revision) checked out under var/bench-compare/<sha> (its own venv
+## only if its dependencies differ), then BENCH's modules (or figure prefixes: startup is bench_trigger's)
+## on base and head alternately, PAIRS pairs; per figure both medians, head/base, each side's spread and a
+## verdict (a regression: every head run worse than every base run). The markdown table, for an issue's
+## note, is written next to the runs' figures in var/bench-compare/runs/.
+BASE  ?=
+BENCH ?= startup backfill trigger
+PAIRS ?= 3
+bench-compare: $(STAMP) jars
+	@test -n "$(BASE)" || { echo 'usage: make bench-compare BASE=<rev> [BENCH="startup backfill trigger"] [PAIRS=3]'; exit 2; }
+	$(PY) -m bench.compare '$(BASE)' --bench '$(BENCH)' --pairs $(PAIRS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache var site docs/reference

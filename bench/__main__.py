@@ -2,7 +2,10 @@
 
 Each module's ``main()`` prints its own report (ratios against a baseline measured in the same run) and
 returns its figures; they are merged into ``bench/results/latest.json`` (keys with a dot kept as they
-are, others prefixed with the module's name), so running one benchmark updates only its own keys. One
+are, others prefixed with the module's name), so running one benchmark updates only its own keys; each
+module's entry under ``_measured_at`` says when, under ``_commit`` on which commit (``+dirty``: with
+uncommitted changes to the code), which the goals table judges staleness by. ``BENCH_RESULTS=FILE`` sends
+the figures to FILE instead and leaves the README's table alone (``make bench-compare``'s runs). One
 failing benchmark is reported and the others still run. ``--quick`` asks each module for a smoke run.
 Without names every module runs but those in ``LONG`` (the 10-minute load soak), which run when named.
 """
@@ -19,19 +22,28 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import RESULTS
+from bench import RESULTS, report
 
 #: Modules that take 10 minutes or more (soaks): left out of a plain ``make bench`` (15 minutes in all).
 LONG = ("bench_load", "bench_scale_jobs", "bench_scale_table")
 
 
-def record(module: str, figures: dict[str, Any], path: Path = RESULTS) -> None:
-    """Merge one module's figures into ``latest.json`` with the time they were measured."""
+def results_path() -> Path:
+    """Where this run's figures go: ``BENCH_RESULTS`` when set, else ``latest.json``."""
+    return Path(os.environ.get("BENCH_RESULTS") or RESULTS)
+
+
+def record(module: str, figures: dict[str, Any], path: Path = RESULTS, commit: str | None = None) -> None:
+    """Merge one module's figures into ``latest.json`` with the time and the commit they were measured on."""
     short = module.removeprefix("bench_")
     data: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
     for key, value in figures.items():
         data[key if "." in key else f"{short}.{key}"] = value
     data.setdefault("_measured_at", {})[short] = datetime.now(UTC).isoformat(timespec="seconds")
+    if commit is not None:
+        data.setdefault("_commit", {})[short] = commit
+    else:  # a module measured again where git cannot tell the commit: its old commit no longer holds
+        data.get("_commit", {}).pop(short, None)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(dict(sorted(data.items())), indent=2) + "\n")
 
@@ -51,13 +63,15 @@ def main(argv: list[str]) -> int:
     else:  # the soak-length modules run when named (``make bench BENCH_ARGS=load``)
         names = [n for n in names if n not in LONG]
     failed = []
+    results = results_path()
+    commit = report.measured_commit()  # before the modules run: the code they run is the tree's now
     for name in names:
         print(f"\n=== {name} ===", flush=True)
         t = time.monotonic()
         try:
             figures = importlib.import_module(f"bench.{name}").main()
             if isinstance(figures, dict) and os.environ.get("BENCH_QUICK") != "1":
-                record(name, figures)
+                record(name, figures, results, commit)
             if isinstance(figures, dict) and (verdicts := failed_verdicts(figures)):
                 for key, verdict in verdicts.items():  # measured and recorded, but the run failed
                     print(f"{key}: {verdict}", flush=True)
@@ -66,9 +80,7 @@ def main(argv: list[str]) -> int:
             traceback.print_exc()
             failed.append(name)
         print(f"=== {name}: {time.monotonic() - t:.1f}s ===", flush=True)
-    if os.environ.get("BENCH_QUICK") != "1":
-        from bench import report
-
+    if os.environ.get("BENCH_QUICK") != "1" and results == RESULTS:
         if report.update():
             print("\ndocs/benchmarks.md: the goals table is written from bench/results/latest.json",
                   flush=True)

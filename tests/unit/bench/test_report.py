@@ -78,3 +78,102 @@ def test_the_committed_table_lists_every_goal_in_order():
     rows = [_cells(row) for row in parts[1].splitlines()[2:]]
     assert all(len(cells) == 6 and cells[-1] for cells in rows), rows
     assert [cells[1].strip("`") for cells in rows] == [g.key for g in report.GOALS]
+
+
+# A history a - b - c on main, x branched off at a: "contains(commit, other)" is other in commit's history.
+_HISTORY = {"a": {"a"}, "b": {"a", "b"}, "c": {"a", "b", "c"}, "x": {"a", "x"}}
+
+
+def _contains(commit: str, other: str) -> bool:
+    return other in _HISTORY.get(commit.removesuffix(report.DIRTY), set())
+
+
+def test_a_figure_is_stale_unless_measured_on_a_commit_holding_the_newest_code():
+    # the newest commit touching the code is b (c touched only the docs)
+    assert not report.is_stale(["b"], "b", _contains)
+    assert not report.is_stale(["c"], "b", _contains)  # measured after it
+    assert report.is_stale(["a"], "b", _contains)  # measured before the code changed
+    assert report.is_stale(["x"], "b", _contains)  # on a branch without the change
+    assert report.is_stale([], "b", _contains)  # no commit recorded: cannot tell, so not "yes"
+    assert report.is_stale(["c" + report.DIRTY], "b", _contains)  # uncommitted code
+    assert report.is_stale(["c", "a"], "b", _contains)  # a median over runs, one of them before the change
+
+
+def test_each_row_carries_its_commit_and_a_stale_row_never_says_yes():
+    figures = {
+        "_measured_at": {"trigger": "2026-11-28T07:00:00+00:00", "planner": "2026-11-25T07:00:00+00:00",
+                         "backfill": "2026-11-28T08:00:00+00:00"},
+        "_commit": {"trigger": "c" * 40, "planner": "a" * 40, "backfill": "c" * 39 + "c" + report.DIRTY},
+        "startup.ready_s": 8.3,  # measured by bench_trigger
+        "trigger.caught_up_p50_s": 0.3,
+        "planner.mixed_planner_ms": 4.1,
+        "backfill.ratio_vs_batch_copy": 1.2,
+    }
+    newest = "b" * 40
+    history = {"c" * 40: {"a" * 40, "b" * 40, "c" * 40}, "a" * 40: {"a" * 40}}
+
+    def stale(commits):
+        return report.is_stale(commits, newest, lambda c, o: o in history.get(c, set()))
+
+    table = report.render(figures, stale)
+    assert _row(table, "startup.ready_s")[3:] == ["2026-11-28 `ccccccc`", "≤ 12 s", "yes"]
+    assert _row(table, "trigger.caught_up_p50_s")[-1] == "**missed**"
+    assert _row(table, "planner.mixed_planner_ms")[3:] == [
+        "2026-11-25 `aaaaaaa`", "< 5 ms", "stale (was yes)"]
+    assert _row(table, "backfill.ratio_vs_batch_copy")[3] == "2026-11-28 `ccccccc+dirty`"
+    assert _row(table, "backfill.ratio_vs_batch_copy")[-1] == "stale (was yes)"
+    assert _row(report.render(figures), "planner.mixed_planner_ms")[-1] == "yes"  # not judged without git
+
+
+def test_combined_runs_keep_every_commit_they_were_measured_on():
+    runs = [{"_measured_at": {"trigger": "2026-11-28T07:00:00+00:00"}, "_commit": {"trigger": c},
+             "startup.ready_s": 9.0} for c in ("a" * 40, "c" * 40, "c" * 40)]
+    runs.append({"_measured_at": {"trigger": "2026-11-27T07:00:00+00:00"}, "startup.ready_s": 9.5})
+    combined = report.combine(runs)
+    assert combined["_commit"] == {"trigger": ["a" * 40, "c" * 40, "?"]}
+    assert _row(report.render(combined), "startup.ready_s")[3] == "2026-11-28 `aaaaaaa` `ccccccc` `?`"
+
+
+def test_the_repositorys_own_history_judges_the_rows(tmp_path):
+    """The git side of the rule, on a throwaway repository: a code commit makes older figures stale."""
+    import subprocess
+
+    def git(*args):
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path,
+                              check=True, capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q")
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "x.py").write_text("1\n")
+    git("add", "-A")
+    git("commit", "-qm", "code")
+    measured = report.measured_commit(tmp_path)
+    assert measured == git("rev-parse", "HEAD")
+    (tmp_path / "README.md").write_text("docs\n")
+    git("add", "-A")
+    git("commit", "-qm", "docs only")
+    stale = report.git_staleness(tmp_path / "bench")  # from a sub-folder too (the table may move to docs/)
+    assert stale is not None and not stale([measured]) and not stale([git("rev-parse", "HEAD")])
+    (tmp_path / "bench" / "x.py").write_text("2\n")
+    assert report.measured_commit(tmp_path) == git("rev-parse", "HEAD") + report.DIRTY
+    git("commit", "-qam", "code again")
+    stale = report.git_staleness(tmp_path)
+    assert stale is not None and stale([measured]) and not stale([git("rev-parse", "HEAD")])
+
+
+def test_a_run_records_each_modules_commit_where_bench_results_says(tmp_path, monkeypatch):
+    from bench import RESULTS
+    from bench.__main__ import record, results_path
+
+    monkeypatch.delenv("BENCH_RESULTS", raising=False)
+    assert results_path() == RESULTS
+    monkeypatch.setenv("BENCH_RESULTS", str(tmp_path / "run.json"))
+    path = results_path()
+    assert path == tmp_path / "run.json"
+    record("bench_trigger", {"startup.ready_s": 9.1, "caught_up_p50_s": 0.12}, path, "c" * 40)
+    record("bench_planner", {"mixed_planner_ms": 4.0}, path, "a" * 40 + report.DIRTY)
+    data = json.loads(path.read_text())
+    assert data["_commit"] == {"trigger": "c" * 40, "planner": "a" * 40 + report.DIRTY}
+    assert data["trigger.caught_up_p50_s"] == 0.12 and set(data["_measured_at"]) == {"trigger", "planner"}
+    record("bench_planner", {"mixed_planner_ms": 4.2}, path, None)  # measured again, commit unknown
+    assert json.loads(path.read_text())["_commit"] == {"trigger": "c" * 40}
