@@ -342,8 +342,7 @@ class Daemon:
         """
         self._stop.set()
         if self.jvm_error is None:
-            for source in self.sources.values():
-                source.stop(self.settings.daemon.shutdown_timeout_s)
+            self._stop_sources(self.settings.daemon.shutdown_timeout_s)
         if self.watchdog is not None:
             self.watchdog.stop()
         if self._api is not None:
@@ -354,6 +353,23 @@ class Daemon:
         if self._broker is not None:
             self._broker.stop()
         logger.info("daemon stopped")
+
+    def _stop_sources(self, timeout_s: float) -> None:
+        """Stop every source at once (each cancels its busy lanes' Spark work, then waits for its epoch).
+
+        One after another, a daemon of many busy sources took their timeouts' sum to stop.
+        """
+        threads = [threading.Thread(target=source.stop, args=(timeout_s,), name=f"stop-{name}", daemon=True)
+                   for name, source in self.sources.items()]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + timeout_s + 5
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        late = [thread.name for thread in threads if thread.is_alive()]
+        if late:
+            logger.warning("sources still stopping at the shutdown deadline, leaving them: %s",
+                           ",".join(late))
 
     def wait(self) -> None:
         """Block until :meth:`stop` is called (or a signal arrives, or Spark's JVM is gone)."""

@@ -35,7 +35,7 @@ from source_backfill import metrics
 from source_backfill.config import LatestStart, RepairSpec, SourceConfig
 from source_backfill.core import HistoryRange, Stage, parse_split_id
 from source_backfill.core.repair import cut_repair, windows_for
-from source_backfill.errors import ConfigError, one_line
+from source_backfill.errors import ConfigError, LaneStoppedError, one_line
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -108,7 +108,7 @@ class RepairOutcome:
 
 
 def run_repair(job: SourceBackfillJob, repair_id: int, spec: RepairSpec) -> RepairOutcome:
-    """Run one repair of ``job`` now (the job's turn at an epoch boundary); never raises for the repair.
+    """Run one repair of ``job`` now (its turn, in its lane); raises only when the lane is stopped under it.
 
     A repair that cannot be done (refused split, data loss, a fresh row outside the window) is
     ``failed`` with its reason, the table unchanged; the job goes on either way.
@@ -117,6 +117,8 @@ def run_repair(job: SourceBackfillJob, repair_id: int, spec: RepairSpec) -> Repa
     t0 = time.monotonic()
     try:
         _run(job, outcome)
+    except LaneStoppedError:
+        raise  # the job was dropped or the daemon stops under it: not failed, it runs again if kept
     except Exception as exc:  # noqa: BLE001 - a repair's failure is the repair's, never the job's
         outcome.state, outcome.error = "failed", one_line(exc)
         logger.warning('repair failed job="%s" id=%d error="%s"', job.name, repair_id, outcome.error)
@@ -156,7 +158,7 @@ def _run(job: SourceBackfillJob, outcome: RepairOutcome) -> None:
     meta = {KEY_REPAIR: json.dumps({"id": outcome.id, "job": job.name,
                                     "ranges": {s: list(r) for s, r in outcome.ranges.items()}},
                                    sort_keys=True)}
-    with job.spark_work(f"repair {outcome.id}"), sink.target.lock:
+    with job.spark_work(f"repair {outcome.id}"), job.committing(), sink.target.lock:
         before = reads.count(ranges)
         fresh = sink.target.conform(job.transform(job.history.rows(ranges)))
         try:

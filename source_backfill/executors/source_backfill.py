@@ -40,8 +40,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -431,6 +431,19 @@ class SourceBackfillJob:
         self._commit_lock.release()
         return True
 
+    @contextmanager
+    def committing(self) -> Iterator[None]:
+        """Held around each write that commits to the job's table (an epoch's, a repair's).
+
+        Refused (:class:`LaneStoppedError`) once the job's lane is stopped: a drop or a stop that has taken
+        this lock (:meth:`stop_lane`) sees no commit of the job land after it.
+        """
+        with self._commit_lock:
+            if self.stopped is not None:
+                msg = f"job {self.name} commits nothing more: {self.stopped}"
+                raise LaneStoppedError(msg)
+            yield
+
     def spark_work(self, what: str, kind: str = "epoch") -> AbstractContextManager[None]:
         """The job's Spark work: under its own job tag and deadline, marked while it runs (when managed)."""
         if self._work is None:
@@ -497,10 +510,7 @@ class SourceBackfillJob:
 
         try:
             try:
-                with self._commit_lock:
-                    if self.stopped is not None:  # dropped or stopped under the step: nothing lands
-                        msg = f"job {self.name} commits nothing more: {self.stopped}"
-                        raise LaneStoppedError(msg)
+                with self.committing():
                     result = self.sink.commit_epoch(
                         inp.epoch, rows(), state if self.sink.writes_before_commit() else state(),
                         plan=self.log.plan_summary(plan, budget, ahead.ranges), staged=ahead.staged)

@@ -74,6 +74,10 @@ def test_a_held_job_lags_alone_and_rejoins_by_offsets_exactly_once(
              what="the victim committing while its neighbour is held")
     assert slow.processed_epoch == held_at and not hold.release.is_set()
     assert metric_total(metrics.JOB_EPOCHS_SKIPPED, job="slow") >= 5
+    assert metrics.JOB_LAG_SECONDS.labels("slow")._value.get() > 0  # noqa: SLF001
+    steps = sum(s.value for m in metrics.JOB_STEP_DURATION.collect() for s in m.samples
+                if s.name.endswith("_count") and s.labels.get("job") == "victim")
+    assert steps >= 8  # the victim's steps, each timed on its lane
     view = httpx.get(f"{d.api_url}/jobs/slow").json()
     assert view["status"] == "lagging" and view["lag_s"] > 0, view
     assert d.sources["src"].health(60)["lagging_jobs"].keys() == {"slow"}
@@ -85,6 +89,7 @@ def test_a_held_job_lags_alone_and_rejoins_by_offsets_exactly_once(
     wait_for(lambda: metric_total(metrics.JOB_REJOINS, job="slow") > rejoins, what="slow rejoins")
     wait_for(lambda: finished(d, "slow") and d.sources["src"].lanes.lag_s("slow") == 0,
              what="slow caught up again")
+    assert metrics.JOB_LAG_SECONDS.labels("slow")._value.get() == 0  # noqa: SLF001
     p.stop()
     for name in ("victim", "slow"):  # every offset of the log once, offset by offset (it waits for it)
         assert exactly_once(tmp_path / name, kafka_bootstrap, [topic]).ok
@@ -129,3 +134,143 @@ def test_a_drop_of_a_held_job_is_taken_at_once_and_nothing_of_it_commits_after(
     assert DeltaTable(str(tmp_path / "doomed")).version() == version  # nothing committed after the drop
     p.stop()
     assert exactly_once(tmp_path / "victim", kafka_bootstrap, [topic]).ok
+
+
+#: Allowed by the transform allow-list (select, a generator, built-in pure functions): each record
+#: becomes 300,000 rows, each hashed, ~0.25 s of a core per record: a step of many seconds per batch.
+HEAVY = ("SELECT value, n FROM (SELECT value, explode(sequence(1, 300000)) AS n FROM {source}) "
+         "WHERE sha2(concat(CAST(value AS STRING), CAST(n AS STRING)), 256) = 'never'")
+
+
+def test_sigterm_during_a_heavy_step_exits_0_in_time_and_logs_no_error(
+    new_topic, producer_for, kafka_bootstrap, tmp_path
+):
+    """A daemon process whose heavy job's step is in Spark stops within its shutdown timeout (+5 s)."""
+    import os
+    import time
+    from pathlib import Path
+
+    from source_backfill.testing import RunningDaemon
+
+    topic = new_topic(2)
+    p = producer_for(topic)
+    p.stream(2, per_second=20)
+    shutdown_s = 10
+    daemon = RunningDaemon(
+        tmp_path, kafka_bootstrap, [{"name": "src", "topics": [topic], "job_timeout_s": 600}],
+        [{"name": "plain", "source": "src", "start": {"kind": "latest"}},
+         {"name": "heavy", "source": "src", "start": {"kind": "latest"}, "transform": HEAVY}],
+        {"daemon": {"shutdown_timeout_s": shutdown_s}},
+    )
+    assert daemon.env is not None
+    root = Path(__file__).resolve().parents[3]  # the daemon process runs this checkout's code
+    daemon.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
+    daemon.start()
+    try:
+        daemon.wait_ready()
+        wait_for(lambda: daemon.job("heavy")["status"] == "lagging", what="the heavy job lagging (busy)",
+                 timeout=180)
+        plain = daemon.job("plain")["epoch"]
+        wait_for(lambda: (daemon.job("plain")["epoch"] or 0) >= (plain or 0) + 3,
+                 what="the plain job committing beside it")
+        logged = daemon.log.read_text(errors="replace")
+        t0 = time.monotonic()
+        code = daemon.stop(timeout_s=shutdown_s + 60)
+        took = time.monotonic() - t0
+    finally:
+        daemon.kill()
+        p.stop()
+    tail = daemon.log.read_text(errors="replace")[len(logged):]
+    assert code == 0, tail[-3000:]
+    assert took <= shutdown_s + 5, f"{took:.1f} s to stop\n{tail[-3000:]}"
+    errors = [line for line in tail.splitlines() if " ERROR " in line]
+    assert not errors, "\n".join(errors[:20])
+
+
+def test_a_repair_in_its_jobs_lane_does_not_delay_the_neighbours_commits(
+    daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path, monkeypatch
+):
+    """A repair runs in its job's step: held there, the source's epochs and the other job go on."""
+    import httpx
+
+    from source_backfill.executors import repair as repair_module
+
+    topic = new_topic(2)
+    p = producer_for(topic)
+    p.send(400, 2)
+    p.stream(2, per_second=40)
+    held, release = threading.Event(), threading.Event()
+    real = repair_module.run_repair
+
+    def slow_repair(*a: Any, **kw: Any) -> Any:
+        held.set()
+        release.wait(300)  # as a repair's first Delta write in a fresh JVM (13-38 s in the crash suite)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(repair_module, "run_repair", slow_repair)
+    d = daemon_factory([topic], [job_spec("j", tmp_path), job_spec("n", tmp_path)])
+    wait_for(lambda: finished(d, "j") and finished(d, "n"), what="both finished")
+    r = httpx.post(f"{d.api_url}/jobs/j/repair",
+                   json={"splits": [f"{topic}:0"], "from_offset": 50, "to_offset": 100})
+    assert r.status_code == 202, r.text
+    wait_for(held.is_set, what="the repair running")
+    n, epoch = job_of(d, "n"), d.sources["src"].last_epoch
+    at = n.committed_epoch
+    wait_for(lambda: n.committed_epoch >= at + 6, what="the neighbour committing while the repair runs")
+    assert d.sources["src"].last_epoch >= epoch + 6  # and the source's epochs go on
+    release.set()
+    wait_for(lambda: (httpx.get(f"{d.api_url}/jobs/j").json()["repairs"] or [{}])[-1].get("state")
+             == "done", what="the repair done")
+    p.stop()
+    for name in ("j", "n"):
+        assert exactly_once(tmp_path / name, kafka_bootstrap, [topic]).ok
+
+
+def test_ready_after_a_restart_does_not_wait_for_a_pending_repair(
+    daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path, monkeypatch
+):
+    """A repair accepted before a stop runs after the restart in its job's lane: /ready comes meanwhile."""
+    import httpx
+
+    from source_backfill.executors import repair as repair_module
+
+    topic = new_topic(2)
+    p = producer_for(topic)
+    p.send(400, 2)
+    p.stream(2, per_second=40)
+    state = tmp_path / "state"
+    jobs = [job_spec("j", tmp_path), job_spec("n", tmp_path)]
+    d = daemon_factory([topic], jobs, state_root=state)
+    wait_for(lambda: finished(d, "j") and finished(d, "n"), what="both finished")
+    release = threading.Event()
+    started: list[int] = []
+    real = repair_module.run_repair
+
+    def held_repair(job: Any, repair_id: int, spec: Any) -> Any:
+        started.append(repair_id)
+        if not release.wait(300):  # held: the repair never ends before the test says so
+            raise AssertionError("never released")
+        return real(job, repair_id, spec)
+
+    monkeypatch.setattr(repair_module, "run_repair", held_repair)
+    d.stop()  # stopped with nothing running; the repair is accepted by the next daemon's registry
+    d = daemon_factory([topic], jobs, state_root=state)
+    wait_for(lambda: httpx.get(f"{d.api_url}/ready").status_code == 200, what="ready")
+    r = httpx.post(f"{d.api_url}/jobs/j/repair",
+                   json={"splits": [f"{topic}:0"], "from_offset": 50, "to_offset": 100})
+    assert r.status_code == 202, r.text
+    wait_for(lambda: started, what="the repair running in j's lane")
+    d.stop()  # the repair is pending (not applied) and held: the restart runs it again, in the lane
+    started.clear()
+    d = daemon_factory([topic], jobs, state_root=state)
+    wait_for(lambda: httpx.get(f"{d.api_url}/ready").status_code == 200, what="ready with the repair held")
+    n = job_of(d, "n")
+    wait_for(lambda: n is not None and n.committed_epoch is not None and started,
+             what="the neighbour committing and the repair running again")
+    assert not release.is_set()  # ready, and n committed, while j's repair still runs
+    release.set()
+    wait_for(lambda: (httpx.get(f"{d.api_url}/jobs/j").json()["repairs"] or [{}])[-1].get("state")
+             == "done", what="the repair done")
+    p.stop()
+    for name in ("j", "n"):
+        assert exactly_once(tmp_path / name, kafka_bootstrap, [topic]).ok

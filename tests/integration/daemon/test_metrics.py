@@ -32,6 +32,10 @@ ASSERTED_ELSEWHERE = {
     "job_repairs_total": "daemon/test_repair.py",
     "job_repair_rows_total": "daemon/test_repair.py",
     "job_failed": "daemon/test_isolation.py",
+    "job_epochs_skipped_total": "daemon/test_lanes.py",
+    "job_rejoins_total": "daemon/test_lanes.py",
+    "job_lag_seconds": "daemon/test_lanes.py",
+    "job_step_duration_seconds": "daemon/test_lanes.py",
     "commit_conflicts_total": "daemon/test_table_faults.py",
     "table_backfill_rows_total": "daemon/test_table_daemon.py",
     "table_backfill_lag_versions": "daemon/test_table_daemon.py",
@@ -115,7 +119,9 @@ def test_every_documented_metric_is_asserted_somewhere():
              "job_history_whole_files_total": "JOB_HISTORY_WHOLE_FILES",
              "job_repairs_total": "JOB_REPAIRS", "job_repair_rows_total": "JOB_REPAIR_ROWS",
              "job_failed": "JOB_FAILED", "commit_conflicts_total": "COMMIT_CONFLICTS",
-             "spark_work_timeouts_total": "SPARK_WORK_TIMEOUTS"}
+             "spark_work_timeouts_total": "SPARK_WORK_TIMEOUTS",
+             "job_epochs_skipped_total": "JOB_EPOCHS_SKIPPED", "job_rejoins_total": "JOB_REJOINS",
+             "job_lag_seconds": "JOB_LAG_SECONDS", "job_step_duration_seconds": "JOB_STEP_DURATION"}
     for metric, where in ASSERTED_ELSEWHERE.items():
         path = tests / where.split(" ", 1)[0]
         text = path.read_text()  # the metric's constant, or its scraped name

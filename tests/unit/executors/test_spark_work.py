@@ -158,7 +158,26 @@ def test_a_cancel_ends_only_that_jobs_work_says_why_and_is_not_a_timeout(tmp_pat
     """A drop or a retry cancels the job's Spark work by its tags, at once and again at each tick."""
     from source_backfill.errors import LaneStoppedError, SparkWorkCancelledError
 
-    work, sc = _work(tmp_path)
+    class _PerThread(_FakeContext):
+        """Tags per thread, as Spark's are: a cancel reaches only the works of the cancelled tags."""
+
+        def __init__(self) -> None:
+            self._local = threading.local()
+            super().__init__()
+
+        @property  # type: ignore[override]
+        def tags(self) -> set[str]:
+            if not hasattr(self._local, "tags"):
+                self._local.tags = set()
+            return self._local.tags
+
+        @tags.setter
+        def tags(self, value: set[str]) -> None:
+            self._local.tags = value
+
+    spark = _FakeSpark()
+    spark.sparkContext = sc = _PerThread()
+    work = SparkWork(spark, WorkLedger(tmp_path / "spark-work"), alive=lambda: True)
     outcome: dict[str, BaseException | None] = {}
     started = threading.Barrier(3, timeout=10)
 
