@@ -20,7 +20,9 @@ them); the fresh query is started as a user would, with Spark's defaults but the
 ``kafka.max.poll.records`` (issue 30: the comparison is of the copy, not of a consumer setting a user can
 set too).
 
-``BENCH_BACKFILL_RECORDS`` (default 1,000,000) sets the history size.
+``BENCH_BACKFILL_RECORDS`` (default 1,000,000) sets the history size; ``BENCH_BACKFILL_SOURCE``, a JSON
+object, adds keys to the daemon's source (e.g. ``{"history_width": {"fixed_tasks": 2}}`` to copy without
+the width governor, for an A/B of the same build).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from bench import plots
 from bench.records import live, new_history
 
 RECORDS = int(os.environ.get("BENCH_BACKFILL_RECORDS", "1000000"))
+SOURCE_EXTRA = json.loads(os.environ.get("BENCH_BACKFILL_SOURCE", "{}"))
 PARTITIONS = 4
 LIVE_PER_S = 200.0
 WINDOW_S = float(os.environ.get("BENCH_BACKFILL_WINDOW_S", "20"))
@@ -156,7 +159,7 @@ def main() -> dict[str, float]:
             api={"port": 0},
             metrics={"port": None},
             sources=[{"name": "bench", "bootstrap_servers": bootstrap, "topics": [topic],
-                      "trigger_interval_s": 1.0}],
+                      "trigger_interval_s": 1.0, **SOURCE_EXTRA}],
             jobs=[{"name": "live", "source": "bench", "sink_path": str(work / "live"),
                    "start": {"kind": "offsets", "offsets": ends}}],
         )
