@@ -76,6 +76,8 @@ def test_a_lone_jobs_copy_of_one_partition_runs_on_every_free_slot(
     exactly_once(tmp_path / "wide", kafka_bootstrap, [topic])
 
 
+@pytest.mark.slow  # real load: make test-slow. make test has it with injected latency samples
+# (tests/unit/runtime/test_width.py, ..._doubles_while_the_live_latency_keeps_the_target_then_narrows...)
 def test_the_width_narrows_when_the_live_latency_of_a_finished_job_rises(
     spark, daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path, monkeypatch
 ):
