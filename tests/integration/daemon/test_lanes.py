@@ -27,6 +27,20 @@ from tests.integration.daemon.conftest import (
 pytestmark = pytest.mark.integration
 
 
+def _live_topic(new_topic: Any, producer_for: Any, history: int) -> tuple[str, Any]:
+    """A 2-partition topic with ``history`` records and a producer streaming 40 rows/s into it."""
+    topic = new_topic(2)
+    p = producer_for(topic)
+    if history:
+        p.send(history, 2)
+    p.stream(2, per_second=40)
+    return topic, p
+
+
+def _both_finished(d: Any, *names: str) -> None:
+    wait_for(lambda: all(finished(d, name) for name in names), what=f"{', '.join(names)} finished")
+
+
 class _Hold:
     """Holds one job's next call of ``method`` until released (armed once)."""
 
@@ -58,13 +72,10 @@ def test_a_held_job_lags_alone_and_rejoins_by_offsets_exactly_once(
 
     from source_backfill import metrics
 
-    topic = new_topic(2)
-    p = producer_for(topic)
-    p.send(2000, 2)
-    p.stream(2, per_second=40)
+    topic, p = _live_topic(new_topic, producer_for, 2000)
     hold = _Hold(monkeypatch, "slow", "run_epoch")
     d = daemon_factory([topic], [job_spec("victim", tmp_path), job_spec("slow", tmp_path)])
-    wait_for(lambda: finished(d, "victim") and finished(d, "slow"), what="both finished")
+    _both_finished(d, "victim", "slow")
 
     hold.arm()
     slow, victim = job_of(d, "slow"), job_of(d, "victim")
@@ -102,13 +113,10 @@ def test_a_drop_of_a_held_job_is_taken_at_once_and_nothing_of_it_commits_after(
 
     from source_backfill.errors import JobNotFoundError
 
-    topic = new_topic(2)
-    p = producer_for(topic)
-    p.send(500, 2)
-    p.stream(2, per_second=40)
+    topic, p = _live_topic(new_topic, producer_for, 500)
     hold = _Hold(monkeypatch, "doomed", "_commit")  # held with its rows in hand, about to commit
     d = daemon_factory([topic], [job_spec("victim", tmp_path), job_spec("doomed", tmp_path)])
-    wait_for(lambda: finished(d, "victim") and finished(d, "doomed"), what="both finished")
+    _both_finished(d, "victim", "doomed")
 
     hold.arm()
     version = DeltaTable(str(tmp_path / "doomed")).version()
@@ -195,10 +203,7 @@ def test_a_repair_in_its_jobs_lane_does_not_delay_the_neighbours_commits(
 
     from source_backfill.executors import repair as repair_module
 
-    topic = new_topic(2)
-    p = producer_for(topic)
-    p.send(400, 2)
-    p.stream(2, per_second=40)
+    topic, p = _live_topic(new_topic, producer_for, 400)
     held, release = threading.Event(), threading.Event()
     real = repair_module.run_repair
 
@@ -209,7 +214,7 @@ def test_a_repair_in_its_jobs_lane_does_not_delay_the_neighbours_commits(
 
     monkeypatch.setattr(repair_module, "run_repair", slow_repair)
     d = daemon_factory([topic], [job_spec("j", tmp_path), job_spec("n", tmp_path)])
-    wait_for(lambda: finished(d, "j") and finished(d, "n"), what="both finished")
+    _both_finished(d, "j", "n")
     r = httpx.post(f"{d.api_url}/jobs/j/repair",
                    json={"splits": [f"{topic}:0"], "from_offset": 50, "to_offset": 100})
     assert r.status_code == 202, r.text
@@ -234,14 +239,11 @@ def test_ready_after_a_restart_does_not_wait_for_a_pending_repair(
 
     from source_backfill.executors import repair as repair_module
 
-    topic = new_topic(2)
-    p = producer_for(topic)
-    p.send(400, 2)
-    p.stream(2, per_second=40)
+    topic, p = _live_topic(new_topic, producer_for, 400)
     state = tmp_path / "state"
     jobs = [job_spec("j", tmp_path), job_spec("n", tmp_path)]
     d = daemon_factory([topic], jobs, state_root=state)
-    wait_for(lambda: finished(d, "j") and finished(d, "n"), what="both finished")
+    _both_finished(d, "j", "n")
     release = threading.Event()
     started: list[int] = []
     real = repair_module.run_repair

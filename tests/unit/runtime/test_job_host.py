@@ -67,9 +67,10 @@ class Host(JobHost[FakeJob]):
 def host_factory(tmp_path: Path):
     made: list[tuple[Host, JobRegistry]] = []
 
-    def make(names: list[str], parallel: int) -> Host:
+    def make(names: list[str], parallel: int, **source: Any) -> Host:
+        """A host of ``names`` on source ``src`` (``source``: more of its config)."""
         registry = JobRegistry(tmp_path / f"state{len(made)}", ["src"])
-        host = Host(SourceConfig(name="src", topics=["t"], max_parallel_jobs=parallel), registry)
+        host = Host(SourceConfig(name="src", topics=["t"], max_parallel_jobs=parallel, **source), registry)
         for name in names:
             registry.create(JobSpec(name=name, source="src", sink_path=f"/tables/{name}"))
         host._recover_jobs()
@@ -293,24 +294,13 @@ def test_a_job_that_cannot_be_built_is_failed(host_factory) -> None:
 
 # -- lanes: the source's epoch never waits for a slow job (runtime/lanes.py) ----------------------------
 @pytest.fixture
-def lane_host(tmp_path: Path):
+def lane_host(host_factory):
     """A host on a 50 ms trigger (its epochs wait 100 ms for the steps), lag bound ``max_lag``."""
-    made: list[tuple[Host, JobRegistry]] = []
 
     def make(names: list[str], max_lag: float = 900.0) -> Host:
-        registry = JobRegistry(tmp_path / f"lanes{len(made)}", ["src"])
-        host = Host(SourceConfig(name="src", topics=["t"], max_parallel_jobs=4, trigger_interval_s=0.05,
-                                 max_job_lag_s=max_lag), registry)
-        for name in names:
-            registry.create(JobSpec(name=name, source="src", sink_path=f"/tables/{name}"))
-        host._recover_jobs()
-        made.append((host, registry))
-        return host
+        return host_factory(names, 4, trigger_interval_s=0.05, max_job_lag_s=max_lag)
 
-    yield make
-    for host, registry in made:
-        host._close_pool()
-        registry.close()
+    return make
 
 
 def test_a_slow_job_holds_neither_the_epoch_nor_its_neighbours(lane_host) -> None:
