@@ -359,7 +359,7 @@ class SourceBackfillJob:
         for change, count in _count_changes(changes).items():
             metrics.SPLIT_CHANGES.labels(self.name, change).inc(count)
         if inp.start:
-            covered = {**(self.live_to or self.log.covered_to), **self._born_unseen(inp, changes)}
+            covered = {**self.live_to, **self._born_unseen(inp, changes)}
             if any(covered.get(s, p) != p for s, p in inp.start.items()) or (
                     last is not None and last < inp.epoch - 1):
                 # the batch does not start where the job's output ends: it missed epochs (its lane was
@@ -408,9 +408,9 @@ class SourceBackfillJob:
         the batch that first read it (its lane busy) would miss the records before this batch: the
         rejoin reads them, from the log start.
         """
-        added = [c.split for c in changes or () if getattr(c, "kind", None) == "added"]
+        added = [c.split for c in changes or () if c.kind == "added"]
         start = inp.start or {}
-        unseen = [s for s in added if start.get(s, 0) > 0] if self.live_to or self.log.covered_to else []
+        unseen = [s for s in added if start.get(s, 0) > 0] if self.live_to else []
         if not unseen:
             return {}
         earliest = self.history.earliest_offsets(unseen)

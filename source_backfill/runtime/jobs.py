@@ -424,8 +424,7 @@ class JobHost(ABC, Generic[J]):
             problems.append(f"{self.failing_what} failing ({self.query_failures} in a row): {self.error}")
         if age > stale_after:
             problems.append(f"no epoch for {age:.0f}s (more than {stale_after:.0f}s)")
-        lagging = {name: round(self.lanes.lag_s(name), 1) for name in sorted(self.jobs)
-                   if self.lanes.lag_s(name) > 0}
+        lagging = {name: round(lag, 1) for name in sorted(self.jobs) if (lag := self.lanes.lag_s(name)) > 0}
         return {
             "lagging_jobs": lagging,
             "healthy": not problems,

@@ -124,7 +124,7 @@ class LiveSource(JobHost[SourceBackfillJob]):
         self._stopping.set()
         busy = [job for job in list(self.jobs.values()) if self.lanes.busy(job.name)]
         for job in busy:  # their Spark work is cancelled: a lane's step ends now, nothing of it commits
-            job.stop_lane("the daemon is stopping", timeout_s=0)
+            self._stop_lane(job, "the daemon is stopping", wait=False)
         acquired = self._lock.acquire(timeout=timeout_s)
         if acquired:
             self._lock.release()
@@ -221,7 +221,11 @@ class LiveSource(JobHost[SourceBackfillJob]):
         # read once, only if a job reads the batch: the query's first batch with no job attached yet is
         # read by none (attaching waits for the next batch, whose start is known), so no Spark job runs
         read: tuple[pa.Table | None, dict[str, LiveStats]] | None = None
-        hold = _BatchHold(lambda: read is not None and read[0] is None and _unpersist(batch))
+        def release() -> None:  # a batch too large for the driver was persisted: every job read it
+            if read is not None and read[0] is None:
+                _unpersist(batch)
+
+        hold = _BatchHold(release)
         try:
             if self._reads_batch(start):  # before the mutations: a failing batch leaves them queued
                 read = _rows_and_stats(batch, start, end, self.connector.read_small)
@@ -352,7 +356,7 @@ class LiveSource(JobHost[SourceBackfillJob]):
 class _BatchHold:
     """The live batch, kept for the steps that read it: released when the epoch and each of them end."""
 
-    def __init__(self, release: Callable[[], object]) -> None:
+    def __init__(self, release: Callable[[], None]) -> None:
         self._release = release
         self._count = 1  # the epoch's own
         self._lock = threading.Lock()
@@ -369,13 +373,12 @@ class _BatchHold:
             self._release()
 
 
-def _unpersist(batch: DataFrame) -> bool:
+def _unpersist(batch: DataFrame) -> None:
     """Unpersist a live batch whose last reader ended (it may outlive its epoch: a lane's step)."""
     try:
         batch.unpersist()
     except Exception as exc:  # noqa: BLE001 - the session may be stopping; the cache goes with it
         logger.debug('live batch not unpersisted error="%s"', one_line(exc))
-    return True
 
 
 #: A live batch whose offset ranges bound it to at most this many rows is collected to the driver once

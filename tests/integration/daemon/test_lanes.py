@@ -41,6 +41,26 @@ def _both_finished(d: Any, *names: str) -> None:
     wait_for(lambda: all(finished(d, name) for name in names), what=f"{', '.join(names)} finished")
 
 
+def _ask_repair(d: Any, topic: str) -> None:
+    """``POST /jobs/j/repair`` of offsets [50, 100) of the topic's first partition: accepted."""
+    import httpx
+
+    r = httpx.post(f"{d.api_url}/jobs/j/repair",
+                   json={"splits": [f"{topic}:0"], "from_offset": 50, "to_offset": 100})
+    assert r.status_code == 202, r.text
+
+
+def _repair_done_then_exactly_once(d: Any, p: Any, topic: str, bootstrap: str, tmp_path: Any) -> None:
+    """Job j's last repair is done; with the producer stopped, j and n hold the log exactly once."""
+    import httpx
+
+    wait_for(lambda: (httpx.get(f"{d.api_url}/jobs/j").json()["repairs"] or [{}])[-1].get("state")
+             == "done", what="the repair done")
+    p.stop()
+    for name in ("j", "n"):
+        assert exactly_once(tmp_path / name, bootstrap, [topic]).ok
+
+
 class _Hold:
     """Holds one job's next call of ``method`` until released (armed once)."""
 
@@ -199,7 +219,6 @@ def test_a_repair_in_its_jobs_lane_does_not_delay_the_neighbours_commits(
     daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path, monkeypatch
 ):
     """A repair runs in its job's step: held there, the source's epochs and the other job go on."""
-    import httpx
 
     from source_backfill.executors import repair as repair_module
 
@@ -215,20 +234,14 @@ def test_a_repair_in_its_jobs_lane_does_not_delay_the_neighbours_commits(
     monkeypatch.setattr(repair_module, "run_repair", slow_repair)
     d = daemon_factory([topic], [job_spec("j", tmp_path), job_spec("n", tmp_path)])
     _both_finished(d, "j", "n")
-    r = httpx.post(f"{d.api_url}/jobs/j/repair",
-                   json={"splits": [f"{topic}:0"], "from_offset": 50, "to_offset": 100})
-    assert r.status_code == 202, r.text
+    _ask_repair(d, topic)
     wait_for(held.is_set, what="the repair running")
     n, epoch = job_of(d, "n"), d.sources["src"].last_epoch
     at = n.committed_epoch
     wait_for(lambda: n.committed_epoch >= at + 6, what="the neighbour committing while the repair runs")
     assert d.sources["src"].last_epoch >= epoch + 6  # and the source's epochs go on
     release.set()
-    wait_for(lambda: (httpx.get(f"{d.api_url}/jobs/j").json()["repairs"] or [{}])[-1].get("state")
-             == "done", what="the repair done")
-    p.stop()
-    for name in ("j", "n"):
-        assert exactly_once(tmp_path / name, kafka_bootstrap, [topic]).ok
+    _repair_done_then_exactly_once(d, p, topic, kafka_bootstrap, tmp_path)
 
 
 def test_ready_after_a_restart_does_not_wait_for_a_pending_repair(
@@ -258,9 +271,7 @@ def test_ready_after_a_restart_does_not_wait_for_a_pending_repair(
     d.stop()  # stopped with nothing running; the repair is accepted by the next daemon's registry
     d = daemon_factory([topic], jobs, state_root=state)
     wait_for(lambda: httpx.get(f"{d.api_url}/ready").status_code == 200, what="ready")
-    r = httpx.post(f"{d.api_url}/jobs/j/repair",
-                   json={"splits": [f"{topic}:0"], "from_offset": 50, "to_offset": 100})
-    assert r.status_code == 202, r.text
+    _ask_repair(d, topic)
     wait_for(lambda: started, what="the repair running in j's lane")
     d.stop()  # the repair is pending (not applied) and held: the restart runs it again, in the lane
     started.clear()
@@ -271,8 +282,4 @@ def test_ready_after_a_restart_does_not_wait_for_a_pending_repair(
              what="the neighbour committing and the repair running again")
     assert not release.is_set()  # ready, and n committed, while j's repair still runs
     release.set()
-    wait_for(lambda: (httpx.get(f"{d.api_url}/jobs/j").json()["repairs"] or [{}])[-1].get("state")
-             == "done", what="the repair done")
-    p.stop()
-    for name in ("j", "n"):
-        assert exactly_once(tmp_path / name, kafka_bootstrap, [topic]).ok
+    _repair_done_then_exactly_once(d, p, topic, kafka_bootstrap, tmp_path)
