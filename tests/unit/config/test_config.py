@@ -289,3 +289,12 @@ def test_a_copy_by_spark_refuses_what_is_not_a_row_count(tmp_path, line):
     text = f'[[sources]]\nname = "t"\nkind = "delta"\ntable_path = "/tmp/t"\nprimary_key = ["id"]\n{line}\n'
     with pytest.raises(ConfigError, match="spark_copy"):
         load_settings(write(tmp_path, text))
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "nan", '"abc"', "[]"])
+def test_a_lag_bound_that_is_not_a_positive_number_of_seconds_is_refused(tmp_path, value):
+    """``max_job_lag_s`` fails a lagging job: 0, a negative, NaN (never > 0) or no number would fail
+    every job at its first skipped epoch, or none ever."""
+    text = f'[[sources]]\nname = "t"\ntopics = ["x"]\nmax_job_lag_s = {value}\n'
+    with pytest.raises(ConfigError, match="max_job_lag_s"):
+        load_settings(write(tmp_path, text))
