@@ -54,8 +54,14 @@ class Producer:
             kw: dict[str, Any] = {}
             if timestamp_ms is not None:
                 kw["timestamp"] = timestamp_ms
-            self._producer.produce(self.topic, key=str(start + i).encode(), value=f"v{start + i}".encode(),
-                                   partition=order[i % len(order)], **kw)
+            while True:
+                try:
+                    self._producer.produce(self.topic, key=str(start + i).encode(),
+                                           value=f"v{start + i}".encode(), partition=order[i % len(order)],
+                                           **kw)
+                    break
+                except BufferError:  # the client's queue is full: wait for the broker's acks, then again
+                    self._producer.poll(0.5)
             if i % 5000 == 0:
                 self._producer.poll(0)
         self._producer.flush(30)
