@@ -38,3 +38,9 @@ class Job(Protocol):
 
     def close(self) -> None:
         """Stop whatever the job runs beside its epochs: it is dropped, failed or rebuilt."""
+
+    def stop_lane(self, why: str, timeout_s: float = 30.0) -> bool:
+        """Nothing of the job commits from now on; its work in flight is cancelled (``commit_gate.py``).
+
+        False if a commit in flight took more than ``timeout_s`` to end (it may still land).
+        """

@@ -38,11 +38,11 @@ epoch reads it itself and the job finishes.
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from connectors.observe import observed
@@ -82,12 +82,12 @@ from source_backfill.core.state_log import SnapshotPolicy
 from source_backfill.errors import (
     ArchiveError,
     JobError,
-    LaneStoppedError,
     SourceBackfillError,
     SparkWorkTimeoutError,
     one_line,
 )
 from source_backfill.executors.accounting import JobMetrics, Rates, live_latencies
+from source_backfill.executors.commit_gate import CommitGate
 from source_backfill.executors.history import (
     HistoryReader,
     count_per_split,
@@ -190,11 +190,8 @@ class SourceBackfillJob:
         #: does not start there is not contiguous with the job's output, and the job realigns by offsets
         #: (``core.plan.rejoin``) before it plans. Empty before the attach.
         self.live_to: dict[str, int] = {}
-        #: Why the job's lane was stopped (dropped, retried, failed, the daemon stopping); None: running.
-        #: Checked under ``_commit_lock`` right before each commit, so once :meth:`stop_lane` has the
-        #: lock no commit of the job lands any more.
-        self.stopped: str | None = None
-        self._commit_lock = threading.Lock()
+        #: Stopped by a drop, a retry, a failure or the daemon stopping: no commit of the job lands after.
+        self._gate = CommitGate(self.name)
         self._rates = Rates()
         #: The rate limit's allowance, the epoch's history budget, the backoff after read errors.
         self._pace = HistoryPace(self._rates)
@@ -416,33 +413,27 @@ class SourceBackfillJob:
         earliest = self.history.earliest_offsets(unseen)
         return {s: earliest[s] for s in unseen if earliest.get(s, 0) < start[s]}
 
+    @property
+    def stopped(self) -> str | None:
+        """Why the job's lane was stopped (dropped, retried, failed, the daemon stopping); None: running."""
+        return self._gate.stopped
+
     def stop_lane(self, why: str, timeout_s: float = 30.0) -> bool:
         """No commit of the job lands from now on: its Spark work in flight is cancelled (by its job tag).
 
         Returns once a commit in flight has ended (or failed under the cancel), False if that took more
         than ``timeout_s`` (the commit may still land: the caller says so).
         """
-        if self.stopped is None:
-            self.stopped = why
-        if self._work is not None:
-            self._work.cancel(self.name, why)
-        if timeout_s <= 0 or not self._commit_lock.acquire(timeout=timeout_s):
-            return False
-        self._commit_lock.release()
-        return True
+        work = self._work
+        return self._gate.stop(why, timeout_s, None if work is None else partial(work.cancel, self.name))
 
-    @contextmanager
-    def committing(self) -> Iterator[None]:
+    def committing(self) -> AbstractContextManager[None]:
         """Held around each write that commits to the job's table (an epoch's, a repair's).
 
         Refused (:class:`LaneStoppedError`) once the job's lane is stopped: a drop or a stop that has taken
-        this lock (:meth:`stop_lane`) sees no commit of the job land after it.
+        the gate's lock (:meth:`stop_lane`) sees no commit of the job land after it.
         """
-        with self._commit_lock:
-            if self.stopped is not None:
-                msg = f"job {self.name} commits nothing more: {self.stopped}"
-                raise LaneStoppedError(msg)
-            yield
+        return self._gate.committing()
 
     def spark_work(self, what: str, kind: str = "epoch") -> AbstractContextManager[None]:
         """The job's Spark work: under its own job tag and deadline, marked while it runs (when managed)."""
@@ -718,8 +709,7 @@ class SourceBackfillJob:
         The job's lane commits nothing after this either (:meth:`stop_lane`; a step still running ends
         at its commit).
         """
-        if self.stopped is None:
-            self.stopped = "closed"
+        self._gate.close("closed")
         self._reads.close(timeout_s)
         if self.gate is not None:
             self.gate.leave(self.name)

@@ -43,6 +43,7 @@ from source_backfill.core.table_backfill import (
     step_budget,
 )
 from source_backfill.core.vnode import VNODE_COUNT, key_vnode
+from source_backfill.executors.commit_gate import CommitGate
 from source_backfill.executors.table_files import FileChunk, FileCopy
 
 if TYPE_CHECKING:
@@ -111,6 +112,8 @@ class TableBackfillJob:
         self._max_state_age_s = self.sink.log_retention_s() / 2
         self.rows: Counter[str] = Counter()
         self._recover()
+        #: Stopped by a drop, a retry, a failure or the daemon stopping: no commit of the job lands after.
+        self._gate = CommitGate(self.name)
         self.paused = False
         self.rate_limit: float | None = spec.rate_limit
         #: The rate limit's allowance on the wall clock: the snapshot's chunks spend the rows they copy.
@@ -155,9 +158,20 @@ class TableBackfillJob:
             self.rows = Counter({k: int(v) for k, v in recovered.state.get("rows", {}).items()})
 
     def close(self) -> None:
-        """Nothing runs beside the epochs: only the cached snapshot is released (a spill removed)."""
+        """Nothing runs beside the epochs: the cached snapshot is released (a spill removed); no commit after.
+
+        A step still running on the job's lane ends at its commit (:meth:`stop_lane`).
+        """
+        self._gate.close("closed")
         self._drop_index()
         self._unsent = None
+
+    def stop_lane(self, why: str, timeout_s: float = 30.0) -> bool:
+        """No commit of the job lands from now on: its copy by files in flight is cancelled (its job group).
+
+        Returns once a commit in flight has ended, False if that took more than ``timeout_s``.
+        """
+        return self._gate.stop(why, timeout_s, lambda _why: self.file_copy.cancel())
 
     def _drop_index(self) -> None:
         """Let the cached snapshot go (a spilled one's files removed)."""
@@ -456,7 +470,7 @@ class TableBackfillJob:
                 table = table.append_column("_seq", pa.array(range(table.num_rows), pa.int64()))
             out = table
         total = self.rows + rows
-        with self.file_copy.spark_jobs() if bulk is not None else nullcontext():
+        with self._gate.committing(), self.file_copy.spark_jobs() if bulk is not None else nullcontext():
             result = self.sink.commit_epoch(epoch, out, {STATE_KEY: state.to_json(), "rows": dict(total)},
                                             new_keys_only=new_keys_only)
         self.delivered = delivered

@@ -56,6 +56,8 @@ class FileCopy:
         self.spark = spark
         self.min_rows = min_rows
         self.epoch_rows = epoch_rows
+        #: The Spark job group of the copy's jobs (named in Spark's status and UI; cancelled by a drop).
+        self._group = f"table-copy-{job}"
         #: The pinned version's data files and row counts (listed once per version).
         self._files: tuple[int, list[tuple[str, int]]] | None = None
         #: Rows of the version being copied (its progress and ETA); None before its files are listed.
@@ -129,6 +131,11 @@ class FileCopy:
                   .withColumn("_seq", F.monotonically_increasing_id()))
         return df
 
+    def cancel(self) -> None:
+        """Cancel the Spark jobs of this job's copy by files in flight (its group); a no-op without Spark."""
+        if self.spark is not None:
+            self.spark.sparkContext.cancelJobGroup(self._group)
+
     @contextmanager
     def spark_jobs(self) -> Iterator[None]:
         """Run the Spark jobs started inside in group ``table-copy-<job>``, in the pool of history copies.
@@ -142,7 +149,7 @@ class FileCopy:
         from source_backfill.executors.read_ahead import HISTORY_POOL
 
         sc = self.spark.sparkContext
-        sc.setJobGroup(f"table-copy-{self.job}", f"table copy by files of job {self.job}",
+        sc.setJobGroup(self._group, f"table copy by files of job {self.job}",
                        interruptOnCancel=True)
         sc.setLocalProperty("spark.scheduler.pool", HISTORY_POOL)
         try:

@@ -45,6 +45,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: Why the lanes of a stopping daemon stop (in the log and in a step's ``LaneStoppedError``).
+STOPPING = "the daemon is stopping"
+
 #: Epochs in a row a job may fail with an unexpected error (rebuilt from its table each time) before it
 #: is marked failed.
 JOB_ATTEMPTS = 3
@@ -210,10 +213,24 @@ class JobHost(ABC, Generic[J]):
         return True
 
     def _stop_lane(self, job: J, why: str, *, wait: bool = True) -> None:
-        """Nothing more of the job commits: its Spark work in flight is cancelled (a Kafka source's job).
+        """Nothing more of the job commits: its work in flight is cancelled; ``wait``: for its commit too."""
+        if not job.stop_lane(why, timeout_s=10.0 if wait else 0) and wait:
+            logger.warning('job step still committing after its lane was stopped job="%s" why="%s"',
+                           job.name, why)
 
-        Here: nothing (a delta source's job has no lane; it is closed between epochs).
-        """
+    def _stop_busy_lanes(self, why: str) -> list[J]:
+        """Stop the lanes of the jobs whose step runs now (the daemon stops); returns those jobs."""
+        busy = [job for job in list(self.jobs.values()) if self.lanes.busy(job.name)]
+        for job in busy:  # their work is cancelled: a lane's step ends now, nothing of it commits
+            self._stop_lane(job, why, wait=False)
+        return busy
+
+    def _await_stopped_lanes(self, busy: Sequence[J], why: str, timeout_s: float) -> None:
+        """Wait (``timeout_s`` each) for the commits in flight of the jobs :meth:`_stop_busy_lanes` found."""
+        for job in busy:
+            if not job.stop_lane(why, timeout_s=timeout_s):
+                logger.warning('job step still committing at shutdown source="%s" job="%s"', self.name,
+                               job.name)
 
     def _apply_job_mutation(self, job: J, m: Mutation) -> bool:
         """A mutation of a kind only some sources' jobs take (re-transform, repair); False: not applied yet.

@@ -3,12 +3,13 @@
 The daemon drives the epochs itself: every ``trigger_interval_s`` (at once when a mutation of its jobs is
 queued: a new job starts copying without waiting for the trigger) it reads the table's newest version
 ``b`` (the live stream's position), reads the change feed once for the versions after the slowest
-following job's cursor, and runs each job's epoch over ``(a, b]`` (``a``: what the previous epoch
-delivered). A quiet table still yields epochs (``a == b``), so backfills progress and finish without new
-versions. Epoch ids only need to grow per job (they are the Delta transaction versions of the jobs'
-commits): a start continues after the highest one its jobs committed. Positions live in each job's own
-committed state, not in the source: a restarted daemon loses nothing by starting the stream at the
-table's current version.
+following job's cursor, and hands each job its epoch over ``(a, b]`` (``a``: what the previous epoch
+delivered) on the job's lane (:meth:`JobHost._run_lanes`): a job still busy skips the epoch and reads the
+versions after its own cursor at its next one. A quiet table still yields epochs (``a == b``), so
+backfills progress and finish without new versions. Epoch ids only need to grow per job (they are the
+Delta transaction versions of the jobs' commits): a start continues after the highest one its jobs
+committed. Positions live in each job's own committed state, not in the source: a restarted daemon loses
+nothing by starting the stream at the table's current version.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from source_backfill import metrics
 from source_backfill.errors import ConfigError, one_line
-from source_backfill.runtime.jobs import JobHost
+from source_backfill.runtime.jobs import STOPPING, JobHost
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -87,10 +88,12 @@ class TableLiveSource(JobHost["TableBackfillJob"]):
         """Stop after the running epoch; a later one never starts."""
         self._stopping.set()
         self._wake.set()
+        busy = self._stop_busy_lanes(STOPPING)
         if self._thread is not None:
             self._thread.join(timeout_s)
             if self._thread.is_alive():
                 logger.warning('epoch still running at shutdown source="%s"', self.name)
+        self._await_stopped_lanes(busy, STOPPING, min(5.0, timeout_s))
         self._close_pool()
         for job in self.jobs.values():
             job.close()
@@ -128,9 +131,9 @@ class TableLiveSource(JobHost["TableBackfillJob"]):
             pending, self._deferred = self._deferred + self.registry.drain(self.name), []
             mutations = self._apply_mutations(pending, epoch)
             live = self._live(before, delivered)
-            self._run_jobs(epoch, [(job, partial(job.run_epoch, epoch, before, delivered,
-                                                 live if job.needs_live() else None))
-                                   for job in list(self.jobs.values())])
+            self._run_lanes(epoch, [(job, partial(job.run_epoch, epoch, before, delivered,
+                                                  live if job.needs_live() else None))
+                                    for job in list(self.jobs.values())])
             if mutations:
                 self.registry.mark_applied([m.id for m in mutations], epoch)
             self._epoch, self.delivered = epoch, delivered

@@ -45,3 +45,14 @@ def attempt_files(path) -> set[Path]:
 
 def referenced_files(path) -> set[Path]:
     return {Path(u.removeprefix("file://")) for u in DeltaTable(str(path)).file_uris()}
+
+
+def run_epoch(source, timeout_s: float = 300.0) -> None:
+    """One epoch of a delta source, run by the test, and every step of it ended.
+
+    A step may outlive its epoch on the job's lane (the epoch waits two triggers); the tests drive epochs
+    one by one and look at the jobs' tables after each, so they wait for the lanes too.
+    """
+    source.run_epoch()
+    for name in source.lanes.busy_jobs():
+        assert source.lanes.wait_idle(name, timeout_s), f"job {name}'s step still runs after {timeout_s} s"

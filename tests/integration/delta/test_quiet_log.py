@@ -19,6 +19,7 @@ from source_backfill.config import JobSpec, SourceConfig
 from source_backfill.runtime.registry import JobRegistry
 from source_backfill.runtime.table_source import TableLiveSource
 from source_backfill.testing.delta import ChangingTable, as_rows
+from tests.integration.delta.conftest import run_epoch
 
 pytestmark = pytest.mark.integration
 
@@ -33,7 +34,7 @@ def _source(tmp_path, registry):
 
 def _live(source, limit=500):
     for _ in range(limit):
-        source.run_epoch()
+        run_epoch(source)
         if all(j.backfill_done and j.lag_versions == 0 for j in source.jobs.values()):
             return
     pytest.fail("job not live")
@@ -54,14 +55,14 @@ def test_a_live_table_job_on_a_quiet_table_adds_no_version(tmp_path, strategy):
     job = source.jobs["j"]
     version = DeltaTable(str(tmp_path / "j")).version()
     for _ in range(30):
-        source.run_epoch()
+        run_epoch(source)
     assert DeltaTable(str(tmp_path / "j")).version() == version  # 30 quiet epochs, no version
     assert job.processed_epoch == source._epoch  # noqa: SLF001 - the epochs were run all the same
     up.commit()
-    source.run_epoch()
+    run_epoch(source)
     assert DeltaTable(str(tmp_path / "j")).version() == version + 1  # a change commits once
     for _ in range(5):
-        source.run_epoch()
+        run_epoch(source)
     assert DeltaTable(str(tmp_path / "j")).version() == version + 1
     assert as_rows(DeltaTable(str(tmp_path / "j")).to_pyarrow_table()) == up.expected()
 
@@ -86,7 +87,7 @@ def test_an_idle_table_job_past_the_log_retention_restarts_with_its_exact_state(
     first = log.version()
     deadline = time.monotonic() + retention_s + 1.5
     while time.monotonic() < deadline:  # idle past the retention; epochs every 0.25 s
-        source.run_epoch()
+        run_epoch(source)
         time.sleep(0.25)
     refreshed = DeltaTable(str(table)).version() - first
     assert refreshed <= 4  # a fresh state every half retention, not a commit per epoch

@@ -18,6 +18,7 @@ from source_backfill.core.table_backfill import Phase
 from source_backfill.runtime.registry import JobRegistry
 from source_backfill.runtime.table_source import TableLiveSource
 from source_backfill.testing.delta import ChangingTable, as_rows, replay_changelog
+from tests.integration.delta.conftest import run_epoch
 
 pytestmark = pytest.mark.integration
 
@@ -44,7 +45,7 @@ def _content(job):
 
 def _until_live(source, limit=2000):
     for _ in range(limit):
-        source.run_epoch()
+        run_epoch(source)
         if all(j.backfill_done and j.lag_versions == 0 for j in source.jobs.values()):
             return
     pytest.fail(f"jobs not live: { {n: (j.state, j.lag_versions) for n, j in source.jobs.items()} }")
@@ -75,7 +76,7 @@ def test_each_strategy_ends_equal_to_the_changing_source(tmp_path, strategy, ind
     copying_while_writing, spilled = 0, False
     try:  # 12 epochs at least, and until the writer has made 10 versions (a busy machine slows it)
         for i in range(400):
-            source.run_epoch()
+            run_epoch(source)
             copying_while_writing += not source.jobs["log"].backfill_done
             # seen while the snapshots copy: a copy done before the writer's 10th version lets it go
             spilled = spilled or bool(list((tmp_path / "tmp").glob("source-backfill-spill-*")))
@@ -134,13 +135,13 @@ def test_a_restart_mid_snapshot_and_mid_replay_resumes_from_the_committed_state(
     for strategy in ("snapshot", "arrangement", "chain"):
         _job(registry, tmp_path, strategy, strategy, "changelog", rate_limit=4_000.0)
     source = _source(tmp_path, registry, chunk_rows=64)
-    source.run_epoch()
+    run_epoch(source)
     assert source.jobs["snapshot"].state.phase is Phase.CONSUMING_SNAPSHOT
     phases = set()
     for _ in range(12):  # restart after every few epochs, while versions keep coming
         for _ in range(3):
             up.commit()
-            source.run_epoch()
+            run_epoch(source)
             phases |= {j.state.phase for j in source.jobs.values()}
         source.stop()
         source = _source(tmp_path, registry, chunk_rows=64)  # a new process: state from the tables only
@@ -159,7 +160,7 @@ def test_rate_zero_then_raised_loses_nothing(tmp_path):
     source = _source(tmp_path, registry)
     for _ in range(5):
         up.commit()
-        source.run_epoch()
+        run_epoch(source)
     for job in source.jobs.values():  # paused: nothing copied, nothing replayed
         assert job.rows.get(Phase.CONSUMING_SNAPSHOT.value, 0) == 0
         assert job.state.phase is Phase.CONSUMING_SNAPSHOT
@@ -167,7 +168,7 @@ def test_rate_zero_then_raised_loses_nothing(tmp_path):
     registry.throttle("s", 500.0)
     for _ in range(5):
         up.commit()
-        source.run_epoch()
+        run_epoch(source)
     _until_live(source)
     want = up.expected()
     for job in source.jobs.values():
@@ -183,11 +184,11 @@ def test_a_replayed_log_store_epoch_is_applied_once(tmp_path):
     source = _source(tmp_path, registry, chunk_rows=1024, replay_versions_per_epoch=1)
     for _ in range(6):
         up.commit()
-    source.run_epoch()  # the whole snapshot, pinned before the six versions now pending in the log store
+    run_epoch(source)  # the whole snapshot, pinned before the six versions now pending in the log store
     job = source.jobs["s"]
     assert job.state.phase is Phase.CONSUMING_LOG_STORE and source.delivered == job.state.cursor + 6
     before, epoch = job.state, source._epoch + 1  # noqa: SLF001
-    source.run_epoch()
+    run_epoch(source)
     assert job.state.phase is Phase.CONSUMING_LOG_STORE and job.state.cursor == before.cursor + 1
     replayed = DeltaTable(job.sink.path).version()
     job.state = before  # the epoch again, from the state it started with
@@ -213,7 +214,7 @@ def test_a_job_on_a_table_without_change_feed_or_with_a_bad_key_fails_clearly(tm
     cfg = SourceConfig(name="t", kind="delta", table_path=str(tmp_path / "keyed"), primary_key=["nope"])
     source = TableLiveSource(cfg, registry)
     source.open()
-    source.run_epoch()
+    run_epoch(source)
     assert "j" not in source.jobs
     assert "nope" in registry.get("j").error
 
@@ -231,21 +232,21 @@ def test_a_copy_by_files_resumes_after_restarts_and_a_replayed_epoch(tmp_path, s
     _job(registry, tmp_path, "c", strategy, "changelog")
     opts = {"spark_copy_rows": 1, "spark_copy_epoch_rows": 1_000}
     source = _source(tmp_path, registry, spark, **opts)
-    source.run_epoch()
+    run_epoch(source)
     job = source.jobs["c"]
     assert job.state.files == 1 and job.state.phase is Phase.CONSUMING_SNAPSHOT
     before, epoch = job.state, source._epoch + 1  # noqa: SLF001
-    source.run_epoch()
+    run_epoch(source)
     version = DeltaTable(job.sink.path).version()
     job.state = before  # the epoch again, from the state it started with: committed, so skipped
     assert not job.run_epoch(epoch, source.delivered, source.delivered, None)
     assert DeltaTable(job.sink.path).version() == version and job.state.files == 2
     for _ in range(2):
         up.commit()
-        source.run_epoch()
+        run_epoch(source)
         source.stop()
         source = _source(tmp_path, registry, spark, **opts)
-        source.run_epoch()
+        run_epoch(source)
     assert 2 < source.jobs["c"].state.files < 8
     table = registry.progress("c").table  # the copy by files, as the API shows it
     assert table.files_copied == source.jobs["c"].state.files and table.files_total == 8
@@ -264,11 +265,11 @@ def test_a_copy_by_files_fails_clearly_where_the_daemon_runs_no_spark(tmp_path, 
     _job(registry, tmp_path, "s", "snapshot", "merge")
     opts = {"spark_copy_rows": 1, "spark_copy_epoch_rows": 500}
     source = _source(tmp_path, registry, spark, **opts)
-    source.run_epoch()
+    run_epoch(source)
     assert source.jobs["s"].state.files == 1
     source.stop()
     source = _source(tmp_path, registry, None, **opts)  # restarted without Spark: cannot go on
-    source.run_epoch()
+    run_epoch(source)
     (failed,) = registry.failed()
     assert failed.name == "s" and "runs no Spark" in failed.error and "spark.tables" in failed.error
     source.stop()

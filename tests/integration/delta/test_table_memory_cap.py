@@ -45,6 +45,8 @@ COPY = textwrap.dedent("""
     source.open()
     for _ in range(100_000):
         source.run_epoch()
+        for name in source.lanes.busy_jobs():  # a step may outlive its epoch (on the job's lane)
+            source.lanes.wait_idle(name, 600)
         job = source.jobs.get("copy")
         if job is not None and job.backfill_done:
             print("FINISHED", job.rows, flush=True)
@@ -72,6 +74,8 @@ COPY_SPARK = textwrap.dedent("""
     source.open()
     for _ in range(10_000):
         source.run_epoch()
+        for name in source.lanes.busy_jobs():  # a step may outlive its epoch (on the job's lane)
+            source.lanes.wait_idle(name, 600)
         job = source.jobs.get("copy")
         if job is not None and job.backfill_done:
             print("FINISHED", job.state.files, job.rows, flush=True)

@@ -33,6 +33,7 @@ class FakeJob:
         self.committed_epoch: int | None = None
         self.processed_epoch: int | None = None
         self.closed = False
+        self.stopped: str | None = None
 
     def run_epoch(self, epoch: int, fault: BaseException | None = None) -> None:
         if fault is not None:
@@ -41,6 +42,10 @@ class FakeJob:
 
     def close(self) -> None:
         self.closed = True
+
+    def stop_lane(self, why: str, timeout_s: float = 30.0) -> bool:
+        self.stopped = why
+        return True
 
 
 _IS_A_JOB: type[Job] = FakeJob  # what mypy checks: the fake has everything a source asks of a job
