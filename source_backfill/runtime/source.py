@@ -35,12 +35,12 @@ from typing import TYPE_CHECKING
 from source_backfill import metrics
 from source_backfill.config import SourceConfig
 from source_backfill.core import LiveStats, split_id
-from source_backfill.errors import SourceBackfillError, one_line
+from source_backfill.errors import one_line
 from source_backfill.executors.history_gate import HistoryGate
 from source_backfill.executors.source_backfill import EpochInput, SourceBackfillJob
 from source_backfill.executors.spark_work import EPOCH
 from source_backfill.runtime.early_start import EarlyJobs
-from source_backfill.runtime.jobs import JobHost
+from source_backfill.runtime.jobs import STOPPING, JobHost
 from source_backfill.runtime.spark import task_slots
 from source_backfill.runtime.width import HistoryWidth
 
@@ -57,10 +57,6 @@ if TYPE_CHECKING:
     from source_backfill.runtime.registry import JobRegistry, Mutation
 
 logger = logging.getLogger(__name__)
-
-
-class EpochAbandonedError(SourceBackfillError):
-    """The daemon is stopping: this epoch is abandoned before any job commits (it replays on restart)."""
 
 
 class LiveSource(JobHost[SourceBackfillJob]):
@@ -120,20 +116,15 @@ class LiveSource(JobHost[SourceBackfillJob]):
         self.early.start()
 
     def stop(self, timeout_s: float = 30.0) -> None:
-        """Stop after the running epoch (if any) finishes; a later epoch is abandoned, never half-done."""
+        """Stop after the running epoch (if any) finishes; a later one is skipped (:meth:`_skip_at_stop`)."""
         self._stopping.set()
-        busy = [job for job in list(self.jobs.values()) if self.lanes.busy(job.name)]
-        for job in busy:  # their Spark work is cancelled: a lane's step ends now, nothing of it commits
-            self._stop_lane(job, "the daemon is stopping", wait=False)
+        busy = self._stop_busy_lanes(STOPPING)
         acquired = self._lock.acquire(timeout=timeout_s)
         if acquired:
             self._lock.release()
         else:
             logger.warning('epoch still running at shutdown, abandoning it source="%s"', self.name)
-        for job in busy:
-            if not job.stop_lane("the daemon is stopping", timeout_s=min(5.0, timeout_s)):
-                logger.warning('job step still committing at shutdown source="%s" job="%s"', self.name,
-                               job.name)
+        self._await_stopped_lanes(busy, STOPPING, min(5.0, timeout_s))
         self._close_pool()
         self.early.stop(timeout_s)
         for job in list(self.jobs.values()):
@@ -149,6 +140,17 @@ class LiveSource(JobHost[SourceBackfillJob]):
             # the stopped query's foreachBatch callback stays referenced by py4j (and so this source,
             # its jobs and their admin) until the JVM drops it: close the client now, not at exit
             self.admin.close()
+
+    def _skip_at_stop(self, batch_id: int) -> None:
+        """A batch that comes while the source stops: no job runs it, and it ends without an error.
+
+        Spark then counts it done and the next start reads after it: every job rejoins by offsets at
+        its first step, its output ending before this batch (a skipped epoch, invariant 1 of the lanes).
+        Raising instead would abandon it for a replay, but the query then ends with an error (Spark and
+        py4j log it at ERROR, with a stack, on every such clean stop).
+        """
+        logger.info('epoch skipped at shutdown source="%s" epoch=%d: the jobs rejoin by offsets on restart',
+                    self.name, batch_id)
 
     def _start_query(self) -> StreamingQuery:
         self.checkpoint.mkdir(parents=True, exist_ok=True)
@@ -195,12 +197,13 @@ class LiveSource(JobHost[SourceBackfillJob]):
 
     # -- the epoch -------------------------------------------------------------------------------------
     def _on_batch(self, batch: DataFrame, batch_id: int) -> None:
-        msg = f"source {self.name} is stopping; epoch {batch_id} is abandoned and replays on restart"
         if self._stopping.is_set():
-            raise EpochAbandonedError(msg)
+            self._skip_at_stop(batch_id)
+            return
         with self._lock:
             if self._stopping.is_set():
-                raise EpochAbandonedError(msg)
+                self._skip_at_stop(batch_id)
+                return
             t0 = time.monotonic()
             self._run_epoch(batch, batch_id)
             metrics.EPOCH_DURATION.labels(self.name).observe(time.monotonic() - t0)
@@ -328,11 +331,6 @@ class LiveSource(JobHost[SourceBackfillJob]):
                                 work=self.work)
         job.gate = self.gate
         return job
-
-    def _stop_lane(self, job: SourceBackfillJob, why: str, *, wait: bool = True) -> None:
-        if not job.stop_lane(why, timeout_s=10.0 if wait else 0) and wait:
-            logger.warning('job step still committing after its lane was stopped job="%s" why="%s"',
-                           job.name, why)
 
     def _jvm_gone(self) -> bool:
         return self.work is not None and not self.work.alive()
