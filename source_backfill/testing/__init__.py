@@ -230,7 +230,8 @@ class RunningDaemon(DaemonProcess):
 
     def create_job(self, **spec: Any) -> dict[str, Any]:
         """``POST /jobs``; ``sink_path`` defaults to ``tables/<name>``."""
-        r = self.request("POST", "/jobs", self._with_sink(spec))
+        # a create checks its transform with Spark: seconds on a busy machine, so no 5 s limit here
+        r = self.request("POST", "/jobs", self._with_sink(spec), timeout_s=60.0)
         if r is None or r.status_code != 201:
             msg = f"job not created: {None if r is None else r.text}"
             raise AssertionError(msg)

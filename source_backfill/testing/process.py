@@ -88,10 +88,11 @@ class DaemonProcess:
         except httpx.HTTPError:
             return None
 
-    def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> httpx.Response | None:
-        """Any call on the API, None when it does not answer (a kill may land first)."""
+    def request(self, method: str, path: str, body: dict[str, Any] | None = None, *,
+                timeout_s: float = 5.0) -> httpx.Response | None:
+        """Any call on the API, None when it does not answer within ``timeout_s`` (a kill may land first)."""
         try:
-            return httpx.request(method, self.url + path, json=body, timeout=5)
+            return httpx.request(method, self.url + path, json=body, timeout=timeout_s)
         except httpx.HTTPError:
             return None
 
