@@ -11,7 +11,7 @@ PYTEST_ARGS ?= --durations=25
 TEST_WORKERS ?= 2
 TEST_WORKERS_ARGS := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
-.PHONY: venv jars test-deps run run-table test test-slow test-containers unit integration lint docs bench bench-compare chaos clean
+.PHONY: venv jars test-deps run run-table test test-properties test-slow test-containers unit integration lint docs bench bench-compare chaos clean
 
 venv: $(STAMP)
 
@@ -43,6 +43,11 @@ test-deps:
 
 test: $(STAMP) jars test-deps
 	$(PY) -m pytest -m "not slow and not containers" $(TEST_WORKERS_ARGS) $(PYTEST_ARGS)
+
+## The property tests (Hypothesis) with every example each names: make test runs a quarter (tests/budget.py).
+test-properties: $(STAMP) jars
+	SOURCE_BACKFILL_PROPERTY_EXAMPLES=full $(PY) -m pytest -m "not slow and not containers" $(TEST_WORKERS_ARGS) \
+		$(PYTEST_ARGS) $$(grep -rl --include='test_*.py' '^from hypothesis' tests)
 
 test-slow: $(STAMP) jars
 	$(PY) -m pytest -m "slow and not containers" $(PYTEST_ARGS)

@@ -19,8 +19,9 @@ from hypothesis import strategies as st
 
 from source_backfill.config import Settings, load_settings
 from source_backfill.errors import ConfigError
+from tests.budget import examples
 
-FUZZ = settings(max_examples=200, deadline=None, derandomize=True, database=None,
+FUZZ = settings(max_examples=examples(200), deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 #: Distinctive secrets, some with characters a message would escape (so both spellings are looked for).

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from connectors.delta.spill import SpilledIndex
 from connectors.delta.table_source import VersionIndex
 from source_backfill.errors import DeltaSinkError
+from tests.budget import examples
 
 VNODES = 8
 
@@ -36,7 +37,8 @@ keys = st.lists(st.tuples(st.integers(-10**6, 10**6), st.sampled_from(["a", "b",
                 max_size=300, unique=True)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(60), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(keys, st.booleans(), st.integers(1, 50), st.integers(1, 80), st.integers(1, 30),
        st.lists(st.integers(1, 40), min_size=1, max_size=12))
 def test_every_chunk_read_equals_the_in_memory_index(

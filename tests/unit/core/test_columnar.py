@@ -16,6 +16,7 @@ from source_backfill.core import (
 )
 from source_backfill.core.columnar import SplitTable
 from source_backfill.core.plan import at_boundary
+from tests.budget import examples
 from tests.unit.core.strategies import states
 
 
@@ -35,7 +36,7 @@ def epochs(draw):
     return table, live, end, draw(st.integers(0, 120))
 
 
-@settings(max_examples=500)
+@settings(max_examples=examples(500))
 @given(epochs(), st.booleans())
 def test_plan_and_finish_equal_the_row_rules_split_by_split(epoch, as_table):
     states_, live, end, budget = epoch
@@ -77,7 +78,7 @@ def test_a_table_is_the_mapping_of_its_states(epoch):
     assert table == states_  # unchanged: a table is never written
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(st.dictionaries(st.sampled_from([f"t:{i}" for i in range(6)]), states(), min_size=1),
        st.dictionaries(st.sampled_from([f"t:{i}" for i in range(8)]), st.integers(-1, 120)))
 def test_the_lag_columns_are_the_lag_of_each_split_alone(states_, read_ahead_to):

@@ -34,6 +34,7 @@ from source_backfill.core import (
     states_from_json,
     states_to_json,
 )
+from tests.budget import examples
 
 
 def _make_log(rng, length):
@@ -41,7 +42,7 @@ def _make_log(rng, length):
     return [o for o in range(length) if rng.random() > 0.2]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), splits=st.integers(1, 4), attach_at=st.integers(0, 6),
        read_ahead=st.booleans(), lanes=st.booleans())
 def test_emitted_offsets_are_the_log_exactly_once(seed, splits, attach_at, read_ahead, lanes):

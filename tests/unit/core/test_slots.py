@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from source_backfill.core.slots import HistorySlots
+from tests.budget import examples
 
 
 def test_copies_hold_at_most_the_width_and_a_freed_slot_goes_to_the_job_that_waited():
@@ -46,7 +47,7 @@ def test_below_one_task_a_copy_closes_the_slots_for_the_rest_of_its_duty_cycle()
     assert slots.take("a", 1, 8.0)
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(
     tasks=st.integers(1, 4),
     duty=st.sampled_from([0.125, 0.25, 0.5, 1.0]),

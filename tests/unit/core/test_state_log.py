@@ -20,6 +20,7 @@ from source_backfill.core.codec import (
 from source_backfill.core.columnar import SplitTable
 from source_backfill.core.state_log import Chain, Changes, SnapshotPolicy, apply, diff, size, snapshot_due
 from source_backfill.errors import StateFormatError
+from tests.budget import examples
 from tests.unit.core.strategies import states
 
 SPLITS = [f"t:{i}" for i in range(6)] + ["a:b:7"]
@@ -94,7 +95,7 @@ class Log:
         return None if head is None else rebuild(self.read(head), self.read)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(epochs(), st.integers(1, 8), st.floats(0.1, 1.0), st.data())
 def test_snapshot_plus_changes_rebuilds_the_state_at_every_crash_point(run, every, fraction, data):
     log = Log()
@@ -108,7 +109,7 @@ def test_snapshot_plus_changes_rebuilds_the_state_at_every_crash_point(run, ever
     assert log.recover() == run[crash]
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(epochs())
 def test_idle_epochs_commit_nothing(run):
     log = Log()

@@ -36,6 +36,7 @@ from source_backfill.core.table_backfill import (
     step_budget,
 )
 from source_backfill.errors import StateFormatError
+from tests.budget import examples
 
 VNODES = 4
 Change = tuple[str, int, int | None]
@@ -216,7 +217,7 @@ def _run(strategy: Strategy, seed: int, rows: int, epochs: int, crash_rate: floa
 
 
 @pytest.mark.parametrize("strategy", list(Strategy))
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=examples(120), deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), rows=st.integers(0, 60), epochs=st.integers(0, 40),
        crash_rate=st.sampled_from([0.0, 0.2]))
 # arrangement, merged: a crash after a COPY_AT_CURSOR epoch, the next one copies the last chunks at the
@@ -256,7 +257,7 @@ def test_an_epoch_that_would_merge_a_chunk_copies_first_and_merges_next_with_a_r
     assert step_budget(ArrangementStep.COPY_AT_CURSOR, vnodes, None) is None
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(cursor=st.integers(0, 100), lag=st.integers(0, 50), arrived=st.integers(0, 20),
        max_versions=st.integers(1, 10))
 def test_the_replay_lag_shrinks_every_epoch_and_never_passes_the_live_stream(cursor, lag, arrived,
@@ -320,7 +321,7 @@ def test_state_round_trips_through_json_and_refuses_damage():
         TableBackfillState(Strategy.CHAIN)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(keys=st.lists(st.one_of(
     st.tuples(st.integers(-(2**63), 2**63 - 1)),
     st.tuples(st.text(max_size=8), st.integers(-5, 5)))))
@@ -333,7 +334,7 @@ def test_the_columnwise_vnode_of_a_key_is_the_one_of_the_key_alone(keys):
     assert key_vnodes(columns, 16) == [key_vnode(k, 16) for k in keys]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(values=st.lists(st.integers(-(2**63), 2**63 - 1), max_size=50),
        dtype=st.sampled_from(["int64", "int32", "int16", "int8", "uint64", "uint32", "uint8"]),
        count=st.sampled_from([1, 7, 16, 256]))
@@ -349,7 +350,7 @@ def test_integer_keys_hashed_in_numpy_have_the_vnode_of_the_key_alone(values, dt
     assert got.tolist() == [key_vnode([int(v)], count) for v in array]
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(rows=st.lists(st.integers(0, 50), max_size=30),
        budgets=st.lists(st.one_of(st.none(), st.integers(0, 120)), min_size=1, max_size=40),
        max_rows=st.integers(1, 100), crashes=st.lists(st.booleans(), max_size=40))

@@ -16,6 +16,7 @@ from connectors.delta.archive import ArchiveHoldings
 from source_backfill.config import ArchiveConfig
 from source_backfill.core import HistoryRange
 from source_backfill.executors.archive_tier import ArchiveTier, TierPlan
+from tests.budget import examples
 
 
 class _Admin:
@@ -66,7 +67,7 @@ def test_history_source_kafka_never_reads_the_archive():
     assert plan.kafka == [HistoryRange("t:0", 0, 400)] and not plan.archive
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     held=st.lists(st.tuples(st.integers(0, 60), st.integers(0, 20)).map(lambda t: (t[0], t[0] + t[1])),
                   max_size=4),
@@ -138,7 +139,7 @@ def test_several_archives_in_order_each_offset_from_the_first_that_holds_it():
     assert tier.held_counts(plan) == {"t:0": 200}  # 150 from the first, 50 from the second
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     files=st.lists(st.tuples(st.integers(0, 60), st.integers(1, 20), st.booleans()), max_size=5),
     log_start=st.integers(0, 80),

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from source_backfill.executors.table_backfill import _folded
+from tests.budget import examples
 
 Log = list[tuple[tuple[int, str], str, int]]
 
@@ -46,7 +47,7 @@ def _replayed(log: Log) -> dict[tuple[int, str], int]:
     return rows
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(changelogs())
 def test_folded_rows_are_what_replaying_the_changes_leaves(log: Log) -> None:
     table = pa.table({

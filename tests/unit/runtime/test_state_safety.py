@@ -20,6 +20,7 @@ from source_backfill.runtime import log_compaction, mutation_log
 from source_backfill.runtime.log_compaction import compact_entries
 from source_backfill.runtime.mutation_log import COMPACT_NAME, LOG_NAME
 from source_backfill.runtime.registry import JobRegistry
+from tests.budget import examples
 
 SOURCES = ["events", "orders"]
 
@@ -215,7 +216,7 @@ def test_create_drop_cycles_keep_the_log_bounded(tmp_path: Path, no_fsync) -> No
         reg.create(JobSpec(name="keeper", source="orders", sink_path=str(tmp_path / "keeper"), rate_limit=3))
         reg.pause("keeper")
         biggest = 0
-        for i in range(10_000):
+        for i in range(2_500):  # ~7,500 lines: compacted every COMPACT_SLACK (1,000) lines, again and again
             reg.create(JobSpec(name=f"j{i % 7}", source="events", sink_path=str(tmp_path / f"t{i}")))
             reg.drop(f"j{i % 7}")
             ids = [m.id for m in reg.drain("events")]
@@ -360,7 +361,7 @@ def raw_logs(draw) -> list[dict]:
     return out
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(log=raw_logs())
 def test_compaction_replays_to_the_same_state(log: list[dict]) -> None:
     compacted = compact_entries(log)
@@ -375,7 +376,8 @@ operations = st.lists(st.tuples(
     st.sampled_from(NAMES), st.integers(0, 3)), max_size=40)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(60), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=operations)
 def test_the_registry_compacts_to_its_own_state(tmp_path_factory, ops) -> None:
     """Random API and epoch-loop calls, compactions and restarts in between: the state never changes."""

@@ -18,6 +18,7 @@ from connectors.kafka.source import (
 )
 from connectors.kafka.stream import batch_offsets
 from source_backfill.errors import DataLossError, KafkaConnectorError, UnknownTopicError
+from tests.budget import examples
 
 
 class FakeAdmin:
@@ -179,7 +180,7 @@ def test_batch_offsets_reads_the_offset_log(tmp_path):
         batch_offsets(str(tmp_path), 7)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(sizes=st.lists(st.integers(1, 1000), max_size=120), max_tasks=st.integers(1, 8))
 def test_group_ranges_makes_at_most_max_tasks_partitions_covering_each_range_once(sizes, max_tasks):
     from connectors.kafka.ranges import KafkaRangeGroup, group_ranges
