@@ -281,12 +281,13 @@ start = {{kind = "latest"}}
         r = self.get(f"/jobs/{job}")
         return r.json() if r is not None and r.status_code == 200 else {}
 
-    def skipped(self, job: str) -> int:
-        """The job's ``job_epochs_skipped_total`` in this daemon process (0 when it does not answer)."""
+    def counter(self, name: str, job: str) -> int:
+        """The job's counter ``name`` (``job_epochs_skipped_total``...) in this daemon process (0 when it
+        does not answer)."""
         r = self.get("/metrics")
         if r is None or r.status_code != 200:
             return 0
-        series = f'source_backfill_job_epochs_skipped_total{{job="{job}"}} '
+        series = f'source_backfill_{name}{{job="{job}"}} '
         return sum(int(float(line.removeprefix(series))) for line in r.text.splitlines()
                    if line.startswith(series))
 
@@ -366,13 +367,47 @@ def _lane_event(cycle: int, rng: random.Random, slow: _Producer) -> str:
     return "no burst"
 
 
-def _wait_job(daemon: _Daemon, job: str, until: Callable[[dict[str, Any]], bool], timeout_s: float) -> bool:
-    """Wait until ``until(GET /jobs/{job})`` (True), at most ``timeout_s``."""
+def _wait_failed(daemon: _Daemon, job: str, timeout_s: float) -> bool:
+    """Wait until the job is failed (True), at most ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if until(daemon.view(job)):
+        if daemon.status(job) == "failed":
             return True
         time.sleep(0.2)
+    return False
+
+
+def _await_bound(daemon: _Daemon, summary: Summary, retry: bool) -> str:
+    """Wait (60 s at most) until the bound fails the heavy job; then, if ``retry``, retry it at once.
+
+    The deep job's history is paused meanwhile (if it was not): the wait would take ~15 s of the
+    backfill the later cycles' kills must find running. It is resumed before the kill's delay.
+    """
+    paused = daemon.view("deep").get("paused", True)
+    if not paused:
+        daemon.request("POST", "/jobs/deep/pause")
+    try:
+        failed = _wait_failed(daemon, "heavy", 60)
+    finally:
+        if not paused:
+            daemon.request("POST", "/jobs/deep/resume")
+    if not failed:
+        return ", not failed within 60 s"
+    if retry:
+        summary.retries += daemon.retry_bound_failed()
+        return ", retried"
+    return ""
+
+
+def _await_rejoin(daemon: _Daemon, summary: Summary, timeout_s: float) -> bool:
+    """Wait until the heavy job has rejoined by offsets in this daemon process (True), at most
+    ``timeout_s``, retrying it when the bound fails it."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if daemon.counter("job_rejoins_total", "heavy"):
+            return True
+        summary.retries += daemon.retry_bound_failed()
+        time.sleep(0.5)
     return False
 
 
@@ -418,30 +453,21 @@ def run_chaos(bootstrap: str, workdir: Path, cycles: int, seed: int | None = Non
         grown = True
 
     daemon = _Daemon(workdir, bootstrap, topic, slow_topic)
-    heavy_committed = False
     try:
         for cycle in range(1, cycles + 1):
             daemon.start()
             daemon.wait_ready()
             ready_at = time.monotonic()
             summary.retries += daemon.retry_bound_failed()
-            if not heavy_committed:
-                # its first step in a fresh JVM (a Spark job for its transform, a table to create) can take
-                # longer than the kills leave it: once it has committed, every restart has it rejoin by
-                # offsets where its output ends, and a burst finds it Finished
-                heavy_committed = _wait_job(daemon, "heavy", lambda v: v.get("epoch") is not None, 60)
             # every 7th cycle from the 3rd repairs the tail: each run has kills with a repair in flight
             event = (_repair(rng, daemon, "tail") if cycle % 7 == 3
                      else _action(rng, daemon, producer, grow, grown))
             lane = _lane_event(cycle, rng, slow)
             delay, retry_now = rng.uniform(0.2, 6.0), rng.random() < 0.5
-            if lane == "bound burst" and cycle % 4 == 2 and _wait_job(
-                    daemon, "heavy", lambda v: v.get("status") == "failed", 60):
+            if lane == "bound burst" and cycle % 4 == 2:
                 # the kill lands while the job is failed past its bound, its cancelled step maybe still
                 # ending; half the time right after the driver's retry of it (applied once its lane is free)
-                if retry_now:
-                    summary.retries += daemon.retry_bound_failed()
-                    lane += ", retried"
+                lane += _await_bound(daemon, summary, retry_now)
                 time.sleep(delay / 2)
             else:
                 time.sleep(delay)
@@ -449,7 +475,7 @@ def run_chaos(bootstrap: str, workdir: Path, cycles: int, seed: int | None = Non
             backfilling = daemon.status("deep") in ("backfilling", "pending")
             archive_part = daemon.in_archive_part("deep")
             heavy = daemon.status("heavy")
-            summary.skipped += daemon.skipped("heavy")
+            summary.skipped += daemon.counter("job_epochs_skipped_total", "heavy")
             daemon.kill()
             summary.mid_backfill += backfilling
             summary.mid_archive += archive_part
@@ -463,6 +489,11 @@ def run_chaos(bootstrap: str, workdir: Path, cycles: int, seed: int | None = Non
         daemon.wait_ready()
         daemon.request("POST", "/jobs/deep/resume")
         daemon.request("PATCH", "/jobs/deep", {"rate_limit": None})
+        # whatever the kills left of it (its first step in a fresh JVM may have outlasted every cycle), the
+        # heavy job skips epochs and rejoins by offsets in this run once more before it is made light: a
+        # short burst, while the deep job catches up anyway
+        slow.burst(SKIP_BURST)
+        _await_rejoin(daemon, summary, 60)
         # the heavy job made light (an identity: its table's columns), then retried if the bound failed it
         r = daemon.request("PATCH", "/jobs/heavy", {"transform": None})
         assert r is not None and r.status_code == 202, None if r is None else r.text
@@ -473,7 +504,7 @@ def run_chaos(bootstrap: str, workdir: Path, cycles: int, seed: int | None = Non
                 msg = f"jobs not finished after the last restart; log tail:\n{daemon.tail()}"
                 raise AssertionError(msg)
             time.sleep(1)
-        summary.skipped += daemon.skipped("heavy")
+        summary.skipped += daemon.counter("job_epochs_skipped_total", "heavy")
         producer.stop()
         slow.stop()
         from deltalake import DeltaTable
