@@ -1,9 +1,10 @@
 """The crash suite's short mode (``make test``): a few SIGKILL/restart cycles, then exactly once.
 
-Four cycles by default: enough for a kill mid-backfill, one in the archive part and one with the tail's
-repair in flight (the 3rd cycle). ``CHAOS_CYCLES`` and ``CHAOS_SEED`` override the cycle count and the
-seed (the seed is printed, so a failing run can be replayed); ``make chaos CYCLES=N`` runs the crash
-suite as a soak (CI: 20 cycles, after ``make test``).
+Four cycles by default: enough for a kill mid-backfill, one in the archive part, one with the tail's
+repair in flight (the 3rd cycle), a short burst that makes the slow source's heavy job skip epochs (the
+1st) and a long one that fails it past its lag bound before the kill (the 2nd). ``CHAOS_CYCLES`` and
+``CHAOS_SEED`` override the cycle count and the seed (the seed is printed, so a failing run can be
+replayed); ``make chaos CYCLES=N`` runs the crash suite as a soak (CI: 20 cycles, after ``make test``).
 """
 
 from __future__ import annotations
@@ -30,3 +31,8 @@ def test_sigkill_at_random_moments_then_every_job_exactly_once(kafka_bootstrap, 
     assert summary.ok, summary.line()
     if cycles >= 3:  # the 3rd cycle asks the tail for a repair: it is done by the end, whatever the kills
         assert summary.repairs_committed is not None, summary.line()
+    if cycles >= 2:  # the heavy job lagged behind its neighbour and read the skipped offsets back by offsets,
+        # and the 2nd cycle's long burst failed it past its bound (the driver retried it): exactly once all
+        # the same (summary.ok above)
+        assert summary.skipped > 0 and summary.rejoins > 0, summary.line()
+        assert summary.bound_hits > 0 and summary.retries > 0, summary.line()
