@@ -31,6 +31,7 @@ writing ``LIVE_PER_S`` records/s over ``PARTITIONS`` partitions after ``HISTORY`
 Restarts are timed from the process start to /ready; every stop waits for the daemon's process group (its
 Spark JVM) to be gone before the next start. ``BENCH_ISOLATION_WINDOW_S`` (45), ``BENCH_ISOLATION_RESTARTS``
 (2), ``BENCH_ISOLATION_HEAVY_ROWS`` (3,000,000) and ``BENCH_ISOLATION_LAG_S`` set the sizes;
+``BENCH_ISOLATION_KEEP=1`` keeps the daemons' logs and tables (their folder is printed);
 ``BENCH_QUICK=1`` shortens the windows. ``LAG_S`` is 60 s by default to keep ``make bench`` short;
 ``BENCH_ISOLATION_LAG_S=120`` is the two-minute lag of docs/benchmarks.md.
 """
@@ -234,7 +235,10 @@ def main() -> dict[str, Any]:
             stop_live.set()
             producer.join(30)
         out.update(lagging_exactly_once(work / "lag", bootstrap))
-    shutil.rmtree(work, ignore_errors=True)
+    if os.environ.get("BENCH_ISOLATION_KEEP") == "1":
+        print(f"  daemons' logs and tables kept in {work}", flush=True)
+    else:
+        shutil.rmtree(work, ignore_errors=True)
     _print(out)
     return out
 
