@@ -122,9 +122,10 @@ def start(d: Any) -> float:
     return float(d.wait_ready(600))
 
 
-def stop(d: Any) -> tuple[float, int | None]:
-    """SIGTERM; (seconds to the daemon's exit, its exit code), once its process group is gone too."""
-    pid = d.pid
+def stop(d: Any) -> tuple[float, int | None, int]:
+    """SIGTERM; (seconds to the daemon's exit, its exit code, ERROR lines it logged meanwhile), once its
+    process group is gone too."""
+    pid, logged = d.pid, d.log.stat().st_size
     t = time.monotonic()
     code = d.stop(timeout_s=SHUTDOWN_S + 60)
     took = time.monotonic() - t
@@ -133,7 +134,10 @@ def stop(d: Any) -> tuple[float, int | None]:
             wait_until(lambda: not _group_alive(pid), 60, "the daemon's process group gone", 0.1)
         except TimeoutError:
             os.killpg(pid, signal.SIGKILL)
-    return took, code
+    with d.log.open("rb") as f:
+        f.seek(logged)
+        errors = sum(1 for line in f.read().decode(errors="replace").splitlines() if " ERROR " in line)
+    return took, code, errors
 
 
 def _group_alive(pgid: int) -> bool:
@@ -273,21 +277,23 @@ def _victim_and_restarts(plain: Any, d: Any) -> dict[str, Any]:
            for k in ("epochs_per_trigger", "cores_busy", "api_p99_s")},
     })
     # SIGTERM while the heavy step runs, a repair of the victim just accepted (pending at the restart)
-    sigterms = []
+    sigterms, errors = [], []
     ready: dict[str, list[float]] = {"plain": [], "loaded": []}
     states = []
     for i in range(RESTARTS):
         _lagging(d)
         repair_id = _ask_repair(d)
-        took, code = stop(d)
+        took, code, logged = stop(d)
         sigterms.append(took)
+        errors.append(logged)
         if code != 0:
             raise RuntimeError(f"daemon exited {code} on SIGTERM; log:\n{d.tail()}")
         ready["plain"].append(start(plain))
         stop(plain)
         ready["loaded"].append(start(d))
         states.append(_repair_state(d, repair_id))
-        print(f"  SIGTERM with the heavy step running: exit in {took:.1f} s; restart {i + 1}: plain "
+        print(f"  SIGTERM with the heavy step running: exit {code} in {took:.1f} s, {logged} ERROR lines "
+              f"logged meanwhile; restart {i + 1}: plain "
               f"{ready['plain'][-1]:.1f} s, repair pending + heavy lagging {ready['loaded'][-1]:.1f} s to "
               f"/ready (the repair then: {states[-1]})", flush=True)
     out.update(_drop_heavy(d))
@@ -306,6 +312,8 @@ def _victim_and_restarts(plain: Any, d: Any) -> dict[str, Any]:
         "isolation.sigterm_exit_s": round(max(sigterms), 2),
         "isolation.sigterm_exit_limit_s": SHUTDOWN_S + 5,
         "isolation.sigterm_stops": len(sigterms),
+        # Spark's and py4j's: a cancelled write, the abandoned epoch's traceback (the exit code is 0)
+        "isolation.sigterm_error_lines": max(errors),
     })
     return out
 
