@@ -148,15 +148,40 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
+def call(d: Any, method: str, path: str, body: dict[str, Any] | None = None, timeout_s: float = 120) -> Any:
+    """One API call, None when it does not answer within ``timeout_s`` (not the kit's 5 s: a create or a
+    new transform is checked by Spark before it is accepted, which took longer at a load average of 20)."""
+    import httpx
+
+    try:
+        return httpx.request(method, d.url + path, json=body, timeout=timeout_s)
+    except httpx.HTTPError:
+        return None
+
+
+def accepted(d: Any, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A mutation the API accepts (201/202): its answer; RuntimeError otherwise."""
+    r = call(d, method, path, body)
+    if r is None or r.status_code not in (201, 202):
+        raise RuntimeError(f"{method} {path}: {'no answer' if r is None else r.text}")
+    return dict(r.json())
+
+
 def job(d: Any, name: str) -> dict[str, Any] | None:
     """``GET /jobs/{name}``, None when it does not answer 200."""
-    r = d.get(f"/jobs/{name}")
+    r = call(d, "GET", f"/jobs/{name}", timeout_s=30)
     return dict(r.json()) if r is not None and r.status_code == 200 else None
 
 
-def status(d: Any, name: str) -> str | None:
-    view = job(d, name)
-    return None if view is None else str(view["status"])
+def finished(d: Any, name: str, timeout_s: float = 600) -> None:
+    """Until the job is Finished (RuntimeError if it fails)."""
+    def done() -> bool:
+        view = job(d, name) or {}
+        if view.get("status") == "failed":
+            raise RuntimeError(f"{name} failed: {view.get('error')}")
+        return view.get("status") == "finished"
+
+    wait_until(done, timeout_s, f"{name} finished", 0.5)
 
 
 def _lagging(d: Any, name: str = "heavy", timeout_s: float = 600) -> None:
@@ -181,16 +206,13 @@ def _window(d: Any, table: str) -> dict[str, Any]:
 
 def _ask_repair(d: Any) -> int:
     """``POST /jobs/victim/repair`` of every split's first quarter of the history: accepted; its id."""
-    r = d.request("POST", "/jobs/victim/repair",
-                  {"splits": [], "from_offset": 0, "to_offset": HISTORY // PARTITIONS // 4})
-    if r is None or r.status_code != 202:
-        raise RuntimeError(f"repair not accepted: {None if r is None else r.text}")
-    return int(r.json()["id"])
+    window = {"splits": [], "from_offset": 0, "to_offset": HISTORY // PARTITIONS // 4}
+    return int(accepted(d, "POST", "/jobs/victim/repair", window)["id"])
 
 
 def _repair_state(d: Any, repair_id: int) -> str | None:
     """The repair's state as the running daemon shows it; None: not shown (finished before it started)."""
-    views = (job(d, "victim") or {}).get("repairs", [])
+    views = wait_until(lambda: job(d, "victim"), 300, "the victim's view")["repairs"]
     return next((str(r["state"]) for r in views if r["id"] == repair_id), None)
 
 
@@ -199,10 +221,8 @@ def _drop_heavy(d: Any) -> dict[str, Any]:
     table = str(d.tables / "heavy")
     _lagging(d)
     t0, m0 = time.time(), time.monotonic()
-    r = d.request("DELETE", "/jobs/heavy")
-    if r is None or r.status_code != 202:
-        raise RuntimeError(f"drop not accepted: {None if r is None else r.text}")
-    wait_until(lambda: (g := d.get("/jobs/heavy")) is not None and g.status_code == 404, 300,
+    accepted(d, "DELETE", "/jobs/heavy")
+    wait_until(lambda: getattr(call(d, "GET", "/jobs/heavy", timeout_s=30), "status_code", None) == 404, 300,
                "heavy's drop applied", 0.05)
     applied_s, applied_at = time.monotonic() - m0, time.time()
     victim = (job(d, "victim") or {}).get("epoch") or 0
@@ -250,17 +270,18 @@ def main() -> dict[str, Any]:
 def _victim_and_restarts(plain: Any, d: Any) -> dict[str, Any]:
     """Every figure but the lagging job's, on the plain daemon and the main one (see the module)."""
     start(plain)
-    plain.wait_finished("victim")
+    finished(plain, "victim")
     stop(plain)
     out: dict[str, Any] = {"isolation.fresh_ready_s": round(start(d), 2)}
-    d.wait_finished("victim")
+    finished(d, "victim")
     table = str(d.tables / "victim")
     from deltalake import DeltaTable
 
     version = DeltaTable(table).version()
     time.sleep(SETTLE_S)  # the backfill's epochs out of the API's 1-minute window
     alone = _window(d, table)
-    d.create_job(name="heavy", source="src", start={"kind": "latest"}, transform=heavy())
+    accepted(d, "POST", "/jobs", {"name": "heavy", "source": "src", "sink_path": str(d.tables / "heavy"),
+                                  "start": {"kind": "latest"}, "transform": heavy()})
     _lagging(d)
     with_heavy = _window(d, table)
     print(f"  windows: alone {alone}, beside the heavy job {with_heavy}", flush=True)
@@ -330,11 +351,10 @@ def lagging_exactly_once(work: Path, bootstrap: str) -> dict[str, Any]:
     d = daemon(work, bootstrap, [{"name": "lag", "topics": [topic], "max_job_lag_s": LAG_BOUND_S}], [])
     try:
         start(d)
-        d.create_job(name="lagger", source="lag")
-        d.wait_finished("lagger")
-        patch = d.request("PATCH", "/jobs/lagger", {"transform": slow_identity()})
-        if patch is None or patch.status_code != 202:
-            raise RuntimeError(f"slow transform refused: {None if patch is None else patch.text}")
+        accepted(d, "POST", "/jobs", {"name": "lagger", "source": "lag",
+                                      "sink_path": str(d.tables / "lagger")})
+        finished(d, "lagger")
+        accepted(d, "PATCH", "/jobs/lagger", {"transform": slow_identity()})
         _lagging(d, "lagger", 300)
         lagging_at = time.monotonic()
         view = wait_until(lambda: (v := job(d, "lagger")) is not None and v["status"] == "failed" and v, 300,
@@ -342,13 +362,10 @@ def lagging_exactly_once(work: Path, bootstrap: str) -> dict[str, Any]:
         failed_after = time.monotonic() - lagging_at
         time.sleep(max(0.0, lagging_at + LAG_S - time.monotonic()))  # the lag asked for, failed or not
         lag = time.monotonic() - lagging_at
-        for method, path, body in (("PATCH", "/jobs/lagger", {"transform": None}),
-                                   ("POST", "/jobs/lagger/retry", None)):
-            r = d.request(method, path, body)
-            if r is None or r.status_code != 202:
-                raise RuntimeError(f"{method} {path}: {None if r is None else r.text}")
+        accepted(d, "PATCH", "/jobs/lagger", {"transform": None})
+        accepted(d, "POST", "/jobs/lagger/retry")
         caught_up = time.monotonic()
-        d.wait_finished("lagger", 600)
+        finished(d, "lagger")
         caught_up_s = time.monotonic() - caught_up
         stop_live.set()
         producer.join(30)
