@@ -112,7 +112,8 @@ def daemon(work: Path, bootstrap: str, sources: list[dict[str, Any]], jobs: list
     work.mkdir(parents=True, exist_ok=True)
     d = RunningDaemon(work, bootstrap, [{"trigger_interval_s": TRIGGER_S, "job_timeout_s": 3600, **s}
                                         for s in sources], jobs, settings)
-    d.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    d.env = {**(d.env or {}), "PYTHONPATH": path}  # the daemon runs this checkout's code
     return d
 
 
