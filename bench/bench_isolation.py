@@ -12,8 +12,9 @@ writing ``LIVE_PER_S`` records/s over ``PARTITIONS`` partitions after ``HISTORY`
   1-minute p99 at each window's end is reported beside it, and ``isolation.victim_epochs_per_trigger_*``
   (the victim's commits per trigger in each window).
 * ``isolation.sigterm_exit_s`` (goal <= ``isolation.sigterm_exit_limit_s``, ``shutdown_timeout_s`` + 5):
-  SIGTERM to the daemon's exit while the heavy job's step runs (status ``lagging``); the slowest of the
-  run's stops with the heavy job lagging.
+  SIGTERM to the daemon's exit while the heavy job's step runs (its ``lag_s`` > 0), a repair of the victim
+  accepted just before it; the slowest of the run's ``RESTARTS`` such stops, and the ERROR lines each
+  logged meanwhile (``isolation.sigterm_error_lines``, the most).
 * ``isolation.ready_s_pending_repair`` (goal <= 1.5): /ready of a restart with a repair of the victim
   accepted just before the stop (run after the restart: ``isolation.repair_after_restart``) and the heavy
   job lagging, over /ready of a plain restart (a daemon of the victim alone on the same topic), restarts
