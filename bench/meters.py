@@ -1,4 +1,5 @@
-"""Meters the benchmarks read from inside the daemon's process (in-process daemons only)."""
+"""Meters the benchmarks read: inside an in-process daemon (`ReadSeconds`), and from outside any daemon
+(its Delta tables, its process tree)."""
 
 from __future__ import annotations
 
@@ -32,3 +33,55 @@ class ReadSeconds:
 
     def stop(self) -> None:
         self._rates.read_ahead = self._original  # type: ignore[method-assign]
+
+
+# -- read from outside the daemon: its tables, its process tree (daemon processes too) ------------------
+
+
+def pct(values: list[float], q: float) -> float:
+    """The ``q`` quantile of ``values`` (nearest rank; NaN when empty)."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def live_latencies_s(table: str, since_ms: float, until_ms: float, from_version: int = 0) -> list[float]:
+    """Per row a job committed whose Kafka timestamp is in ``[since_ms, until_ms]``: the seconds from that
+    timestamp to the Delta commit of the version that added it (the definition of ``live_latency_seconds``,
+    docs/guides/live-latency.md, read from the table: exact per row, where the metric has buckets)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+
+    dt = DeltaTable(table)
+    committed = {h["version"]: h["timestamp"] for h in dt.history()}
+    cdf = pa.table(dt.load_cdf(starting_version=from_version).read_all())
+    versions = cdf.column("_commit_version").to_pylist()
+    stamps = pc.cast(cdf.column("timestamp"), "int64").to_pylist()  # microseconds
+    return [(committed[v] - ts / 1000.0) / 1000.0 for v, ts in zip(versions, stamps, strict=True)
+            if since_ms <= ts / 1000.0 <= until_ms]
+
+
+def commit_times_ms(table: str) -> list[float]:
+    """The commit time (ms since the epoch) of every version of the Delta table at ``table``, in order."""
+    from deltalake import DeltaTable
+
+    return sorted(float(h["timestamp"]) for h in DeltaTable(table).history())
+
+
+def tree_cpu_s(root: int) -> float:
+    """CPU seconds (user + system) the process ``root`` and every live process below it have used."""
+    import os
+    from pathlib import Path
+
+    from source_backfill.testing.process import processes_below
+
+    total = 0.0
+    for pid in [root, *(p for p, _ in processes_below(root))]:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total

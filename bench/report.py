@@ -70,6 +70,12 @@ def _below_fresh_query(v: float, figures: Mapping[str, Any]) -> bool:
     return v <= 1.2 and isinstance(other, int | float) and v < other
 
 
+def _within_stop_limit(v: float, figures: Mapping[str, Any]) -> bool:
+    """A stop within the limit its run reported beside it (``shutdown_timeout_s`` + 5 s)."""
+    limit = figures.get("isolation.sigterm_exit_limit_s")
+    return isinstance(limit, int | float) and v <= limit
+
+
 GOALS = (
     Goal("planner.mixed_planner_ms", "planner, 10,000 splits, mixed stages: ms per epoch", "< 5 ms",
          lambda v, _: v < 5, higher=False),
@@ -115,6 +121,20 @@ GOALS = (
          "(`job_history_broker_bytes_total`)", "0", lambda v, _: v == 0, higher=False),
     Goal("archive.half.exactly_once", "a job whose history's first half is only in the archive and second "
          "half only in Kafka, under a live producer: exactly once across the tiers (1)", "1",
+         lambda v, _: v == 1, higher=True),
+    Goal("isolation.victim_p99_ratio_heavy_neighbour", "live p99 of a Finished job while a neighbour on its "
+         "source runs a heavy transform (~30 s of CPU per trigger's records), vs alone, 1 s trigger",
+         "≤ 1.5", _at_most(1.5)),
+    Goal("isolation.drop_applied_s", "`DELETE` of that heavy job while its step runs, to the drop applied "
+         "and its table's last commit: seconds", "≤ 2 s", _at_most(2)),
+    Goal("isolation.ready_s_pending_repair", "`/ready` after a restart with a repair pending and the heavy "
+         "job lagging, over a plain restart's", "≤ 1.5", _at_most(1.5)),
+    Goal("isolation.sigterm_exit_s", "SIGTERM to the daemon's exit while the heavy job's step runs: seconds",
+         "≤ `shutdown_timeout_s` + 5 s (next row)", _within_stop_limit, higher=False),
+    Goal("isolation.sigterm_exit_limit_s", "that stop's limit: the daemon's `shutdown_timeout_s` + 5 s",
+         "(reference)", lambda v, _: True),
+    Goal("isolation.lagging_job_exactly_once", "an identity job lagging past `max_job_lag_s` under a live "
+         "producer, failed, retried as identity: exactly once, offset by offset (1)", "1",
          lambda v, _: v == 1, higher=True),
     Goal("quiet.idle_commits_per_hour", "table versions per hour of a Finished job on an idle topic and a "
          "live table job on a quiet table, 1 s trigger", "0", lambda v, _: v == 0, higher=False),
