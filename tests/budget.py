@@ -3,7 +3,8 @@
 ``make test`` is the inner loop (ten minutes on 2 cores): each Hypothesis test there runs a quarter of the
 examples it names (at least 10), and a test that names none runs 25. ``make test-properties`` (CI runs it
 after ``make test``) sets ``SOURCE_BACKFILL_PROPERTY_EXAMPLES=full`` and runs every example each test names
-(100 where it names none). Use ``@settings(max_examples=examples(300))``.
+(100 where it names none). Use ``@settings(max_examples=examples(300))``. The attacks (the API fuzz, the
+generated transforms) keep their full numbers: their refusal ratios need the sample.
 """
 
 from __future__ import annotations

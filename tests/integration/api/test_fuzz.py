@@ -34,7 +34,6 @@ from source_backfill.config import TRANSFORM_PATTERN, JobSpec
 from source_backfill.runtime.progress import JobProgress, SplitProgress
 from source_backfill.runtime.registry import JobRegistry
 from source_backfill.runtime.verifications import Verifications
-from tests.budget import examples
 from tests.integration.api.conftest import SOURCES, TOKEN
 
 pytestmark = pytest.mark.integration
@@ -57,9 +56,9 @@ UNSTATED_RULES = {("POST", "/jobs/{name}/repair")}
 OPERATION_IDS = [f"{m} {p}" for m, p in OPERATIONS]
 
 #: Bounded and reproducible: a fixed sequence of examples, no per-example deadline (2 cores, a soak beside).
-FUZZ = settings(max_examples=examples(40), deadline=None, derandomize=True, database=None,
+FUZZ = settings(max_examples=40, deadline=None, derandomize=True, database=None,
                 suppress_health_check=list(HealthCheck))
-REFUSALS = settings(max_examples=examples(150), deadline=None, derandomize=True, database=None,
+REFUSALS = settings(max_examples=150, deadline=None, derandomize=True, database=None,
                     suppress_health_check=list(HealthCheck))
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")

@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 
 from source_backfill.errors import TransformError
 from source_backfill.executors.transform import apply_transform, check_transform
-from tests.budget import examples
 from tests.fixtures.spark import CANARY_ENV
 
 pytestmark = pytest.mark.integration
@@ -66,7 +65,7 @@ def test_generated_transforms_are_refused_or_reveal_nothing(spark, tmp_path):
     df = spark.createDataFrame(rows, kafka_schema())
     seen = {"accepted": 0, "refused": 0}
 
-    @settings(max_examples=examples(30), deadline=None, database=None, derandomize=True,
+    @settings(max_examples=30, deadline=None, database=None, derandomize=True,
               suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
     @given(template=transforms())
     def attempt(template):
