@@ -66,9 +66,10 @@ SLOW_PARTITIONS = 2
 #: Records/s the live producer writes to the slow topic.
 SLOW_RATE = 20
 #: The slow source's trigger: its epochs wait 2 s for their steps. Not 0.5 s: a job's step after a
-#: skipped epoch reads the skipped offsets with Spark (1-1.5 s here even at load 1), so at 0.5 s (a 1 s
-#: wait) a light job that skipped once kept skipping, each step a rejoin, until the bound failed it;
-#: the final run then took 68 s instead of 28 (the daemon's doing, not the suite's: see the report).
+#: skipped epoch reads the skipped offsets with Spark (1-3 s here even at load 1), so at 0.5 s (a 1 s
+#: wait) a light job that skipped once kept skipping, each step a rejoin, until the bound failed it
+#: though it stayed within ~3 s of the live stream (the daemon's lag counts the whole run of slow steps,
+#: not how far behind the job is); the final run then took 68 s instead of 28.
 SLOW_TRIGGER_S = 1.0
 #: ``max_job_lag_s`` of the slow source: a job whose lane skips its epochs this long is failed. A step
 #: of more than ~13 s (the bound, the epoch's wait of two triggers, one trigger) hits it. Light steps
