@@ -308,9 +308,9 @@ class SourceConfig(_Frozen):
         "jobs and commit; the live batch is read once for all). The source's epoch waits for them at most "
         "two triggers: a job still busy skips the next epochs and rejoins by offsets (docs: \"Lanes\")."))
     max_job_lag_s: float = Field(default=900.0, gt=0, description=(
-        "A job whose lane keeps skipping its source's epochs (each step slower than the trigger) for "
-        "longer than this is failed, saying so: the source's checkpoint moves on without it, and a lag "
-        "past the topic's retention would lose records (`job_lag_seconds`, status `lagging`)."))
+        "A job whose output lacks the records of a source epoch it skipped (its steps slower than the "
+        "trigger) for longer than this is failed, saying so: the source's checkpoint moves on without it, "
+        "and a lag past the topic's retention would lose records (`job_lag_seconds`, status `lagging`)."))
     history_width: HistoryWidthConfig = Field(default_factory=HistoryWidthConfig, description=(
         "How many Spark tasks the source's history copies (reads ahead) run together, governed by the live "
         "latency by default; the jobs backfilling share the width (docs: \"History width\")."))

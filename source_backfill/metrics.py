@@ -199,8 +199,8 @@ JOB_REJOINS = Counter(
 )
 JOB_LAG_SECONDS = Gauge(
     PREFIX + "job_lag_seconds",
-    "Seconds since the job's lane first skipped a source epoch, while it still does (0: keeping up); past "
-    "sources[].max_job_lag_s the job is failed.",
+    "Age in seconds of the oldest source epoch the job skipped whose records its output does not hold yet "
+    "(0: keeping up); past sources[].max_job_lag_s the job is failed.",
     ["job"],
 )
 JOB_STEP_DURATION = Histogram(

@@ -314,6 +314,7 @@ class JobHost(ABC, Generic[J]):
                 continue
             if handed is not None:
                 handed()
+            self.lanes.handing(job.name)
             step = self._pool.submit(partial(self._lane_step, job, epoch, run, left))
             self.lanes.handed(job.name, step)
             steps[job.name] = step

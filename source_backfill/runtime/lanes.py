@@ -11,9 +11,13 @@ zero pending epochs, kept as offset ranges by the job's own output positions (no
 to lose on a crash; a queue of kept batches would only save the re-read of a few seconds of records).
 
 This module keeps the lanes' book: which step is in flight, which jobs ran slower than the wait last time
-(the epoch does not wait for those), and for how long a job has been skipping epochs (its lag: a metric,
-its status, and past ``max_job_lag_s`` the job is failed — the source's checkpoint moves on without a
-lagging job, and a lag past the topic's retention would lose records).
+(the epoch does not wait for those), and each job's lag: the age of the oldest epoch it skipped whose
+records its output does not hold yet (a metric, its status, and past ``max_job_lag_s`` the job is failed —
+the source's checkpoint moves on without a lagging job, and a lag past the topic's retention would lose
+records). A step handed after skips reads the skipped offsets (its rejoin), so the skipped epochs stay the
+job's lag until that step ends; epochs skipped while it ran are the lag from then on. A job whose every
+step is a rejoin slower than the trigger is therefore as far behind as a step and a trigger, not behind
+since its first skip: its lag stays bounded and it is never failed for it.
 """
 
 from __future__ import annotations
@@ -43,8 +47,10 @@ class Lanes:
         self._steps: dict[str, Future[object]] = {}
         #: Jobs whose last step ran past ``wait_s``: their next step is not waited for either.
         self._slow: set[str] = set()
-        #: When each lagging job first skipped an epoch (since it last kept up).
-        self._behind_since: dict[str, float] = {}
+        #: When each job first skipped an epoch since its step in flight was handed: records no step holds.
+        self._skipped_since: dict[str, float] = {}
+        #: The skips the job's step in flight reads (its rejoin): still its lag until that step ends.
+        self._covering_since: dict[str, float] = {}
 
     def busy(self, job: str) -> bool:
         """Whether the job has a step in flight (queued behind others, or running)."""
@@ -57,8 +63,17 @@ class Lanes:
         with self._lock:
             return sorted(name for name, step in self._steps.items() if not step.done())
 
+    def handing(self, job: str) -> None:
+        """The job's next step is about to start: it reads the epochs the job skipped so far (its rejoin)."""
+        with self._lock:
+            since = self._skipped_since.pop(job, None)
+            if since is None:
+                self._covering_since.pop(job, None)
+            else:
+                self._covering_since[job] = since
+
     def handed(self, job: str, step: Future[object]) -> None:
-        """The job's step was handed to its lane."""
+        """The job's step (announced by :meth:`handing`) was handed to its lane."""
         with self._lock:
             self._steps[job] = step
 
@@ -81,37 +96,45 @@ class Lanes:
         done, _ = wait([step], timeout=timeout_s)
         return bool(done)
 
-    def ended(self, job: str, seconds: float) -> None:
-        """The job's step ended after ``seconds``: a step within the wait means the job keeps up again."""
+    def ended(self, job: str, seconds: float, now: float | None = None) -> None:
+        """The job's step ended after ``seconds``; its lag is now only the epochs skipped while it ran.
+
+        Its output holds every epoch up to the one it was handed (a rejoin's included); none skipped
+        meanwhile: it keeps up. A step longer than the wait makes the job slow: the epoch does not wait for
+        its next step.
+        """
         metrics.JOB_STEP_DURATION.labels(job).observe(seconds)
+        now = time.monotonic() if now is None else now
         with self._lock:
             if seconds > self.wait_s:
                 self._slow.add(job)
-                return
-            self._slow.discard(job)
-            caught_up = self._behind_since.pop(job, None) is not None
-        if caught_up:
-            metrics.JOB_LAG_SECONDS.labels(job).set(0)
+            else:
+                self._slow.discard(job)
+            self._covering_since.pop(job, None)
+            since = self._skipped_since.get(job)
+        metrics.JOB_LAG_SECONDS.labels(job).set(0.0 if since is None else now - since)
 
     def skipped(self, job: str, now: float | None = None) -> float:
-        """The job's lane was busy when an epoch came: it skips it. Returns how long it has lagged."""
+        """The job's lane was busy when an epoch came: it skips it. Returns the job's lag (:meth:`lag_s`)."""
         now = time.monotonic() if now is None else now
         with self._lock:
-            since = self._behind_since.setdefault(job, now)
-        lag = now - since
+            self._skipped_since.setdefault(job, now)
+        lag = self.lag_s(job, now)
         metrics.JOB_EPOCHS_SKIPPED.labels(job).inc()
         metrics.JOB_LAG_SECONDS.labels(job).set(lag)
         return lag
 
     def lag_s(self, job: str, now: float | None = None) -> float:
-        """Seconds the job has been skipping epochs (0: it keeps up)."""
+        """Seconds since the oldest skipped epoch the job's output does not hold yet (0: it keeps up)."""
         now = time.monotonic() if now is None else now
         with self._lock:
-            since = self._behind_since.get(job)
-        return 0.0 if since is None else now - since
+            marks = (self._skipped_since.get(job), self._covering_since.get(job))
+        since = [t for t in marks if t is not None]
+        return now - min(since) if since else 0.0
 
     def forget(self, job: str) -> None:
         """The job left (dropped, failed, rebuilt): its lag and slowness start anew."""
         with self._lock:
             self._slow.discard(job)
-            self._behind_since.pop(job, None)
+            self._skipped_since.pop(job, None)
+            self._covering_since.pop(job, None)
