@@ -84,9 +84,13 @@ class JobHost(ABC, Generic[J]):
         self._repairs: dict[str, list[Mutation]] = {}
         self._repairs_finished: list[int] = []
         self._repairs_lock = threading.Lock()
-        #: Mutations that wait for their job's lane to be free (a drop, a retry, a new transform), applied
-        #: at a later epoch.
+        #: Mutations that wait for their job's lane to be free (a retry, a new transform), applied at a
+        #: later epoch.
         self._deferred: list[Mutation] = []
+        #: Drops whose job's step still ends, with the epoch each was taken at: applied (and marked) by the
+        #: lane's thread as the step ends, not an epoch later (:meth:`_lane_freed`).
+        self._lane_drops: dict[str, list[tuple[Mutation, int]]] = {}
+        self._lane_drops_lock = threading.Lock()
         #: Each job's lane: its step in flight, its lag (``runtime/lanes.py``).
         self.lanes = Lanes(lane_wait_s(config.trigger_interval_s))
         #: Guards ``jobs`` against the lanes: a step failing rebuilds or fails its job on its lane's thread.
@@ -173,9 +177,8 @@ class JobHost(ABC, Generic[J]):
                     continue
                 self._retry(m.job, epoch)
             elif m.kind == "drop":
-                if not self._drop(m.job, epoch):
-                    self._deferred.append(m)  # applied once its lane is free: nothing commits after it
-                    continue
+                if not self._drop(m, epoch):
+                    continue  # applied as its lane frees (nothing commits after it): _lane_freed
             elif job is not None and busy and m.kind not in ("pause", "resume", "throttle"):
                 self._deferred.append(m)  # a new transform, a repair: at the job's next step
                 continue
@@ -191,26 +194,44 @@ class JobHost(ABC, Generic[J]):
             applied.append(m)
         return applied
 
-    def _drop(self, name: str, epoch: int) -> bool:
+    def _drop(self, m: Mutation, epoch: int) -> bool:
         """Take the job out: no step of it starts, its Spark work is cancelled, nothing of it commits.
 
-        Returns True once its lane is free (the drop is then applied), False while its step still ends.
+        Returns True if its lane is free (the drop is applied now), False while its step still ends: the
+        lane's thread then applies it and marks it applied as the step ends (:meth:`_lane_freed`).
         """
+        name = m.job
         with self._jobs_lock:
             job = self.jobs.pop(name, None)
         if job is not None:
             self._stop_lane(job, "dropped")
             job.close()
             logger.info('job dropped job="%s" epoch=%d', name, epoch)
-        if self.lanes.busy(name):
-            return False
+        with self._lane_drops_lock:  # against the lane's end: either it sees this drop or this sees it free
+            if self.lanes.busy(name):
+                self._lane_drops.setdefault(name, []).append((m, epoch))
+                return False
+        self._dropped(name)
+        return True
+
+    def _lane_freed(self, name: str) -> None:
+        """The job's step ended (on its lane's thread): drops that waited for it are applied now."""
+        with self._lane_drops_lock:
+            waiting = self._lane_drops.pop(name, [])
+        if not waiting:
+            return
+        self._dropped(name)
+        self.registry.mark_applied([m.id for m, _ in waiting], waiting[0][1])
+        logger.info('job drop applied as its lane freed job="%s"', name)
+
+    def _dropped(self, name: str) -> None:
+        """The dropped job's lane is free: what is left of it goes (repairs, crash counts, lag, metrics)."""
         self._job_failures.pop(name, None)
         with self._repairs_lock:  # nothing left to repair: applied as nothing
             self._repairs_finished += [r.id for r in self._repairs.pop(name, [])]
         self._crashes_reset(name)
         self.lanes.forget(name)
         metrics.forget_job(name)
-        return True
 
     def _stop_lane(self, job: J, why: str, *, wait: bool = True) -> None:
         """Nothing more of the job commits: its work in flight is cancelled; ``wait``: for its commit too."""
@@ -338,6 +359,7 @@ class JobHost(ABC, Generic[J]):
             self.lanes.ended(job.name, time.monotonic() - t0)
             if left is not None:
                 left()
+            self._lane_freed(job.name)
 
     def _run_together(self, epoch: int, runs: Sequence[JobRun[J]]) -> None:
         width = min(self.config.max_parallel_jobs, len(runs))

@@ -106,6 +106,7 @@ class Lanes:
         metrics.JOB_STEP_DURATION.labels(job).observe(seconds)
         now = time.monotonic() if now is None else now
         with self._lock:
+            self._steps.pop(job, None)  # free from now (its thread only has its book-keeping left)
             if seconds > self.wait_s:
                 self._slow.add(job)
             else:
