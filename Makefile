@@ -11,7 +11,7 @@ PYTEST_ARGS ?= --durations=25
 TEST_WORKERS ?= 2
 TEST_WORKERS_ARGS := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
-.PHONY: venv jars test-deps run run-table test test-properties test-slow test-containers unit integration lint docs bench bench-compare chaos clean
+.PHONY: venv jars test-deps run run-table test test-busy test-properties test-slow test-containers unit integration lint docs bench bench-compare chaos clean
 
 venv: $(STAMP)
 
@@ -43,6 +43,10 @@ test-deps:
 
 test: $(STAMP) jars test-deps
 	$(PY) -m pytest -m "not slow and not containers" $(TEST_WORKERS_ARGS) $(PYTEST_ARGS)
+
+## make test beside stress-ng --cpu 1 (one core kept busy), RUNS times (3): each run's time and result.
+test-busy: $(STAMP) jars test-deps
+	RUNS=$(or $(RUNS),3) bash deploy/ci/test-busy.sh
 
 ## The property tests (Hypothesis) with every example each names: make test runs a quarter (tests/budget.py).
 test-properties: $(STAMP) jars

@@ -225,6 +225,79 @@ class ArchiveConfig(_Frozen):
         "copied. `0`: not compared."))
 
 
+#: Kafka client options a ``security`` section sets, in either client's spelling (librdkafka, Java):
+#: refused in ``sources[].kafka``, so each secret has one way in (a file or an environment variable).
+SECURITY_OPTIONS = frozenset({
+    "security.protocol", "sasl.mechanism", "sasl.mechanisms", "sasl.username", "sasl.password",
+    "sasl.jaas.config", "sasl.login.callback.handler.class", "sasl.client.callback.handler.class",
+    "ssl.ca.location", "ssl.ca.pem", "ssl.certificate.location", "ssl.certificate.pem", "ssl.key.location",
+    "ssl.key.pem", "ssl.key.password", "ssl.keystore.location", "ssl.keystore.password",
+    "ssl.keystore.type", "ssl.keystore.key", "ssl.keystore.certificate.chain", "ssl.truststore.location",
+    "ssl.truststore.password", "ssl.truststore.type", "ssl.truststore.certificates",
+    "ssl.endpoint.identification.algorithm", "config.providers",
+})
+
+
+class KafkaSecurity(_Frozen):
+    """How a ``kafka`` source's clients connect to a secured cluster: one section, each client's spelling.
+
+    Spark's Java client and librdkafka (the admin client, the driver's small reads, the Python connector,
+    the Parquet copy, ``verify``) spell these differently; ``connectors/kafka/security.py`` translates this
+    section for each. Secrets come from a file (a mounted Kubernetes secret) or an environment variable,
+    read when a client is made, never kept in the config. OAUTHBEARER (Confluent Cloud, MSK IAM) is not
+    supported yet.
+    """
+
+    protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        default="PLAINTEXT", description=(
+            "`security.protocol`: `SASL_SSL` (SASL over TLS: MSK, Confluent Platform, Strimzi, Redpanda), "
+            "`SSL` (TLS, with a client certificate for mTLS), `SASL_PLAINTEXT`, or `PLAINTEXT`."))
+    mechanism: Literal["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"] | None = Field(default=None, description=(
+        "The SASL mechanism (`SASL_*` protocols only)."))
+    username: str | None = Field(default=None, min_length=1, description="The SASL user name.")
+    password_file: Path | None = Field(default=None, description=(
+        "A file holding the SASL password (a trailing newline is dropped)."))
+    password_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description=(
+        "An environment variable holding the SASL password, instead of `password_file`."))
+    ca_file: Path | None = Field(default=None, description=(
+        "PEM file of the CA(s) that signed the brokers' certificates (a private CA); unset: the system's."))
+    client_cert_file: Path | None = Field(default=None, description=(
+        "PEM file of the client's certificate (mTLS), with `client_key_file`."))
+    client_key_file: Path | None = Field(default=None, description=(
+        "PEM file of the client certificate's private key (mTLS)."))
+    key_password_file: Path | None = Field(default=None, description=(
+        "A file holding the password of an encrypted `client_key_file`."))
+    check_hostname: bool = Field(default=True, description=(
+        "Check that a broker's certificate names the host the client connected to (`false` only for a test "
+        "cluster whose certificates name no host)."))
+
+    @model_validator(mode="after")
+    def _coherent(self) -> KafkaSecurity:
+        sasl, tls = self.protocol.startswith("SASL_"), self.protocol.endswith("SSL")
+        if sasl:
+            if self.mechanism is None or self.username is None:
+                msg = f"security: protocol {self.protocol} needs mechanism and username"
+                raise ValueError(msg)
+            if (self.password_file is None) == (self.password_env is None):
+                msg = "security: give the SASL password as password_file or password_env (one of them)"
+                raise ValueError(msg)
+        elif any(v is not None for v in (self.mechanism, self.username, self.password_file,
+                                          self.password_env)):
+            msg = f"security: mechanism, username and password are for SASL protocols, not {self.protocol}"
+            raise ValueError(msg)
+        files = (self.ca_file, self.client_cert_file, self.client_key_file, self.key_password_file)
+        if not tls and any(f is not None for f in files):
+            msg = f"security: ca_file and the client certificate are for TLS protocols, not {self.protocol}"
+            raise ValueError(msg)
+        if (self.client_cert_file is None) != (self.client_key_file is None):
+            msg = "security: client_cert_file and client_key_file go together (mTLS)"
+            raise ValueError(msg)
+        if self.key_password_file is not None and self.client_key_file is None:
+            msg = "security: key_password_file is the password of client_key_file"
+            raise ValueError(msg)
+        return self
+
+
 class SourceConfig(_Frozen):
     """One shared live source, fanned out to its jobs.
 
@@ -275,8 +348,12 @@ class SourceConfig(_Frozen):
         "The topics a `kafka` source reads (or `topic_pattern`)."))
     topic_pattern: str | None = Field(default=None, description=(
         "A regex of topics instead of `topics`; topics that appear later are picked up."))
+    security: KafkaSecurity = Field(default_factory=KafkaSecurity, description=(
+        "How the source's Kafka clients connect to a secured cluster (SASL_SSL, mTLS, a private CA), "
+        "translated for Spark's Java client and for librdkafka (docs: \"Connect to your cluster\")."))
     kafka: dict[str, str] = Field(default_factory=dict, description=(
-        "`kafka.*` consumer options without the prefix (security, ...). Both connectors read with "
+        "Other `kafka.*` consumer options without the prefix (security options go in `security`: they are "
+        "refused here, in either client's spelling). Both connectors read with "
         "`isolation.level = read_committed` unless this says otherwise; Spark's consumers with "
         "`max.poll.records = 10000` (the Java client's 500 read history ~30 % slower). A source's history "
         "reads share its consumers under the group `source-backfill-<source>-history-<digest of the kafka "
@@ -359,6 +436,17 @@ class SourceConfig(_Frozen):
             msg = f"bootstrap_servers names ${{{found.group(1)}}} but that environment variable is not set"
             raise ValueError(msg)
         return resolved
+
+    @field_validator("kafka")
+    @classmethod
+    def _no_security_options(cls, value: dict[str, str]) -> dict[str, str]:
+        refused = sorted(k for k in value if k.lower().removeprefix("kafka.") in SECURITY_OPTIONS)
+        if refused:
+            msg = (f"kafka: {', '.join(refused)}: security options go in the source's security section "
+                   "(protocol, mechanism, username, password_file, ca_file, client_cert_file, "
+                   "client_key_file), which sets them for both of the daemon's Kafka clients")
+            raise ValueError(msg)
+        return value
 
     @model_validator(mode="after")
     def _has_topics(self) -> SourceConfig:

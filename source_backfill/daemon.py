@@ -77,6 +77,7 @@ class Daemon:
     def _start(self) -> None:
         from connectors.kafka.admin import KafkaAdmin
         from connectors.kafka.factory import connector_class, connector_for
+        from connectors.kafka.security import librdkafka_options
         from source_backfill.api.app import create_app, create_metrics_app
         from source_backfill.api.server import ApiServer
         from source_backfill.executors.spark_work import LEDGER_DIR, SparkWork, WorkLedger
@@ -134,7 +135,7 @@ class Daemon:
                 table_source.start()
                 continue
             bootstrap = self._bootstrap(source.bootstrap_servers)
-            admin = KafkaAdmin(bootstrap, dict(source.kafka))
+            admin = KafkaAdmin(bootstrap, librdkafka_options(source))
             live = LiveSource(
                 source, self.spark, self.registry, admin, state_root=root,
                 connector=connector_for(source, bootstrap, self.spark, admin), work=self.work,
@@ -287,7 +288,9 @@ class Daemon:
             raise VerifyRefusedError(msg)
         admin = source.admin
         check_verifiable(spec.sink_path, name)
-        bootstrap, options = source.bootstrap_servers, dict(source.config.kafka)
+        from connectors.kafka.security import librdkafka_options
+
+        bootstrap, options = source.bootstrap_servers, librdkafka_options(source.config)
         archives = config.archives if spec.history_source != "kafka" else []
 
         def run() -> Any:  # noqa: ANN401 - a VerifyResult

@@ -21,7 +21,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -51,6 +51,9 @@ class KafkaConnector(ABC):
     #: Whether the connector runs Python in Spark's workers (the Python data source, its pyarrow copy):
     #: a session for it registers the data source and warms a worker.
     python_workers: ClassVar[bool] = False
+    #: The Kafka client of the connector's Spark reader: Spark's Java client, or librdkafka in Python
+    #: workers; the ``security`` section is spelled for it (``connectors/kafka/security.py``).
+    CLIENT: ClassVar[Literal["java", "librdkafka"]] = "java"
 
     def __init__(self, source: SourceConfig, bootstrap_servers: str, spark: SparkSession,
                  admin: KafkaAdmin) -> None:
@@ -106,16 +109,18 @@ class KafkaConnector(ABC):
         import pyarrow as pa
 
         from connectors.kafka.ranges import KafkaRange, kafka_arrow_schema, range_consumer, read_range
+        from connectors.kafka.security import librdkafka_options
         from source_backfill.core import parse_split_id
 
+        kafka = librdkafka_options(self.source)
         if self._consumer is None:
             # the batch's records are in the log already: no long fetches (range_consumer says why)
-            self._consumer = range_consumer(self.bootstrap_servers, dict(self.source.kafka), fetch_wait_ms=1)
+            self._consumer = range_consumer(self.bootstrap_servers, kafka, fetch_wait_ms=1)
         batches: list[pa.RecordBatch] = []
         for split, stop in sorted(end.items()):
             topic, partition = parse_split_id(split)
             rng = KafkaRange(topic, partition, start.get(split, stop), stop, check_loss=False)
-            batches.extend(read_range(rng, self.bootstrap_servers, dict(self.source.kafka),
+            batches.extend(read_range(rng, self.bootstrap_servers, kafka,
                                       fail_on_data_loss=self.source.fail_on_data_loss,
                                       poll_timeout_s=self.source.poll_timeout_s, consumer=self._consumer))
         return pa.Table.from_batches(batches, schema=kafka_arrow_schema())
@@ -129,15 +134,19 @@ class KafkaConnector(ABC):
     def _options(self, own: Mapping[str, str], consumer: Mapping[str, str]) -> dict[str, str]:
         """The options both readers take, plus the connector's ``own``, then ``kafka.*`` options.
 
-        ``consumer``: the connector's consumer settings; the source's ``kafka`` options override them.
+        ``consumer``: the connector's consumer settings; the source's ``kafka`` options override them, and
+        its ``security`` section in the spelling of the client that reads (:attr:`CLIENT`).
         """
+        from connectors.kafka.security import java_options, librdkafka_options
+
+        kafka = java_options(self.source) if self.CLIENT == "java" else librdkafka_options(self.source)
         options = {
             "kafka.bootstrap.servers": self.bootstrap_servers,
             "failOnDataLoss": str(self.source.fail_on_data_loss).lower(),
             "kafkaConsumer.pollTimeoutMs": str(poll_timeout_ms(self.source)),
             **own,
         }
-        for key, value in {**consumer, **self.source.kafka}.items():
+        for key, value in {**consumer, **kafka}.items():
             options[f"kafka.{key}"] = value
         return options
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from connectors.kafka.connector import KafkaConnector, Stager
 from source_backfill.core.splits import parse_split_id
@@ -34,6 +34,7 @@ class PythonKafkaConnector(KafkaConnector):
     """A source's Kafka reads with the ``kafka_py`` data source."""
 
     python_workers: ClassVar[bool] = True
+    CLIENT: ClassVar[Literal["java", "librdkafka"]] = "librdkafka"
 
     def reader_options(self) -> dict[str, str]:
         """The options of the ``kafka_py`` source for the source (``kafka.*``, deadlines, ``maxTasks``).
@@ -73,10 +74,11 @@ class PythonKafkaConnector(KafkaConnector):
         """
         from connectors.kafka.parquet_copy import write_ranges_parquet
         from connectors.kafka.ranges import KafkaRange
+        from connectors.kafka.security import librdkafka_options
 
         pieces = [KafkaRange(*parse_split_id(r.split), r.start, r.end) for r in ranges]
         slices = [part for i in range(tasks) if (part := pieces[i::tasks])]
-        bootstrap, kafka = self.bootstrap_servers, dict(self.source.kafka)
+        bootstrap, kafka = self.bootstrap_servers, librdkafka_options(self.source)
         fail_on_data_loss, poll_timeout_s = self.source.fail_on_data_loss, self.source.poll_timeout_s
         counts: dict[str, int] = {}
 

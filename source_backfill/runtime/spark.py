@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+from connectors.kafka.security import REDACTED_OPTIONS
+
 logger = logging.getLogger(__name__)
 
 #: Defaults that keep a laptop (or this 2-core CI box) responsive; any key can be overridden by config.
@@ -27,6 +29,9 @@ DEFAULT_CONF: dict[str, str] = {
     # no ${env:VAR} / ${system:prop} / ${spark.conf} substitution in SQL text: a job's transform would
     # read the daemon's environment (its token) through it (the transform check refuses '${' as well)
     "spark.sql.variable.substitute": "false",
+    # the Kafka readers' options carry the security section's secrets inline (a JAAS line, a PEM key):
+    # plans, the UI and event logs show those options redacted (connectors/kafka/security.py)
+    "spark.sql.redaction.options.regex": REDACTED_OPTIONS,
     # history read ahead runs in a pool of its own (fairscheduler.xml): while it holds slots, the next
     # free one goes to the live stream's jobs
     "spark.scheduler.mode": "FAIR",

@@ -216,9 +216,21 @@ class RunningDaemon(DaemonProcess):
 
     def topics(self, job: str) -> list[str]:
         """The topics of ``job``'s source."""
+        return list(self._source_of(job)["topics"])
+
+    def kafka_options(self, job: str) -> dict[str, str]:
+        """The options a librdkafka client of ``job``'s source takes: its ``kafka`` map and ``security``.
+
+        On a secured cluster the checks read the log as the daemon does.
+        """
+        from connectors.kafka.security import librdkafka_options
+        from source_backfill.config import SourceConfig
+
+        return librdkafka_options(SourceConfig.model_validate(self._source_of(job)))
+
+    def _source_of(self, job: str) -> dict[str, Any]:
         info = self.job(job)
-        source = next(s for s in self.sources if s["name"] == info["source"])
-        return list(source["topics"])
+        return next(s for s in self.sources if s["name"] == info["source"])
 
     def job(self, name: str) -> dict[str, Any]:
         """``GET /jobs/{name}`` (the job's status, rows, per-split progress)."""
@@ -294,7 +306,8 @@ def assert_exactly_once() -> Callable[..., Any]:
         while True:
             report = None
             if (table / "_delta_log").exists():
-                report = check_exactly_once(str(table), daemon.bootstrap, daemon.topics(job))
+                report = check_exactly_once(str(table), daemon.bootstrap, daemon.topics(job),
+                                            kafka_options=daemon.kafka_options(job))
                 if report.ok:
                     return report
             if time.monotonic() > deadline:

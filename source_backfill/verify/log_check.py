@@ -13,6 +13,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from source_backfill.core.splits import split_id
 
@@ -82,21 +83,26 @@ def log_offsets(
     start: Mapping[str, int] | None = None,
     end: Mapping[str, int] | None = None,
     timeout_s: float = 60.0,
+    kafka_options: Mapping[str, Any] | None = None,
 ) -> dict[str, list[int]]:
-    """Offsets of the committed records of every partition of ``topics``, from ``start`` to ``end``."""
+    """Offsets of the committed records of every partition of ``topics``, from ``start`` to ``end``.
+
+    ``kafka_options``: librdkafka options of the cluster (a secured one's: ``security.librdkafka_options``).
+    """
     import time
 
     from confluent_kafka import Consumer, TopicPartition
 
     from connectors.kafka.admin import KafkaAdmin, consume_available
 
-    admin = KafkaAdmin(bootstrap)
+    admin = KafkaAdmin(bootstrap, dict(kafka_options or {}))
     splits = admin.list_splits(list(topics))
     ids = [split_id(t, p) for t, p in splits]
     ends = dict(end) if end is not None else admin.end_offsets(ids)
     firsts = admin.earliest_offsets(ids)
     out: dict[str, list[int]] = {s: [] for s in ids}
     consumer = Consumer({
+        **(kafka_options or {}),
         "bootstrap.servers": bootstrap,
         "group.id": f"source-backfill-verify-{uuid.uuid4()}",
         "enable.auto.commit": False,
@@ -160,6 +166,11 @@ def check_exactly_once(
     *,
     start: Mapping[str, int] | None = None,
     end: Mapping[str, int] | None = None,
+    kafka_options: Mapping[str, Any] | None = None,
 ) -> Report:
-    """Check that the table at ``table_path`` holds the log of ``topics`` exactly once (from ``start``)."""
-    return compare(log_offsets(bootstrap, topics, start=start, end=end), table_offsets(table_path))
+    """Check that the table at ``table_path`` holds the log of ``topics`` exactly once (from ``start``).
+
+    ``kafka_options``: librdkafka options of a secured cluster (``security.librdkafka_options``).
+    """
+    return compare(log_offsets(bootstrap, topics, start=start, end=end, kafka_options=kafka_options),
+                   table_offsets(table_path))

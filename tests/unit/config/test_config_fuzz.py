@@ -1,6 +1,8 @@
 """Fuzz the config loader: any TOML file and any ``SOURCE_BACKFILL_*`` environment either loads or raises
 ConfigError (never another exception, so the CLI never shows a traceback for a bad config), and no
-ConfigError message shows the secret in ``api.token`` or a source's ``kafka."sasl.password"``."""
+ConfigError message shows the secret in ``api.token`` or in a source's ``kafka`` options (a client secret:
+SASL passwords go in files named by the ``security`` section, and a password put in ``kafka`` is refused
+without being shown)."""
 
 from __future__ import annotations
 
@@ -90,7 +92,9 @@ def base(token: object, password: object) -> dict:
         "daemon": {"state_root": "/tmp/sb"},
         "api": {"port": 9000, "token": token},
         "sources": [{"name": "events", "topics": ["a", "b"], "trigger_interval_s": 0.5,
-                     "kafka": {"security.protocol": "SASL_SSL", "sasl.password": password}}],
+                     "kafka": {"client.id": "events", "sasl.oauthbearer.client.secret": password},
+                     "security": {"protocol": "SASL_SSL", "mechanism": "SCRAM-SHA-512", "username": "u",
+                                  "password_file": "/run/secrets/kafka-password"}}],
         "jobs": [{"name": "copy", "source": "events", "sink_path": "/tmp/copy",
                   "start": {"kind": "timestamp", "timestamp_ms": 1700000000000}, "rate_limit": 500,
                   "transform": "SELECT key, value, partition, offset FROM {source}"}],
@@ -175,7 +179,19 @@ def test_the_generated_documents_are_toml(tmp_path):
     with environment({}):
         settings_ = load_settings(path)
     assert settings_.api.token is not None and settings_.api.token.get_secret_value() == TOKENS[1]
-    assert settings_.sources[0].kafka["sasl.password"] == PASSWORDS[1]
+    assert settings_.sources[0].kafka["sasl.oauthbearer.client.secret"] == PASSWORDS[1]
+
+
+@pytest.mark.parametrize("key", ["sasl.password", "kafka.sasl.jaas.config", "ssl.truststore.location"])
+def test_a_security_option_in_kafka_is_refused_pointing_to_security_and_never_shown(tmp_path, key):
+    doc = base(TOKENS[0], PASSWORDS[0])
+    doc["sources"][0]["kafka"] = {key: PASSWORDS[1]}
+    path = tmp_path / "c.toml"
+    path.write_text(toml_doc(doc), encoding="utf-8")
+    with environment({}), pytest.raises(ConfigError) as err:
+        load_settings(path)
+    assert "security section" in str(err.value) and key in str(err.value)
+    assert PASSWORDS[1] not in str(err.value)
 
 
 def test_any_mutation_of_a_valid_config_loads_or_is_a_config_error(tmp_path_factory):

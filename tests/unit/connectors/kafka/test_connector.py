@@ -25,17 +25,17 @@ DEFAULT_PYTHON = {
     "kafkaConsumer.pollTimeoutMs": "60000",
 }
 TUNED = {"poll_timeout_s": 2.5, "fail_on_data_loss": False,
-         "kafka": {"max.poll.records": "700", "security.protocol": "SSL", "request.timeout.ms": "9"}}
+         "kafka": {"max.poll.records": "700", "client.id": "c", "request.timeout.ms": "9"}}
 TUNED_SPARK = {
     "kafka.bootstrap.servers": "b:9092", "failOnDataLoss": "false", "kafkaConsumer.pollTimeoutMs": "2500",
     "fetchOffset.numRetries": "3", "kafka.isolation.level": "read_committed",
     "kafka.max.poll.records": "700", "kafka.default.api.timeout.ms": "1000",
-    "kafka.request.timeout.ms": "9", "kafka.security.protocol": "SSL",
+    "kafka.request.timeout.ms": "9", "kafka.client.id": "c",
 }
 TUNED_PYTHON = {
     "kafka.bootstrap.servers": "b:9092", "failOnDataLoss": "false", "maxTasks": "7",
     "kafkaConsumer.pollTimeoutMs": "2500", "kafka.max.poll.records": "700",
-    "kafka.security.protocol": "SSL", "kafka.request.timeout.ms": "9",
+    "kafka.client.id": "c", "kafka.request.timeout.ms": "9",
 }
 
 

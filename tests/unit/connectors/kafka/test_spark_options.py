@@ -135,7 +135,7 @@ def test_a_source_whose_brokers_or_credentials_change_gets_consumers_of_its_own(
 
     assert group_of("b:9092") == group_of("b:9092")  # stable: the reads of a source share their consumers
     assert group_of("b:9092") != group_of("c:9092")
-    assert group_of("b:9092") != group_of("b:9092", {"security.protocol": "SASL_SSL"})
+    assert group_of("b:9092") != group_of("b:9092", {"client.id": "other"})
     assert group_of("b:9092") != group_of("b:9092", poll=10000)
     # the poll is in the name already: max.poll.records alone does not split a poll class
     assert group_of("b:9092", {"max.poll.records": "300"}, 300).endswith("-300")

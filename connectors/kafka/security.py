@@ -1,0 +1,177 @@
+"""A source's ``security`` section in each Kafka client's own spelling: librdkafka and Spark's Java client.
+
+The daemon has two kinds of Kafka client. librdkafka (confluent-kafka) makes the admin client, the
+driver's small live reads, the Python connector's readers, the Parquet copy and ``verify``; Spark's Java
+client reads the live stream and history with ``connector = "spark"``. They name the same settings
+differently, and each refuses the other's (librdkafka: "Java JAAS configuration is not supported", "Java
+TrustStores are not supported"), so one map of options cannot serve both. One section
+(:class:`~source_backfill.config.KafkaSecurity`) is translated here, once per client:
+
+==================  ====================================  ===========================================
+setting             librdkafka                            Java client
+==================  ====================================  ===========================================
+SASL user/password  ``sasl.username``, ``sasl.password``  ``sasl.jaas.config`` (the login module's line)
+private CA          ``ssl.ca.pem``                        ``ssl.truststore.type = PEM``, ``…certificates``
+client certificate  ``ssl.certificate.pem``, ``…key.pem`` ``ssl.keystore.type = PEM``, ``…key``, ``…chain``
+hostname check      ``ssl.endpoint.identification…``     the same name (``https`` or empty)
+==================  ====================================  ===========================================
+
+Certificates, keys and passwords go inline, read from their files (or the password's environment
+variable) each time a client's options are made, so a Spark executor on another host needs no file, and a
+rotated secret is read by the next client. Inline, they are in the readers' options: the daemon's Spark
+conf redacts those keys in plans and the UI (``spark.sql.redaction.options.regex``,
+:data:`REDACTED_OPTIONS`), and nothing here logs a value.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from source_backfill.config import KafkaSecurity, SourceConfig
+from source_backfill.errors import ConfigError
+
+#: The option keys that carry a secret, in both clients' spellings (with or without ``kafka.``): Spark
+#: redacts options matching this in plans and the UI (``runtime/spark.py``).
+REDACTED_OPTIONS = r"(?i)url|password|secret|token|jaas\.config|ssl\.key\.pem|ssl\.keystore\.key"
+
+_LOGIN_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+
+
+@dataclass(frozen=True, repr=False)
+class Material:
+    """What a ``security`` section names, read: the SASL password and the PEM texts (no repr: secrets)."""
+
+    password: str | None = None
+    ca_pem: str | None = None
+    cert_pem: str | None = None
+    key_pem: str | None = None
+    key_password: str | None = None
+
+
+def _read(path: Path, field: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        msg = f"security.{field}: cannot read {path}: {reason}"
+        raise ConfigError(msg) from None
+
+
+def _secret(path: Path, field: str) -> str:
+    """A password file's text without its trailing newline (``echo pw > file`` and Kubernetes both work)."""
+    text = _read(path, field).rstrip("\r\n")
+    if not text:
+        msg = f"security.{field}: {path} is empty"
+        raise ConfigError(msg)
+    return text
+
+
+def _pem(path: Path, field: str, kind: str) -> str:
+    text = _read(path, field)
+    if "-----BEGIN " not in text:
+        msg = f"security.{field}: {path} holds no PEM block (expected {kind})"
+        raise ConfigError(msg)
+    return text
+
+
+def read_material(security: KafkaSecurity) -> Material:
+    """Read the files (and the password's environment variable) ``security`` names.
+
+    A ConfigError names the field and the file that could not be read, never a secret.
+    """
+    password = None
+    if security.password_file is not None:
+        password = _secret(security.password_file, "password_file")
+    elif security.password_env is not None:
+        password = os.environ.get(security.password_env)
+        if not password:
+            msg = f"security.password_env: the environment variable {security.password_env} is not set"
+            raise ConfigError(msg)
+    key_pem = None
+    if security.client_key_file is not None:
+        key_pem = _pem(security.client_key_file, "client_key_file", "a private key")
+    return Material(
+        password=password,
+        ca_pem=None if security.ca_file is None else _pem(security.ca_file, "ca_file", "certificates"),
+        cert_pem=(None if security.client_cert_file is None
+                  else _pem(security.client_cert_file, "client_cert_file", "a certificate")),
+        key_pem=key_pem,
+        key_password=(None if security.key_password_file is None
+                      else _secret(security.key_password_file, "key_password_file")),
+    )
+
+
+def librdkafka_security(security: KafkaSecurity, material: Material) -> dict[str, str]:
+    """``security`` as librdkafka options (empty for PLAINTEXT)."""
+    if security.protocol == "PLAINTEXT":
+        return {}
+    out: dict[str, str] = {"security.protocol": security.protocol}
+    if security.protocol.startswith("SASL_"):
+        assert security.mechanism and security.username and material.password  # noqa: S101 - validated
+        out |= {"sasl.mechanism": security.mechanism, "sasl.username": security.username,
+                "sasl.password": material.password}
+    if security.protocol.endswith("SSL"):
+        out["ssl.endpoint.identification.algorithm"] = "https" if security.check_hostname else "none"
+        if material.ca_pem is not None:
+            out["ssl.ca.pem"] = material.ca_pem
+        if material.cert_pem is not None and material.key_pem is not None:
+            out |= {"ssl.certificate.pem": material.cert_pem, "ssl.key.pem": material.key_pem}
+        if material.key_password is not None:
+            out["ssl.key.password"] = material.key_password
+    return out
+
+
+def _jaas_quoted(text: str) -> str:
+    """A JAAS option value in double quotes (Kafka's parser takes backslash escapes inside them)."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def java_security(security: KafkaSecurity, material: Material) -> dict[str, str]:
+    """``security`` as Java client options, without the ``kafka.`` prefix (empty for PLAINTEXT).
+
+    The Java client's PEM keystore takes a PKCS#8 key only (``BEGIN PRIVATE KEY`` or ``BEGIN ENCRYPTED
+    PRIVATE KEY``); an RSA or EC key in its traditional form is refused here with the command that
+    converts it.
+    """
+    if security.protocol == "PLAINTEXT":
+        return {}
+    out: dict[str, str] = {"security.protocol": security.protocol}
+    if security.protocol.startswith("SASL_"):
+        assert security.mechanism and security.username and material.password  # noqa: S101 - validated
+        out["sasl.mechanism"] = security.mechanism
+        out["sasl.jaas.config"] = (f"{_LOGIN_MODULES[security.mechanism]} required "
+                                   f"username={_jaas_quoted(security.username)} "
+                                   f"password={_jaas_quoted(material.password)};")
+    if security.protocol.endswith("SSL"):
+        out["ssl.endpoint.identification.algorithm"] = "https" if security.check_hostname else ""
+        if material.ca_pem is not None:
+            out |= {"ssl.truststore.type": "PEM", "ssl.truststore.certificates": material.ca_pem}
+        if material.cert_pem is not None and material.key_pem is not None:
+            if "-----BEGIN PRIVATE KEY-----" not in material.key_pem and \
+                    "-----BEGIN ENCRYPTED PRIVATE KEY-----" not in material.key_pem:
+                msg = (f"security.client_key_file: {security.client_key_file} is not a PKCS#8 key, which "
+                       "Spark's Kafka client needs (convert it: openssl pkcs8 -topk8 -in KEY -out KEY8 "
+                       "-nocrypt, or with -v2 aes256 and key_password_file)")
+                raise ConfigError(msg)
+            out |= {"ssl.keystore.type": "PEM", "ssl.keystore.certificate.chain": material.cert_pem,
+                    "ssl.keystore.key": material.key_pem}
+            if material.key_password is not None:
+                out["ssl.key.password"] = material.key_password
+    return out
+
+
+def librdkafka_options(source: SourceConfig) -> dict[str, str]:
+    """The source's ``kafka`` options and its ``security``, for a librdkafka client."""
+    return {**source.kafka, **librdkafka_security(source.security, read_material(source.security))}
+
+
+def java_options(source: SourceConfig) -> dict[str, str]:
+    """The source's ``kafka`` options and its ``security``, for Spark's Java client (no ``kafka.`` prefix)."""
+    return {**source.kafka, **java_security(source.security, read_material(source.security))}
+
