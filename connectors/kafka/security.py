@@ -157,7 +157,8 @@ def java_security(security: KafkaSecurity, material: Material) -> dict[str, str]
                     "-----BEGIN ENCRYPTED PRIVATE KEY-----" not in material.key_pem:
                 msg = (f"security.client_key_file: {security.client_key_file} is not a PKCS#8 key, which "
                        "Spark's Kafka client needs (convert it: openssl pkcs8 -topk8 -in KEY -out KEY8 "
-                       "-nocrypt, or with -v2 aes256 and key_password_file)")
+                       "-nocrypt; encrypted, -v1 PBE-SHA1-3DES with key_password_file: the JDK reads no "
+                       "PBES2 key)")
                 raise ConfigError(msg)
             out |= {"ssl.keystore.type": "PEM", "ssl.keystore.certificate.chain": material.cert_pem,
                     "ssl.keystore.key": material.key_pem}
