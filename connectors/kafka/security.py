@@ -36,6 +36,10 @@ from source_backfill.errors import ConfigError
 #: redacts options matching this in plans and the UI (``runtime/spark.py``).
 REDACTED_OPTIONS = r"(?i)url|password|secret|token|jaas\.config|ssl\.key\.pem|ssl\.keystore\.key"
 
+#: The DER of PBES2's object identifier (1.2.840.113549.1.5.13): an encrypted PKCS#8 key using it (OpenSSL's
+#: default) is one Java's PEM key store cannot read.
+_PBES2_OID = bytes.fromhex("06092a864886f70d01050d")
+
 _LOGIN_MODULES = {
     "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
     "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
@@ -153,6 +157,11 @@ def java_security(security: KafkaSecurity, material: Material) -> dict[str, str]
         if material.ca_pem is not None:
             out |= {"ssl.truststore.type": "PEM", "ssl.truststore.certificates": material.ca_pem}
         if material.cert_pem is not None and material.key_pem is not None:
+            if _pbes2(material.key_pem):
+                msg = (f"security.client_key_file: {security.client_key_file} is encrypted with PBES2, "
+                       "which Spark's Kafka client (the JDK) cannot read: convert it with openssl pkcs8 "
+                       "-topk8 -v1 PBE-SHA1-3DES (or -nocrypt, without key_password_file)")
+                raise ConfigError(msg)
             if "-----BEGIN PRIVATE KEY-----" not in material.key_pem and \
                     "-----BEGIN ENCRYPTED PRIVATE KEY-----" not in material.key_pem:
                 msg = (f"security.client_key_file: {security.client_key_file} is not a PKCS#8 key, which "
@@ -165,6 +174,22 @@ def java_security(security: KafkaSecurity, material: Material) -> dict[str, str]
             if material.key_password is not None:
                 out["ssl.key.password"] = material.key_password
     return out
+
+
+def _pbes2(key_pem: str) -> bool:
+    """Whether the PEM's encrypted PKCS#8 key names PBES2 (its DER holds the object identifier)."""
+    import base64
+    import binascii
+    import re
+
+    block = re.search(r"-----BEGIN ENCRYPTED PRIVATE KEY-----(.*?)-----END", key_pem, flags=re.S)
+    if block is None:
+        return False
+    try:
+        der = base64.b64decode("".join(block.group(1).split()))
+    except (binascii.Error, ValueError):
+        return False
+    return _PBES2_OID in der[:64]
 
 
 def librdkafka_options(source: SourceConfig) -> dict[str, str]:

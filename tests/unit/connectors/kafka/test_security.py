@@ -106,6 +106,27 @@ def test_a_key_the_java_client_cannot_read_is_refused_with_the_command_that_conv
         java_security(security, read_material(security))
 
 
+def test_a_pbes2_encrypted_key_is_refused_for_the_java_client_saying_how_to_convert_it(files) -> None:
+    """OpenSSL's default encryption of a PKCS#8 key (PBES2) is one the JDK's PEM key store cannot read."""
+    import subprocess
+
+    key = files["key"]
+    made = subprocess.run(["openssl", "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256",
+                           "-aes256", "-pass", "pass:kp", "-out", str(key)], capture_output=True, check=False)
+    if made.returncode != 0:
+        pytest.skip(f"openssl could not make a key: {made.stderr!r}")
+    assert "ENCRYPTED PRIVATE KEY" in key.read_text()
+    security = mtls(files, key_password_file=files["key_password"])
+    with pytest.raises(ConfigError, match="PBES2.*PBE-SHA1-3DES"):
+        java_security(security, read_material(security))
+    v1 = subprocess.run(["openssl", "pkcs8", "-topk8", "-v1", "PBE-SHA1-3DES", "-passin", "pass:kp",
+                         "-passout", "pass:kp", "-in", str(key), "-out", str(key) + ".v1"],
+                        capture_output=True, check=False)
+    if v1.returncode == 0:  # the converted key passes
+        key.write_text(Path(str(key) + ".v1").read_text())
+        assert "ssl.keystore.key" in java_security(security, read_material(security))
+
+
 def test_the_password_from_an_environment_variable(files, monkeypatch) -> None:
     security = KafkaSecurity(protocol="SASL_SSL", mechanism="SCRAM-SHA-256", username="u",
                              password_env="KAFKA_PASSWORD")
