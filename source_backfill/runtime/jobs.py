@@ -118,6 +118,9 @@ class JobHost(ABC, Generic[J]):
         """Whether the job had Spark work in flight at the JVM's last deaths (its crash count is not 0)."""
         return False
 
+    def _enter_lane(self) -> None:
+        """A step starts on this lane thread (a source on Spark puts its work in the lane's FAIR pool)."""
+
     def _crashes_reset(self, name: str, *, epoch: bool = False) -> None:
         """The job was retried or dropped: its crash count starts from 0.
 
@@ -354,6 +357,7 @@ class JobHost(ABC, Generic[J]):
         """One step on the job's lane: its epoch (:meth:`_run_job`), timed for the lanes' book."""
         t0 = time.monotonic()
         try:
+            self._enter_lane()
             self._run_job(job, epoch, run)
         finally:
             self.lanes.ended(job.name, time.monotonic() - t0)

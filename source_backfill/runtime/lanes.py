@@ -25,6 +25,7 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import Future, wait
+from typing import Any
 
 from source_backfill import metrics
 
@@ -35,6 +36,21 @@ WAIT_TRIGGERS = 2.0
 def lane_wait_s(trigger_interval_s: float) -> float:
     """How long a source's epoch waits for its jobs' steps (two triggers)."""
     return WAIT_TRIGGERS * trigger_interval_s
+
+
+def enter_lane_pool(spark: Any) -> str:
+    """Put the Spark work of the step running on this thread in a FAIR pool of the thread's own.
+
+    Every job's step used to run in the ``default`` pool, FIFO inside: a heavy step's queued tasks went
+    before a neighbour's next ones. A pool per lane thread (``lane-<thread>``: a source's lane threads are
+    a fixed few, so the pools are too; Spark never drops one) lets FAIR give a freed task slot to the pool
+    running the fewest tasks, so a light job's next task goes before a heavy one's queue. FAIR cannot take
+    back a slot a running task holds. The live stream keeps ``default`` (weight 2, one slot guaranteed).
+    Returns the pool's name.
+    """
+    pool = f"lane-{threading.current_thread().name}"
+    spark.sparkContext.setLocalProperty("spark.scheduler.pool", pool)
+    return pool
 
 
 class Lanes:

@@ -124,6 +124,12 @@ def test_a_held_job_lags_alone_and_rejoins_by_offsets_exactly_once(
     wait_for(lambda: finished(d, "slow") and d.sources["src"].lanes.lag_s("slow") == 0,
              what="slow caught up again")
     assert metrics.JOB_LAG_SECONDS.labels("slow")._value.get() == 0  # noqa: SLF001
+    # the two lanes' Spark work ran side by side in FAIR pools of their own threads, not in "default"
+    # (FIFO inside: a heavy step's queued tasks went before the neighbour's); Spark makes a pool as work
+    # first names it
+    scheduler = d.spark.sparkContext._jsc.sc()  # noqa: SLF001
+    threads = range(d.sources["src"].config.max_parallel_jobs)  # which lane thread takes a step varies
+    assert sum(scheduler.getPoolForName(f"lane-jobs-src-{i}").isDefined() for i in threads) >= 2
     p.stop()
     for name in ("victim", "slow"):  # every offset of the log once, offset by offset (it waits for it)
         assert exactly_once(tmp_path / name, kafka_bootstrap, [topic]).ok
