@@ -71,6 +71,33 @@ def consume_available(consumer: Any, max_messages: int, timeout_s: float) -> lis
     return [first, *consumer.consume(num_messages=max_messages - 1, timeout=0)]
 
 
+#: What librdkafka's connection errors mean for a user, by a piece of their text: the cause, what to check.
+_CONNECT_FAILURES = (
+    ("authentication failed", "authentication failed: the broker refused the SASL user or password "
+                              "(security.username, security.password_file)"),
+    ("sasl authentication error", "authentication failed: the broker refused the SASL user or password "
+                                  "(security.username, security.password_file)"),
+    ("hostname", "TLS: the broker's certificate does not name the host connected to "
+                 "(bootstrap_servers; security.check_hostname)"),
+    ("certificate verify failed", "TLS: the broker's certificate is not trusted (security.ca_file: the CA "
+                                  "that signed it) or has expired"),
+    ("certificate required", "TLS: the broker requires a client certificate (security.client_cert_file "
+                             "and client_key_file)"),
+    ("handshake failed", "TLS: the handshake with the broker failed (security.protocol, security.ca_file)"),
+    ("disconnected while requesting apiversion", "the broker closed the connection at once: does "
+                                                 "security.protocol match its listener?"),
+)
+
+
+def connect_failure(text: str) -> str | None:
+    """The cause a librdkafka connection error names, said for a user and followed by its text."""
+    low = text.lower()
+    for piece, meaning in _CONNECT_FAILURES:
+        if piece in low:
+            return f"{meaning} [{text.strip()}]"
+    return None
+
+
 # -- retries -------------------------------------------------------------------------------------------
 def _is_retriable(exc: BaseException) -> bool:
     from confluent_kafka import KafkaError, KafkaException
@@ -151,11 +178,14 @@ def retry_if_splits_exist(exc: Exception, client: Any, tps: Iterable[Any], timeo
         raise KafkaException(leaderless) from exc
 
 
-def call_with_retry(fn: Callable[[], T], what: str, deadline_s: float, bootstrap: str) -> T:
+def call_with_retry(fn: Callable[[], T], what: str, deadline_s: float, bootstrap: str,
+                    cause: Callable[[], str | None] | None = None) -> T:
     """Run ``fn``, retrying retriable Kafka errors until ``deadline_s``; unreachable -> BrokerUnavailable.
 
     A ``TimeoutError`` from ``fn`` (an admin future's ``result(timeout=...)``: the broker did not answer
-    the request in time) counts as Kafka's own request timeout, ``_TIMED_OUT``.
+    the request in time) counts as Kafka's own request timeout, ``_TIMED_OUT``. ``cause()``: why the
+    client could not connect, as its error callback last heard it (a refused password, an untrusted
+    certificate), told in the error: librdkafka's calls themselves only say "transport failure".
     """
     from confluent_kafka import KafkaError, KafkaException
     from tenacity import Retrying
@@ -182,7 +212,10 @@ def call_with_retry(fn: Callable[[], T], what: str, deadline_s: float, bootstrap
                     raise KafkaException(KafkaError(KafkaError._TIMED_OUT, reason, retriable=True)) from exc
     except Exception as exc:
         if _is_unreachable(exc):
+            why = cause() if cause is not None else None
             msg = f"Kafka broker at {bootstrap} unreachable for {what} within {deadline_s:.0f}s: {exc}"
+            if why:
+                msg = f"{msg}; {why}"
             raise BrokerUnavailableError(msg) from exc
         if isinstance(exc, KafkaConnectorError):
             raise
@@ -209,7 +242,30 @@ class KafkaAdmin:
         self.timeout_s = timeout_s
         conf = client_config(bootstrap_servers, self.options)
         conf.setdefault("log_level", 3)
+        self._connect_error: str | None = None
+        conf.setdefault("error_cb", self._on_error)
         self._client: Any = AdminClient(conf)
+
+    def _on_error(self, err: Any) -> None:
+        """The client's error callback: keep why a connection failed (auth, TLS), for the next error."""
+        why = connect_failure(str(err))
+        if why is not None:
+            self._connect_error = why
+
+    def connect_error(self) -> str | None:
+        """Why the client's connections to the cluster fail, if its callback heard a reason.
+
+        A certificate that failed verification is checked once more with Python's TLS, which tells an
+        untrusted CA from a certificate naming another host (librdkafka says the same of both).
+        """
+        if self._client is not None:
+            self._client.poll(0)  # serve the callbacks queued meanwhile (its calls do not)
+        why = self._connect_error
+        if why is not None and "certificate" in why:
+            from connectors.kafka.security import tls_diagnosis
+
+            return tls_diagnosis(self.bootstrap_servers, self.options) or why
+        return why
 
     @property
     def _admin(self) -> Any:
@@ -227,7 +283,7 @@ class KafkaAdmin:
 
     # -- helpers -------------------------------------------------------------------------------------
     def _retry(self, fn: Callable[[], T], what: str) -> T:
-        return call_with_retry(fn, what, self.timeout_s, self.bootstrap_servers)
+        return call_with_retry(fn, what, self.timeout_s, self.bootstrap_servers, self.connect_error)
 
     def _attempt_timeout(self) -> float:
         return max(1.0, min(5.0, self.timeout_s))

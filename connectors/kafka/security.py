@@ -26,8 +26,10 @@ conf redacts those keys in plans and the UI (``spark.sql.redaction.options.regex
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from source_backfill.config import KafkaSecurity, SourceConfig
 from source_backfill.errors import ConfigError
@@ -201,3 +203,38 @@ def java_options(source: SourceConfig) -> dict[str, str]:
     """The source's ``kafka`` options and its ``security``, for Spark's Java client (no ``kafka.`` prefix)."""
     return {**source.kafka, **java_security(source.security, read_material(source.security))}
 
+
+
+def tls_diagnosis(bootstrap: str, options: Mapping[str, Any], timeout_s: float = 5.0) -> str | None:
+    """Why the first broker's certificate fails verification, as Python's TLS says it, or None.
+
+    librdkafka says "certificate verify failed" alike for an untrusted CA, an expired certificate and a
+    certificate that names another host; one handshake with the client's own CA and hostname check
+    (``ssl.ca.pem`` or ``ssl.ca.location``, ``ssl.endpoint.identification.algorithm`` of ``options``)
+    names which.
+    """
+    import socket
+    import ssl
+
+    host, _, port = bootstrap.split(",")[0].strip().rpartition(":")
+    host = host.strip("[]")
+    try:
+        context = ssl.create_default_context(cadata=options.get("ssl.ca.pem") or None,
+                                             cafile=options.get("ssl.ca.location") or None)
+    except (OSError, ssl.SSLError):
+        return None
+    context.check_hostname = options.get("ssl.endpoint.identification.algorithm", "https") == "https"
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s) as raw, \
+                context.wrap_socket(raw, server_hostname=host):
+            return None
+    except ssl.SSLCertVerificationError as exc:
+        detail = exc.verify_message or str(exc)
+        if "hostname mismatch" in detail.lower() or "ip address mismatch" in detail.lower():
+            return (f"TLS: the broker's certificate does not name {host} ({detail}; bootstrap_servers, "
+                    "security.check_hostname)")
+        if "expired" in detail.lower():
+            return f"TLS: the broker's certificate has expired ({detail})"
+        return f"TLS: the broker's certificate is not trusted ({detail}; security.ca_file)"
+    except (OSError, ValueError):
+        return None

@@ -32,11 +32,12 @@ def wait_for(
 class Producer:
     """Writes numbered records to a topic, in the foreground or as a steady background stream."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, bootstrap: str, topic: str, config: dict[str, str] | None = None) -> None:
+        """``config``: more librdkafka settings (a secured broker's)."""
         from confluent_kafka import Producer as KafkaProducer
 
         self.topic = topic
-        self._producer = KafkaProducer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        self._producer = KafkaProducer({"bootstrap.servers": bootstrap, "linger.ms": 5, **(config or {})})
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.sent = 0

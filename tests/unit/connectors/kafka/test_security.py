@@ -193,3 +193,23 @@ def test_the_options_that_carry_secrets_are_the_ones_spark_redacts(files) -> Non
     redacted = {k for k in options if re.search(REDACTED_OPTIONS, f"kafka.{k}")}
     assert redacted == {"sasl.password", "sasl.jaas.config", "ssl.key.pem", "ssl.keystore.key",
                         "ssl.key.password"}
+
+
+@pytest.mark.parametrize(("heard", "says"), [
+    ('KafkaError{code=_AUTHENTICATION,val=-169,str="sasl_ssl://127.0.0.1:1/bootstrap: SASL authentication '
+     'error: Authentication failed during authentication due to invalid credentials with SASL mechanism '
+     'SCRAM-SHA-512 (after 317ms in state AUTH_REQ)"}', "authentication failed"),
+    ('KafkaError{code=_TRANSPORT,val=-195,str="sasl_ssl://127.0.0.1:1/bootstrap: error:0A000086:SSL '
+     'routines::certificate verify failed (after 20ms in state SSL_HANDSHAKE)"}', "not trusted"),
+    ('KafkaError{code=_ALL_BROKERS_DOWN,val=-187,str="1/1 brokers are down"}', None),
+])
+def test_a_connection_error_the_client_heard_is_told_by_its_cause(heard, says) -> None:
+    """librdkafka's calls say only "transport failure"; its error callback heard why (texts from the
+    secured broker of tests/integration/kafka)."""
+    from connectors.kafka.admin import connect_failure
+
+    told = connect_failure(heard)
+    if says is None:
+        assert told is None
+    else:
+        assert told is not None and says in told and heard in told
