@@ -258,8 +258,9 @@ class KafkaAdmin:
         A certificate that failed verification is checked once more with Python's TLS, which tells an
         untrusted CA from a certificate naming another host (librdkafka says the same of both).
         """
-        if self._client is not None:
-            self._client.poll(0)  # serve the callbacks queued meanwhile (its calls do not)
+        poll = getattr(self._client, "poll", None)
+        if poll is not None:
+            poll(0)  # serve the callbacks queued meanwhile (its calls do not)
         why = self._connect_error
         if why is not None and "certificate" in why:
             from connectors.kafka.security import tls_diagnosis

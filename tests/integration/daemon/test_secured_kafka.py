@@ -58,7 +58,8 @@ def test_a_job_over_scram_tls_with_a_private_ca_ends_exactly_once_and_the_passwo
     d = daemon_factory([topic], [job_spec("copy", tmp_path)], bootstrap_servers=secured_broker.bootstrap,
                        security=security, connector=connector)
     producer.stream(2, per_second=100)  # and live records while it backfills and after
-    wait_for(lambda: finished(d, "copy"), timeout=max(300, 100 * INTERVAL_S), what="the backfill over SASL_SSL")
+    wait_for(lambda: finished(d, "copy"), timeout=max(300, 100 * INTERVAL_S),
+             what="the backfill over SASL_SSL")
     source = d.sources["src"]
     wait_for(lambda: source.jobs["copy"].committed_epoch is not None
              and source.jobs["copy"].committed_epoch >= source.last_epoch - 1, what="the job following live")
