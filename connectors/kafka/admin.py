@@ -261,7 +261,7 @@ class KafkaAdmin:
         poll = getattr(self._client, "poll", None)
         if poll is not None:
             poll(0)  # serve the callbacks queued meanwhile (its calls do not)
-        why = self._connect_error
+        why: str | None = getattr(self, "_connect_error", None)  # (a test may build one bare)
         if why is not None and "certificate" in why:
             from connectors.kafka.security import tls_diagnosis
 
