@@ -73,6 +73,10 @@ class BrokerUnavailableError(KafkaConnectorError):
     """The broker could not be reached before the deadline."""
 
 
+class KafkaAuthorizationError(KafkaConnectorError):
+    """The cluster refuses the source's principal an operation on a topic or group (ACLs)."""
+
+
 class DataLossError(KafkaConnectorError):
     """Requested offsets are below the log start (retention or compaction removed them)."""
 

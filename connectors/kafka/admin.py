@@ -15,7 +15,12 @@ from typing import Any, TypeVar
 from tenacity import RetryCallState, retry_if_exception, stop_after_delay, wait_exponential
 
 from source_backfill.core.splits import parse_split_id
-from source_backfill.errors import BrokerUnavailableError, KafkaConnectorError, UnknownTopicError
+from source_backfill.errors import (
+    BrokerUnavailableError,
+    KafkaAuthorizationError,
+    KafkaConnectorError,
+    UnknownTopicError,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -346,6 +351,7 @@ class KafkaAdmin:
         """Number of partitions of ``topic`` (UnknownTopicError if missing)."""
         counts = self.topic_partitions()
         if topic not in counts:
+            self._raise_denied([topic])
             msg = f'Kafka topic "{topic}" does not exist on {self.bootstrap_servers}'
             raise UnknownTopicError(msg)
         return counts[topic]
@@ -365,6 +371,7 @@ class KafkaAdmin:
         counts = self.topic_partitions()
         missing = [t for t in wanted if t not in counts]
         if missing:
+            self._raise_denied(missing)
             msg = f"Kafka topic(s) {', '.join(missing)} do not exist on {self.bootstrap_servers}"
             raise UnknownTopicError(msg)
         return [(t, p) for t in wanted for p in range(counts[t])]
@@ -428,6 +435,33 @@ class KafkaAdmin:
         except KafkaConnectorError as exc:
             self._raise_unknown(tps, exc)
             raise
+
+    def _raise_denied(self, topics: Iterable[str]) -> None:
+        """KafkaAuthorizationError if the cluster refuses to describe any of ``topics`` to this client.
+
+        A listing of every topic leaves out the ones the principal may not describe (with ACLs on, Kafka
+        does not tell those from topics that do not exist); asked by name, it answers
+        TOPIC_AUTHORIZATION_FAILED.
+        """
+        from confluent_kafka import KafkaError
+
+        denied = []
+        for topic in topics:
+            try:
+                md = self._admin.list_topics(topic=topic, timeout=self._attempt_timeout())
+            except Exception:  # noqa: BLE001 - no answer: the caller's own error stands
+                return
+            meta = md.topics.get(topic)
+            if meta is not None and meta.error is not None \
+                    and meta.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                denied.append(topic)
+        if denied:
+            user = self.options.get("sasl.username")
+            who = f'the user "{user}"' if user else "this client's principal"
+            msg = (f"Kafka topic(s) {', '.join(denied)} on {self.bootstrap_servers}: not authorized: "
+                   f"{who} may not describe them (or they do not exist). Grant it Describe and Read on "
+                   "the topics and Read on the consumer groups named source-backfill-*")
+            raise KafkaAuthorizationError(msg)
 
     def _raise_unknown(self, tps: Mapping[str, Any], exc: Exception) -> None:
         if isinstance(exc, BrokerUnavailableError):
