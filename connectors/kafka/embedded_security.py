@@ -224,10 +224,11 @@ def upsert_scram(admin_conf: dict[str, str], user: str, password: str, timeout_s
     )
 
     admin: Any = AdminClient(dict(admin_conf))
-    upserts = [UserScramCredentialUpsertion(user, ScramCredentialInfo(mechanism, 8192), password.encode())
-               for mechanism in (ScramMechanism.SCRAM_SHA_512, ScramMechanism.SCRAM_SHA_256)]
-    for future in admin.alter_user_scram_credentials(upserts, request_timeout=timeout_s).values():
-        future.result(timeout=timeout_s)
+    # one request per mechanism: the broker refuses a user altered twice in one request (DUPLICATE_RESOURCE)
+    for mechanism in (ScramMechanism.SCRAM_SHA_512, ScramMechanism.SCRAM_SHA_256):
+        upsert = UserScramCredentialUpsertion(user, ScramCredentialInfo(mechanism, 8192), password.encode())
+        for future in admin.alter_user_scram_credentials([upsert], request_timeout=timeout_s).values():
+            future.result(timeout=timeout_s)
 
 
 def wait_authenticates(conf: dict[str, str], timeout_s: float) -> None:
