@@ -220,3 +220,26 @@ def _read_error(conf: dict, topic: str, group: str) -> int:
         pytest.fail(f"no error reading {topic} within {DEADLINE_S}s")
     finally:
         consumer.close()
+
+
+# -- a kept folder -----------------------------------------------------------------------------------------
+def test_a_kept_secured_folder_restarts_with_its_material_and_users(tmp_path):
+    from connectors.kafka.embedded import EmbeddedBroker
+
+    folder = tmp_path / "kafka"
+    broker = EmbeddedBroker(log_dir=folder, security="SASL_SSL", startup_timeout_s=180.0).start()
+    try:
+        before = broker.client_security("alice")
+        password = Path(before["password_file"]).read_text()
+        _metadata(broker.librdkafka_config("alice"))
+    finally:
+        broker.stop()
+    broker = EmbeddedBroker(log_dir=folder, security="SASL_SSL", users=("alice", "carol"),
+                            startup_timeout_s=180.0).start()
+    try:
+        assert broker.client_security("alice") == before
+        assert Path(before["password_file"]).read_text() == password
+        _metadata(broker.librdkafka_config("alice"))
+        _metadata(broker.librdkafka_config("carol"))  # named after the format: added at start
+    finally:
+        broker.stop()
