@@ -7,6 +7,12 @@ given (``make run`` keeps it under ``state_root``, so a restarted demo keeps its
 ports when they are free). The broker runs in a process group of its own and is stopped with it; it also
 gets SIGTERM if the Python process that started it dies (Linux ``PR_SET_PDEATHSIG``), so no stray ``java``
 outlives a killed test run.
+
+``security="SASL_SSL"`` or ``"SSL"`` starts a secured node instead (SCRAM users or client certificates,
+TLS with a private CA, optionally ACLs; :mod:`connectors.kafka.embedded_security` says how), so the tests
+can run clients and the daemon against a real secured broker: :meth:`EmbeddedBroker.client_security` is
+what the daemon's ``security`` section takes, :meth:`EmbeddedBroker.librdkafka_config` a confluent-kafka
+configuration.
 """
 
 from __future__ import annotations
@@ -23,9 +29,14 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 from source_backfill.errors import BrokerUnavailableError, KafkaConnectorError
+
+if TYPE_CHECKING:
+    from connectors.kafka.embedded_security import BrokerSecurity
 
 logger = logging.getLogger(__name__)
 
@@ -110,11 +121,20 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
+Security = Literal["PLAINTEXT", "SASL_SSL", "SSL"]
+
+
 class EmbeddedBroker:
     """An Apache Kafka KRaft node on free 127.0.0.1 ports.
 
     >>> with EmbeddedBroker() as broker:  # doctest: +SKIP
     ...     print(broker.bootstrap)
+
+    ``security``: ``PLAINTEXT`` (the default), ``SASL_SSL`` (SCRAM-SHA-512/256 users ``admin`` and
+    ``users``) or ``SSL`` (mutual TLS: a client certificate per user). ``acls`` turns Kafka's
+    ``StandardAuthorizer`` on with nothing allowed unless granted (:meth:`grant`); ``admin`` is a super
+    user. A secured node also listens on :attr:`mismatch_bootstrap`, whose certificate names only
+    ``wrong.example``, and has an untrusted CA's certificate in :attr:`untrusted_ca_file`.
     """
 
     def __init__(
@@ -123,7 +143,17 @@ class EmbeddedBroker:
         log_dir: str | Path | None = None,
         startup_timeout_s: float = 60.0,
         overrides: dict[str, str] | None = None,
+        security: Security = "PLAINTEXT",
+        acls: bool = False,
+        users: Iterable[str] = ("alice",),
     ) -> None:
+        if acls and security == "PLAINTEXT":
+            msg = "acls need a secured broker (security='SASL_SSL' or 'SSL'): PLAINTEXT has no principals"
+            raise ValueError(msg)
+        self.security: Security = security
+        self._acls = acls
+        self._users = list(users)
+        self._secured: BrokerSecurity | None = None
         self._port = port
         self._keep = log_dir is not None
         self._log_dir = Path(log_dir) if log_dir is not None else None
@@ -132,6 +162,8 @@ class EmbeddedBroker:
         self._proc: subprocess.Popen[bytes] | None = None
         self._out: Path | None = None
         self.bootstrap = ""
+        #: a secured node's listener whose certificate does not name the host (empty when PLAINTEXT)
+        self.mismatch_bootstrap = ""
         self.controller_port = 0
 
     @property
@@ -150,12 +182,19 @@ class EmbeddedBroker:
         if self._log_dir is None:
             self._log_dir = Path(tempfile.mkdtemp(prefix="kafka-embedded-"))
         self._log_dir.mkdir(parents=True, exist_ok=True)
-        port, cport = self._ports()
+        port, cport, mport = self._ports()
         self.bootstrap = f"127.0.0.1:{port}"
+        self.mismatch_bootstrap = f"127.0.0.1:{mport}" if mport else ""
         self.controller_port = cport
-        props = self._write_config(port, cport)
+        if self.security != "PLAINTEXT":
+            from connectors.kafka.embedded_security import BrokerSecurity
+
+            self._secured = BrokerSecurity(self._log_dir / "security", self.security, self._acls, self._users)
+            self._secured.prepare()
+        props = self._write_config(port, cport, mport)
         data = self._log_dir / "data"
-        if not (data / "meta.properties").exists():
+        formatted = (data / "meta.properties").exists()
+        if not formatted:
             self._format(classpath, props)
         self._out = self._log_dir / "broker.out"
         with self._out.open("ab") as out:
@@ -167,6 +206,9 @@ class EmbeddedBroker:
             )
         try:
             self._wait_ready()
+            if formatted and self._secured is not None:  # a kept folder: users named since its format
+                for user in self._secured.users:
+                    self.add_user(user)
         except BaseException:
             self.stop()
             raise
@@ -174,33 +216,46 @@ class EmbeddedBroker:
                     self.bootstrap, self._proc.pid, self._log_dir)
         return self
 
-    def _ports(self) -> tuple[int, int]:
-        """The broker and controller ports: given, else the ones a kept log folder used if still free."""
+    def _ports(self) -> tuple[int, int, int]:
+        """The broker, controller and (secured) mismatch ports: given, else a kept folder's if still free."""
         assert self._log_dir is not None
         saved = self._log_dir / "ports.json"
+        secured = self.security != "PLAINTEXT"
         if self._port is None and saved.exists():
             with contextlib.suppress(ValueError, KeyError, OSError):
                 old = json.loads(saved.read_text())
-                if _port_free(old["broker"]) and _port_free(old["controller"]):
-                    return int(old["broker"]), int(old["controller"])
-        port = self._port or _free_port()
-        cport = _free_port()
-        while cport == port:
-            cport = _free_port()
-        saved.write_text(json.dumps({"broker": port, "controller": cport}))
-        return port, cport
+                mport = int(old.get("mismatch", 0)) if secured else 0
+                if (_port_free(old["broker"]) and _port_free(old["controller"])
+                        and (not secured or (mport and _port_free(mport)))):
+                    return int(old["broker"]), int(old["controller"]), mport
+        taken = [self._port or _free_port()]
+        while len(taken) < (3 if secured else 2):
+            new = _free_port()
+            if new not in taken:
+                taken.append(new)
+        port, cport = taken[0], taken[1]
+        mport = taken[2] if secured else 0
+        saved.write_text(json.dumps({"broker": port, "controller": cport, "mismatch": mport}))
+        return port, cport, mport
 
-    def _write_config(self, port: int, cport: int) -> Path:
+    def _write_config(self, port: int, cport: int, mport: int) -> Path:
         assert self._log_dir is not None
-        conf = {
-            **BROKER_DEFAULTS,
+        listeners = {
             "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}",
             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        }
+        if self._secured is not None:
+            listeners = self._secured.broker_properties(port, mport, cport)
+        conf = {
+            **BROKER_DEFAULTS,
+            **listeners,
             "controller.quorum.voters": f"1@127.0.0.1:{cport}",
             "log.dirs": str(self._log_dir / "data"),
             **self._overrides,
         }
         props = self._log_dir / "server.properties"
+        props.touch(mode=0o600)  # a secured node's holds the key password and the admin's SCRAM password
+        props.chmod(0o600)
         props.write_text("".join(f"{k}={v}\n" for k, v in conf.items()))
         (self._log_dir / "log4j2.yaml").write_text(_LOG4J)
         return props
@@ -208,9 +263,14 @@ class EmbeddedBroker:
     def _format(self, classpath: str, props: Path) -> None:
         cmd = [_java(), "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", classpath, "kafka.tools.StorageTool",
                "format", f"--cluster-id={_cluster_id()}", "-c", str(props), "--ignore-formatted"]
-        done = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=120)  # noqa: S603
+        # SCRAM users (secured mode): their passwords are on this short-lived command line only
+        scram = self._secured.format_args() if self._secured is not None else []
+        done = subprocess.run(cmd + scram, capture_output=True, text=True, check=False, timeout=120)  # noqa: S603
         if done.returncode != 0:
             out = done.stdout[-1500:] + done.stderr[-1500:]
+            if self._secured is not None:
+                for user in self._secured.users:
+                    out = out.replace(self._secured.password(user), "***")
             msg = f"formatting the embedded Kafka log folder failed: {out}"
             raise BrokerUnavailableError(msg)
 
@@ -219,7 +279,7 @@ class EmbeddedBroker:
 
         deadline = time.monotonic() + self._startup_timeout_s
         last_error: object = None
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+        admin: Any = AdminClient(dict(self._admin_config()))
         while time.monotonic() < deadline:
             assert self._proc is not None
             if self._proc.poll() is not None:
@@ -238,6 +298,91 @@ class EmbeddedBroker:
             f"{self._startup_timeout_s}s ({last_error}); log: {self.log_tail()}"
         )
         raise BrokerUnavailableError(msg)
+
+    # -- secured mode: what clients need, users and ACLs -------------------------------------------------
+    def _admin_config(self) -> dict[str, str]:
+        if self._secured is None:
+            return {"bootstrap.servers": self.bootstrap, "log_level": "0"}
+        from connectors.kafka.embedded_security import ADMIN
+
+        return {**self.librdkafka_config(ADMIN), "log_level": "0"}
+
+    def _security(self) -> BrokerSecurity:
+        if self._secured is None:
+            state = "" if self.security == "PLAINTEXT" else ", not started"
+            msg = f"this broker is {self.security}{state}: client settings need a started secured broker"
+            raise KafkaConnectorError(msg)
+        return self._secured
+
+    def client_security(self, user: str = "alice", mechanism: str = "SCRAM-SHA-512") -> dict[str, str]:
+        """What a client needs to connect as ``user``, in the field names of the daemon's ``security``.
+
+        ``protocol``; ``SASL_SSL``: ``mechanism``, ``username``, ``password_file``; ``SSL``:
+        ``client_cert_file``, ``client_key_file``, ``key_password_file``; both: ``ca_file``. Paths are
+        absolute; a password file holds the password without a newline.
+        """
+        return self._security().client_security(user, mechanism)
+
+    def librdkafka_config(self, user: str = "alice", mechanism: str = "SCRAM-SHA-512",
+                          hostname_mismatch: bool = False) -> dict[str, str]:
+        """A confluent-kafka configuration connecting as ``user`` (secrets inline, for the tests' clients).
+
+        ``hostname_mismatch``: to :attr:`mismatch_bootstrap`, whose certificate does not name the host.
+        """
+        bootstrap = self.mismatch_bootstrap if hostname_mismatch else self.bootstrap
+        return self._security().librdkafka_config(user, bootstrap, mechanism)
+
+    @property
+    def ca_file(self) -> Path:
+        """The private CA's certificate (secured mode)."""
+        return self._security().ca_file
+
+    @property
+    def untrusted_ca_file(self) -> Path:
+        """A CA certificate that signed nothing this broker presents: a client trusting it must fail."""
+        return self._security().untrusted_ca_file
+
+    def add_user(self, user: str, timeout_s: float = 60.0) -> str:
+        """Make ``user``, without ACLs, and return its principal, ``User:<user>``.
+
+        With ``acls`` on, such a user may connect and do nothing else. ``SASL_SSL``: SCRAM credentials sent
+        by the admin, waited for until they authenticate; ``SSL``: a client certificate ``CN=<user>``
+        signed by the broker's CA.
+        """
+        secured = self._security()
+        secured.add_user(user)
+        if secured.protocol == "SASL_SSL":
+            from connectors.kafka import embedded_security
+
+            embedded_security.upsert_scram(self._admin_config(), user, secured.password(user), timeout_s)
+            embedded_security.wait_authenticates(self.librdkafka_config(user), timeout_s)
+        return secured.principal(user)
+
+    def grant(self, user: str, topic: str | None = None, group: str | None = None,
+              operations: Iterable[str] = ("READ", "DESCRIBE"), timeout_s: float = 60.0) -> None:
+        """Allow ``user`` ``operations`` on ``topic`` and on consumer ``group``; return once applied.
+
+        ``operations``: confluent-kafka's ``AclOperation`` names (``READ``, ``DESCRIBE``, ``WRITE``,
+        ``ALL``, ...); a name ``*`` means every topic or group.
+        """
+        from connectors.kafka import embedded_security
+
+        secured = self._security()
+        resources = [(kind, name) for kind, name in (("TOPIC", topic), ("GROUP", group)) if name is not None]
+        embedded_security.grant(self._admin_config(), secured.principal(user), resources, list(operations),
+                                timeout_s)
+
+    def grant_all(self, user: str, timeout_s: float = 60.0) -> None:
+        """Allow ``user`` everything on every topic, group, transactional id and the cluster.
+
+        Not a super user for all that: ACLs it holds, so it acts as a fully granted client of a cluster
+        with ACLs on, beside users granted less.
+        """
+        from connectors.kafka import embedded_security
+
+        resources = [("TOPIC", "*"), ("GROUP", "*"), ("TRANSACTIONAL_ID", "*"), ("BROKER", "kafka-cluster")]
+        embedded_security.grant(self._admin_config(), self._security().principal(user), resources, ["ALL"],
+                                timeout_s)
 
     def log_tail(self, chars: int = 2000) -> str:
         """The last ``chars`` characters of the broker's console log (for error messages)."""

@@ -15,6 +15,15 @@ Fixtures:
 * ``assert_exactly_once``: ``assert_exactly_once(daemon, job)`` checks, offset by offset, that the job's
   Delta table holds its topics' records exactly once (missing, duplicated and unexpected records named),
   retrying while the job catches up.
+* ``secured_broker`` (session): an embedded broker whose listener is ``SASL_SSL`` (SCRAM-SHA-512/256, TLS
+  from a private CA made for it) with ACLs on; user ``alice`` is granted everything, ``add_user`` makes
+  users with nothing granted. ``secured_broker.client_security("alice")`` is what the daemon's
+  ``security`` section takes, ``secured_broker.librdkafka_config("alice")`` a confluent-kafka config.
+* ``mtls_broker`` (session): an embedded broker whose listener is ``SSL`` and requires a client
+  certificate (signed by its CA; one per user, ``alice`` made), no ACLs.
+
+  Both are started on first use only (the embedded broker: jars from ``make jars`` or
+  ``SOURCE_BACKFILL_JARS``, ``java`` and ``openssl`` on ``PATH``); see :func:`secured_kafka`.
 """
 
 from __future__ import annotations
@@ -28,11 +37,14 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
 from source_backfill.testing.process import DaemonProcess, free_port
+
+if TYPE_CHECKING:
+    from connectors.kafka.embedded import EmbeddedBroker
 
 #: The Kafka image of the testcontainers path (``SOURCE_BACKFILL_KAFKA_IMAGE`` overrides it): the official
 #: Apache Kafka image at the broker version pinned in deploy/jvm/pom.xml. It is configured by environment
@@ -184,6 +196,25 @@ def kafka_broker() -> Iterator[str]:
         yield broker.bootstrap
 
 
+@contextmanager
+def secured_kafka(security: Literal["SASL_SSL", "SSL"] = "SASL_SSL", acls: bool = True,
+                  users: tuple[str, ...] = ("alice",)) -> Iterator[EmbeddedBroker]:
+    """A started secured embedded broker for the duration (see :class:`EmbeddedBroker`).
+
+    Always the embedded broker, whatever ``KAFKA_BOOTSTRAP_SERVERS`` says: the test needs the CA, the
+    users and their secrets, which only a broker made here has. With ``acls``, every user in ``users`` is
+    granted everything (:meth:`EmbeddedBroker.grant_all`), so the ones a test adds later are the
+    restricted ones.
+    """
+    from connectors.kafka.embedded import EmbeddedBroker
+
+    with EmbeddedBroker(security=security, acls=acls, users=users, startup_timeout_s=180.0) as broker:
+        if acls:
+            for user in users:
+                broker.grant_all(user)
+        yield broker
+
+
 class RunningDaemon(DaemonProcess):
     """A daemon started by the ``backfill_daemon`` fixture; ``tables`` holds the jobs' Delta tables."""
 
@@ -270,6 +301,20 @@ def kafka_bootstrap() -> Iterator[str]:
     """A real Kafka for the session (see :func:`kafka_broker`)."""
     with kafka_broker() as bootstrap:
         yield bootstrap
+
+
+@pytest.fixture(scope="session")
+def secured_broker() -> Iterator[EmbeddedBroker]:
+    """An embedded ``SASL_SSL`` broker with ACLs on for the session; ``alice`` granted everything."""
+    with secured_kafka("SASL_SSL", acls=True) as broker:
+        yield broker
+
+
+@pytest.fixture(scope="session")
+def mtls_broker() -> Iterator[EmbeddedBroker]:
+    """An embedded ``SSL`` broker requiring client certificates for the session (``alice``'s made)."""
+    with secured_kafka("SSL", acls=False) as broker:
+        yield broker
 
 
 @pytest.fixture
