@@ -123,6 +123,10 @@ def build_spark(
 
     os.environ.setdefault("PYSPARK_PYTHON", _python())
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", _python())
+    # py4j logs every command it sends at DEBUG, option values included: a Kafka reader's carry the
+    # security section's secrets (connectors/kafka/security.py), so its logger never goes below INFO
+    py4j = logging.getLogger("py4j")
+    py4j.setLevel(max(py4j.getEffectiveLevel(), logging.INFO))
     builder = SparkSession.builder.master(master).appName(app_name)
     jars = {"spark.jars": ",".join(str(j) for j in spark_jars())}
     # a local session talks to itself over loopback (not the host's first interface)

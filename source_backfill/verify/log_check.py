@@ -139,6 +139,7 @@ def log_offsets(
             raise TimeoutError(msg)
     finally:
         consumer.close()
+        admin.close()  # no client left polling a broker a test stops next
     return out
 
 

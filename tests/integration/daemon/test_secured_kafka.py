@@ -64,6 +64,7 @@ def test_a_job_over_scram_tls_with_a_private_ca_ends_exactly_once_and_the_passwo
     wait_for(lambda: source.jobs["copy"].committed_epoch is not None
              and source.jobs["copy"].committed_epoch >= source.last_epoch - 1, what="the job following live")
     producer.stop()
+    producer.close()
     kafka = {k: v for k, v in secured_broker.librdkafka_config().items() if k != "bootstrap.servers"}
     wait_for(lambda: check_exactly_once(str(tmp_path / "copy"), secured_broker.bootstrap, [topic],
                                         kafka_options=kafka).ok,
@@ -74,10 +75,12 @@ def test_a_job_over_scram_tls_with_a_private_ca_ends_exactly_once_and_the_passwo
     from prometheus_client import generate_latest
 
     answers.append(generate_latest().decode())
-    plan = source._query.lastProgress  # noqa: SLF001 - the query's progress names its source's options
-    answers.append(repr(plan))
-    for query in d.spark.streams.active:
-        answers.append(repr(query.lastProgress))
+    from source_backfill.core import HistoryRange
+
+    query = source._query  # noqa: SLF001 - the live query
+    history = source.connector.read_ranges([HistoryRange(f"{topic}:0", 0, 10)])  # a history read's plan
+    answers += [query._jsq.explainInternal(True), history._jdf.queryExecution().toString(),  # noqa: SLF001
+                repr(query.lastProgress), repr(d.spark.sparkContext.getConf().getAll())]
     assert not [a for a in answers if password in a]
     assert not [r.getMessage() for r in caplog.records if password in r.getMessage()]
     assert _files_hold(tmp_path, password) == []
@@ -94,6 +97,7 @@ def test_a_job_over_mtls_ends_exactly_once(mtls_broker, daemon_factory, tmp_path
     producer.stream(2, per_second=100)
     wait_for(lambda: finished(d, "copy"), timeout=max(300, 100 * INTERVAL_S), what="the backfill over mTLS")
     producer.stop()
+    producer.close()
     kafka = {k: v for k, v in mtls_broker.librdkafka_config().items() if k != "bootstrap.servers"}
     wait_for(lambda: check_exactly_once(str(tmp_path / "copy"), mtls_broker.bootstrap, [topic],
                                         kafka_options=kafka).ok,
