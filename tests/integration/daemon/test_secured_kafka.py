@@ -102,3 +102,26 @@ def test_a_job_over_mtls_ends_exactly_once(mtls_broker, daemon_factory, tmp_path
     wait_for(lambda: check_exactly_once(str(tmp_path / "copy"), mtls_broker.bootstrap, [topic],
                                         kafka_options=kafka).ok,
              timeout=120, what="every offset once, read over mTLS")
+
+
+def _wrong_password(broker: Any, tmp_path: Path) -> dict[str, str]:
+    wrong = tmp_path / "wrong-password"
+    wrong.write_text("not-the-password")
+    return {**broker.client_security(), "password_file": str(wrong)}
+
+
+def test_a_wrong_password_fails_the_source_saying_so_and_health_names_it(secured_broker, daemon_factory,
+                                                                          tmp_path):
+    import httpx
+
+    topic = _topic(secured_broker)
+    d = daemon_factory([topic], [job_spec("copy", tmp_path)], bootstrap_servers=secured_broker.bootstrap,
+                       security=_wrong_password(secured_broker, tmp_path))
+    source = d.sources["src"]
+    wait_for(lambda: source.error is not None, timeout=120, what="the source's error")
+    print("SOURCE ERROR:", source.error)
+    health = httpx.get(f"{d.api_url}/health").json()
+    print("HEALTH:", health)
+    job = httpx.get(f"{d.api_url}/jobs/copy").json()
+    print("JOB:", job)
+    assert "authentication" in source.error.lower()
