@@ -238,3 +238,21 @@ def tls_diagnosis(bootstrap: str, options: Mapping[str, Any], timeout_s: float =
         return f"TLS: the broker's certificate is not trusted ({detail}; security.ca_file)"
     except (OSError, ValueError):
         return None
+
+
+def explain_failure(text: str, bootstrap: str, options: Mapping[str, Any]) -> str:
+    """``text`` (a Kafka client's error, either client's) with what the user should check after it.
+
+    A TLS failure is checked once more with Python's TLS (:func:`tls_diagnosis`), which tells an untrusted
+    CA from a certificate naming another host; Spark's Java client names neither in its first line.
+    """
+    low = text.lower()
+    if "authentication failed" in low or "saslauthenticationexception" in low:
+        return f"{text} (check security.username and the password: security.password_file)"
+    if "not authorized" in low or "authorizationexception" in low or "authorization_failed" in low:
+        return (f"{text} (not authorized: the source's principal needs Describe and Read on its topics and "
+                "Read on the consumer groups named source-backfill-*)")
+    if "ssl" in low or "certificate" in low or "handshake" in low:
+        why = tls_diagnosis(bootstrap, options)
+        return f"{text}; {why}" if why else text
+    return text

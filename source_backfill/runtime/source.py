@@ -178,7 +178,7 @@ class LiveSource(JobHost[SourceBackfillJob]):
             except Exception as exc:  # noqa: BLE001 - any query failure: restart from the checkpoint
                 if self._stopping.is_set():
                     return
-                self.error = one_line(exc)
+                self.error = self._explained(one_line(exc))
                 self.query_failures += 1
                 metrics.SOURCE_ERRORS.labels("", "live_query").inc()
                 logger.error('live query failed, restarting source="%s" in_s=%.0f error="%s"',
@@ -194,6 +194,18 @@ class LiveSource(JobHost[SourceBackfillJob]):
                 self.error = one_line(exc)
                 self.query_failures += 1
                 logger.error('live query restart failed source="%s" error="%s"', self.name, exc)
+
+    def _explained(self, error: str) -> str:
+        """The query's error, with its cause said for a user (``connectors/kafka/security.py``).
+
+        A refused password, an untrusted certificate or one naming another host, a denied topic.
+        """
+        from connectors.kafka.security import explain_failure, librdkafka_options
+
+        try:
+            return explain_failure(error, self.bootstrap_servers, librdkafka_options(self.config))
+        except Exception:  # noqa: BLE001 - the error itself is what matters
+            return error
 
     # -- the epoch -------------------------------------------------------------------------------------
     def _on_batch(self, batch: DataFrame, batch_id: int) -> None:

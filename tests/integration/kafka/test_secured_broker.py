@@ -122,6 +122,7 @@ def test_sasl_ssl_metadata_topic_produce_consume(secured_broker):
     assert sorted(_consume(conf, topic, len(values))) == sorted(values)
 
 
+@pytest.mark.slow  # make test keeps SASL_SSL's round trip and a refused password
 def test_scram_sha_256_authenticates_too(secured_broker):
     _metadata(secured_broker.librdkafka_config("alice", mechanism="SCRAM-SHA-256"))
 
@@ -133,6 +134,7 @@ def test_a_wrong_password_is_refused(secured_broker):
     assert "SCRAM-SHA-512" in err.str(), err.str()
 
 
+@pytest.mark.slow  # make test keeps SASL_SSL's round trip and a refused password
 def test_an_untrusted_ca_is_refused(secured_broker):
     conf = {**secured_broker.librdkafka_config("alice"),
             "ssl.ca.location": str(secured_broker.untrusted_ca_file)}
@@ -141,6 +143,7 @@ def test_an_untrusted_ca_is_refused(secured_broker):
     assert "certificate verify failed" in err.str(), err.str()
 
 
+@pytest.mark.slow  # make test keeps SASL_SSL's round trip and a refused password
 def test_a_certificate_not_naming_the_host_is_refused(secured_broker):
     conf = secured_broker.librdkafka_config("alice", hostname_mismatch=True)
     err = _refusal(conf, KafkaError._SSL)
@@ -151,6 +154,7 @@ def test_a_certificate_not_naming_the_host_is_refused(secured_broker):
 
 
 # -- SSL with client certificates ------------------------------------------------------------------------
+@pytest.mark.slow  # make test keeps SASL_SSL's round trip and a refused password
 def test_mtls_with_a_client_certificate(mtls_broker):
     sec = mtls_broker.client_security("alice")
     assert sec["protocol"] == "SSL"
@@ -163,6 +167,7 @@ def test_mtls_with_a_client_certificate(mtls_broker):
     assert _consume(conf, topic, 3) == [b"a", b"b", b"c"]
 
 
+@pytest.mark.slow  # make test keeps SASL_SSL's round trip and a refused password
 def test_mtls_without_a_client_certificate_is_refused(mtls_broker):
     conf = {k: v for k, v in mtls_broker.librdkafka_config("alice").items()
             if k not in ("ssl.certificate.location", "ssl.key.location", "ssl.key.password")}
@@ -173,6 +178,7 @@ def test_mtls_without_a_client_certificate_is_refused(mtls_broker):
 
 
 # -- ACLs ------------------------------------------------------------------------------------------------
+@pytest.mark.slow  # make test keeps SASL_SSL's round trip and a refused password
 def test_a_user_without_acls_cannot_describe_or_read_until_granted(secured_broker):
     alice = secured_broker.librdkafka_config("alice")
     topic, group = _name("acl"), _name("acl-group")
@@ -223,6 +229,7 @@ def _read_error(conf: dict, topic: str, group: str) -> int:
 
 
 # -- a kept folder -----------------------------------------------------------------------------------------
+@pytest.mark.slow  # make test keeps SASL_SSL's round trip and a refused password
 def test_a_kept_secured_folder_restarts_with_its_material_and_users(tmp_path):
     from connectors.kafka.embedded import EmbeddedBroker
 
