@@ -34,6 +34,18 @@ def _topic(broker: Any, partitions: int = 2) -> str:
     return name
 
 
+def _stopped_then_exactly_once(producer: Producer, broker: Any, table: Path, topic: str) -> None:
+    """Stop the live producer, then wait for the table to hold every offset once, read as the broker
+    wants (its security)."""
+    from source_backfill.verify import check_exactly_once
+
+    producer.stop()
+    producer.close()
+    kafka = {k: v for k, v in broker.librdkafka_config().items() if k != "bootstrap.servers"}
+    wait_for(lambda: check_exactly_once(str(table), broker.bootstrap, [topic], kafka_options=kafka).ok,
+             timeout=120, what=f"every offset once, read over {broker.security}")
+
+
 def _files_hold(root: Path, secret: str) -> list[str]:
     """Files under ``root`` whose bytes hold ``secret`` (state, logs, tables: Parquet is not compressed
     away for a short string in a dictionary page, but a password is never a column value here)."""
@@ -47,8 +59,6 @@ def test_a_job_over_scram_tls_with_a_private_ca_ends_exactly_once_and_the_passwo
     connector, secured_broker, daemon_factory, tmp_path, caplog
 ):
     import httpx
-
-    from source_backfill.verify import check_exactly_once
 
     caplog.set_level(logging.DEBUG)
     security = secured_broker.client_security()
@@ -64,12 +74,7 @@ def test_a_job_over_scram_tls_with_a_private_ca_ends_exactly_once_and_the_passwo
     source = d.sources["src"]
     wait_for(lambda: source.jobs["copy"].committed_epoch is not None
              and source.jobs["copy"].committed_epoch >= source.last_epoch - 1, what="the job following live")
-    producer.stop()
-    producer.close()
-    kafka = {k: v for k, v in secured_broker.librdkafka_config().items() if k != "bootstrap.servers"}
-    wait_for(lambda: check_exactly_once(str(tmp_path / "copy"), secured_broker.bootstrap, [topic],
-                                        kafka_options=kafka).ok,
-             timeout=120, what="every offset once, read over SASL_SSL")
+    _stopped_then_exactly_once(producer, secured_broker, tmp_path / "copy", topic)
 
     # the canary: nowhere the daemon writes or answers
     answers = [httpx.get(f"{d.api_url}{path}").text for path in ("/jobs", "/jobs/copy", "/health", "/ready")]
@@ -89,8 +94,6 @@ def test_a_job_over_scram_tls_with_a_private_ca_ends_exactly_once_and_the_passwo
 
 @pytest.mark.slow
 def test_a_job_over_mtls_ends_exactly_once(mtls_broker, daemon_factory, tmp_path):
-    from source_backfill.verify import check_exactly_once
-
     topic = _topic(mtls_broker)
     producer = Producer(mtls_broker.bootstrap, topic, mtls_broker.librdkafka_config())
     producer.send(2000, 2)
@@ -98,13 +101,7 @@ def test_a_job_over_mtls_ends_exactly_once(mtls_broker, daemon_factory, tmp_path
                        security=mtls_broker.client_security())
     producer.stream(2, per_second=100)
     wait_for(lambda: finished(d, "copy"), timeout=max(300, 100 * INTERVAL_S), what="the backfill over mTLS")
-    producer.stop()
-    producer.close()
-    kafka = {k: v for k, v in mtls_broker.librdkafka_config().items() if k != "bootstrap.servers"}
-    wait_for(lambda: check_exactly_once(str(tmp_path / "copy"), mtls_broker.bootstrap, [topic],
-                                        kafka_options=kafka).ok,
-             timeout=120, what="every offset once, read over mTLS")
-
+    _stopped_then_exactly_once(producer, mtls_broker, tmp_path / "copy", topic)
 
 
 def _two_sources(spark: Any, broker: Any, tmp_path: Path, bad: dict[str, Any]) -> Any:
