@@ -6,12 +6,15 @@ import threading
 from typing import Any
 
 
-def fill(bootstrap: str, topic: str, n: int, partitions: int) -> None:
-    """Produce ``n`` records of ~130 B round-robin over ``partitions``, as fast as the broker takes."""
+def fill(bootstrap: str, topic: str, n: int, partitions: int, config: dict[str, str] | None = None) -> None:
+    """Produce ``n`` records of ~130 B round-robin over ``partitions``, as fast as the broker takes.
+
+    ``config``: more librdkafka settings (a secured broker's).
+    """
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.num.messages": 20000,
-                         "queue.buffering.max.messages": 1_000_000})
+                         "queue.buffering.max.messages": 1_000_000, **(config or {})})
     pad = b"x" * 120
     for i in range(n):
         while True:

@@ -136,6 +136,8 @@ GOALS = (
     Goal("isolation.lagging_job_exactly_once", "an identity job lagging past `max_job_lag_s` under a live "
          "producer, failed, retried as identity: exactly once, offset by offset (1)", "1",
          lambda v, _: v == 1, higher=True),
+    Goal("security.sasl_ssl_ratio", "a 1M-record backfill over SASL_SSL (SCRAM-SHA-512, a private CA) vs "
+         "in plaintext, same run: records/s over records/s", "≥ 0.8", _at_least(0.8)),
     Goal("quiet.idle_commits_per_hour", "table versions per hour of a Finished job on an idle topic and a "
          "live table job on a quiet table, 1 s trigger", "0", lambda v, _: v == 0, higher=False),
     Goal("quiet.commit_bytes_10k_one_moving", "commit file, 10,000 splits, one moving per epoch: bytes "

@@ -1,0 +1,95 @@
+"""Backfill over SASL_SSL vs over plaintext, same run (issue 47): ``security.sasl_ssl_ratio``.
+
+Two embedded brokers, one plaintext and one with a ``SASL_SSL`` listener (SCRAM-SHA-512, a private CA: the
+test suite's secured broker), each holding the same history (``BENCH_SECURITY_RECORDS``, 1,000,000
+records of ~130 B on 4 partitions). One daemon reads both, one source each; jobs backfilling the whole
+history from ``earliest`` are created in turn, plaintext first, ``BENCH_SECURITY_PAIRS`` (2) pairs, each
+timed from its create to Finished. ``security.sasl_ssl_ratio`` = records/s over SASL_SSL / records/s in
+plaintext, medians (goal >= 0.8): what TLS and SCRAM cost a user's backfill, Spark's Java client reading
+history and the admin and driver reads going through librdkafka.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.records import fill
+
+QUICK = os.environ.get("BENCH_QUICK") == "1"
+RECORDS = int(os.environ.get("BENCH_SECURITY_RECORDS", "20000" if QUICK else "1000000"))
+PAIRS = int(os.environ.get("BENCH_SECURITY_PAIRS", "2"))
+PARTITIONS = 4
+TOPIC = "bench-security"
+
+
+def _history(broker: Any, config: dict[str, str]) -> None:
+    from connectors.kafka.admin import KafkaAdmin
+
+    admin = KafkaAdmin(broker.bootstrap, {k: v for k, v in config.items() if k != "bootstrap.servers"})
+    try:
+        admin.create_topic(TOPIC, PARTITIONS)
+    finally:
+        admin.close()
+    t = time.monotonic()
+    fill(broker.bootstrap, TOPIC, RECORDS, PARTITIONS, config)
+    print(f"  {broker.security}: {RECORDS:,} records in {time.monotonic() - t:.1f} s", flush=True)
+
+
+def _backfill_s(daemon: Any, source: str, name: str, work: Path) -> float:
+    from source_backfill.config import JobSpec
+
+    t = time.monotonic()
+    daemon.registry.create(JobSpec(name=name, source=source, sink_path=str(work / name)))
+    jobs = daemon.sources[source].jobs
+    while name not in jobs or not jobs[name].backfill_done:
+        if daemon.registry.get(name).error is not None:
+            msg = f"{name} failed: {daemon.registry.get(name).error}"
+            raise RuntimeError(msg)
+        time.sleep(0.1)
+    return time.monotonic() - t
+
+
+def main() -> dict[str, float]:
+    from connectors.kafka.embedded import EmbeddedBroker
+    from source_backfill.config import load_settings
+    from source_backfill.daemon import Daemon
+
+    work = Path(tempfile.mkdtemp(prefix="bench-security-"))
+    with EmbeddedBroker() as plain, EmbeddedBroker(security="SASL_SSL") as secured:
+        _history(plain, {})
+        _history(secured, secured.librdkafka_config())
+        base = {"topics": [TOPIC], "trigger_interval_s": 1.0, "starting_offsets": "latest"}
+        settings = load_settings(
+            daemon={"state_root": str(work / "state")}, api={"port": 0}, metrics={"port": None},
+            sources=[{**base, "name": "plain", "bootstrap_servers": plain.bootstrap},
+                     {**base, "name": "sasl", "bootstrap_servers": secured.bootstrap,
+                      "security": secured.client_security()}],
+        )
+        daemon = Daemon(settings)
+        daemon.start()
+        try:
+            times: dict[str, list[float]] = {"plain": [], "sasl": []}
+            for pair in range(PAIRS):
+                for source in ("plain", "sasl"):
+                    took = _backfill_s(daemon, source, f"{source}-{pair}", work)
+                    times[source].append(took)
+                    rate = RECORDS / took
+                    print(f"  pair {pair + 1}: {source} backfill {took:.1f} s ({rate:,.0f} records/s)",
+                          flush=True)
+        finally:
+            daemon.stop()
+    plain_s, sasl_s = statistics.median(times["plain"]), statistics.median(times["sasl"])
+    ratio = plain_s / sasl_s  # records/s over SASL_SSL / records/s in plaintext
+    print(f"security.sasl_ssl_ratio = {ratio:.3f} (plaintext {plain_s:.1f} s, SASL_SSL {sasl_s:.1f} s, "
+          f"medians of {PAIRS}; goal >= 0.8)", flush=True)
+    return {"security.sasl_ssl_ratio": round(ratio, 3), "security.plain_backfill_s": round(plain_s, 2),
+            "security.sasl_ssl_backfill_s": round(sasl_s, 2), "security.records": RECORDS}
+
+
+if __name__ == "__main__":
+    main()
