@@ -85,9 +85,10 @@ docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 ## The crash suite as a soak: CYCLES kill/restart cycles of the daemon process, then exactly once.
+## SECURED=1: against the embedded broker's SASL_SSL mode (SCRAM, a private CA, ACLs on).
 CYCLES ?= 200
 chaos: $(STAMP) jars
-	$(PY) -m tests.chaos --cycles $(CYCLES)
+	$(PY) -m tests.chaos --cycles $(CYCLES) $(if $(SECURED),--secured)
 
 ## Benchmarks print ratios against a baseline measured in the same run and merge their figures into
 ## bench/results/latest.json; BENCH_ARGS="--quick" is a smoke run, BENCH_ARGS="load" one module.

@@ -43,7 +43,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -162,10 +162,12 @@ class Summary:
 class _Producer:
     """A steady live stream of numbered records (``rate`` per second) until stopped."""
 
-    def __init__(self, bootstrap: str, topic: str, rate: float, partitions: int = PARTITIONS) -> None:
+    def __init__(self, bootstrap: str, topic: str, rate: float, partitions: int = PARTITIONS,
+                 kafka: Mapping[str, str] | None = None) -> None:
         from confluent_kafka import Producer
 
-        self._producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "log_level": 0})
+        self._producer = Producer({**(kafka or {}), "bootstrap.servers": bootstrap, "linger.ms": 5,
+                                   "log_level": 0})
         self._topic, self._rate = topic, rate
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -225,9 +227,13 @@ class _Daemon(DaemonProcess):
     """The daemon process with the suite's jobs: ``deep`` backfilling, ``tail`` starting at latest (source
     ``src``), ``heavy`` and ``beside`` on the slow topic (source ``slow``, its lag bound small)."""
 
-    def __init__(self, workdir: Path, bootstrap: str, topic: str, slow_topic: str) -> None:
+    def __init__(self, workdir: Path, bootstrap: str, topic: str, slow_topic: str,
+                 security: Mapping[str, str] | None = None) -> None:
         self.tables = workdir / "tables"
         config = workdir / "config.toml"
+        # both sources connect as the cluster asks (a secured broker's security section, as TOML)
+        sec = ("security = { " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in security.items()) + " }"
+               if security else "")
         config.write_text(f"""
 [daemon]
 state_root = "{workdir / 'state'}"
@@ -242,6 +248,7 @@ bootstrap_servers = "{bootstrap}"
 topics = ["{topic}"]
 trigger_interval_s = 0.5
 archive = {{ path = "{workdir / 'archive'}", trusted = true }}
+{sec}
 [[jobs]]
 name = "deep"
 source = "src"
@@ -258,6 +265,7 @@ bootstrap_servers = "{bootstrap}"
 topics = ["{slow_topic}"]
 trigger_interval_s = {SLOW_TRIGGER_S}
 max_job_lag_s = {LAG_BOUND_S}
+{sec}
 [[jobs]]
 name = "heavy"
 source = "slow"
@@ -445,8 +453,13 @@ def _count_log(log: Path, summary: Summary) -> None:
 
 
 def run_chaos(bootstrap: str, workdir: Path, cycles: int, seed: int | None = None,
-              out: Callable[[str], None] = print) -> Summary:
-    """Run ``cycles`` kill/restart cycles against ``bootstrap``; return what was found."""
+              out: Callable[[str], None] = print, *, kafka: Mapping[str, str] | None = None,
+              security: Mapping[str, str] | None = None) -> Summary:
+    """Run ``cycles`` kill/restart cycles against ``bootstrap``; return what was found.
+
+    A secured cluster: ``kafka``, the librdkafka settings of the suite's own clients (its producers,
+    admin and checks); ``security``, the daemon's sources' ``security`` section.
+    """
     from connectors.kafka.admin import KafkaAdmin
     from source_backfill.verify import check_exactly_once
 
@@ -456,13 +469,14 @@ def run_chaos(bootstrap: str, workdir: Path, cycles: int, seed: int | None = Non
     out(f"chaos: seed={seed} cycles={cycles} workdir={workdir}")
     t0 = time.monotonic()
     workdir.mkdir(parents=True, exist_ok=True)
-    admin = KafkaAdmin(bootstrap)
+    kafka = {k: v for k, v in (kafka or {}).items() if k != "bootstrap.servers"}
+    admin = KafkaAdmin(bootstrap, kafka)
     topic = f"chaos-{uuid.uuid4().hex[:8]}"
     admin.create_topic(topic, PARTITIONS)
-    producer = _Producer(bootstrap, topic, rate=200)
+    producer = _Producer(bootstrap, topic, rate=200, kafka=kafka)
     slow_topic = f"{topic}-slow"
     admin.create_topic(slow_topic, SLOW_PARTITIONS)
-    slow = _Producer(bootstrap, slow_topic, rate=SLOW_RATE, partitions=SLOW_PARTITIONS)
+    slow = _Producer(bootstrap, slow_topic, rate=SLOW_RATE, partitions=SLOW_PARTITIONS, kafka=kafka)
     producer.fill(HISTORY)
     _archive(workdir / "archive", topic)  # the first ARCHIVED offsets of each partition, then gone
     sids = [f"{topic}:{p}" for p in range(PARTITIONS)]
@@ -477,7 +491,7 @@ def run_chaos(bootstrap: str, workdir: Path, cycles: int, seed: int | None = Non
         producer.partitions = PARTITIONS + 2
         grown = True
 
-    daemon = _Daemon(workdir, bootstrap, topic, slow_topic)
+    daemon = _Daemon(workdir, bootstrap, topic, slow_topic, security)
     try:
         for cycle in range(1, cycles + 1):
             daemon.start()
@@ -539,7 +553,7 @@ def run_chaos(bootstrap: str, workdir: Path, cycles: int, seed: int | None = Non
         summary.whole_files = _shared_files(workdir / "archive", daemon.tables / "deep")
         for job in ("deep", "tail", *SLOW_JOBS):
             job_topic = slow_topic if job in SLOW_JOBS else topic
-            summary_job = _check(check_exactly_once, daemon, job, bootstrap, job_topic)
+            summary_job = _check(check_exactly_once, daemon, job, bootstrap, job_topic, kafka)
             if any(summary_job[1:4]):
                 out(f"chaos: {job}: records={summary_job[0]} missing={summary_job[1]} "
                     f"duplicated={summary_job[2]} unexpected={summary_job[3]}: {summary_job[4]}")
@@ -595,7 +609,7 @@ def _shared_files(archive: Path, table: Path) -> int:
 
 
 def _check(check: Callable, daemon: _Daemon, job: str, bootstrap: str,
-           topic: str) -> tuple[int, int, int, int, str]:
+           topic: str, kafka: Mapping[str, str]) -> tuple[int, int, int, int, str]:
     """(records, missing, duplicated, unexpected, the first of them per split) of ``job``, once its table
     has caught up to the log.
 
@@ -610,12 +624,12 @@ def _check(check: Callable, daemon: _Daemon, job: str, bootstrap: str,
     deadline = time.monotonic() + 120
     while True:
         if job == "deep":
-            log = log_offsets(bootstrap, [topic])
+            log = log_offsets(bootstrap, [topic], kafka_options=kafka)
             for p in range(PARTITIONS):
                 log[f"{topic}:{p}"] = list(range(ARCHIVED)) + log[f"{topic}:{p}"]
             report = compare(log, table_offsets(str(daemon.tables / job)))
         else:
-            report = check(str(daemon.tables / job), bootstrap, [topic], start=start)
+            report = check(str(daemon.tables / job), bootstrap, [topic], start=start, kafka_options=kafka)
         if report.ok or time.monotonic() > deadline:
             break
         time.sleep(1)
@@ -639,10 +653,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cycles", type=int, default=200)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--secured", action="store_true",
+                        help="against the embedded broker's SASL_SSL mode (SCRAM, a private CA, ACLs on)")
     args = parser.parse_args(argv)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="chaos-"))
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-    if bootstrap:
+    if args.secured:
+        from source_backfill.testing import secured_kafka
+
+        with secured_kafka("SASL_SSL") as broker:
+            summary = run_chaos(broker.bootstrap, workdir, args.cycles, args.seed,
+                                kafka=broker.librdkafka_config(), security=broker.client_security())
+    elif bootstrap:
         summary = run_chaos(bootstrap, workdir, args.cycles, args.seed)
     else:
         with EmbeddedBroker() as broker:

@@ -36,3 +36,18 @@ def test_sigkill_at_random_moments_then_every_job_exactly_once(kafka_bootstrap, 
         # the same (summary.ok above)
         assert summary.skipped > 0 and summary.rejoins > 0, summary.line()
         assert summary.bound_hits > 0 and summary.retries > 0, summary.line()
+
+
+@pytest.mark.slow
+def test_the_same_against_a_secured_broker(secured_broker, tmp_path, record_property):
+    """Two cycles over SASL_SSL (SCRAM, a private CA, ACLs on): every client of the daemon and of the
+    suite connects as the secured cluster asks, through kills and restarts (make test-slow; ``make chaos
+    SECURED=1`` for a soak)."""
+    cycles = int(os.environ.get("CHAOS_SECURED_CYCLES", "2"))
+    seed = int(os.environ["CHAOS_SEED"]) if os.environ.get("CHAOS_SEED") else None
+    summary = run_chaos(secured_broker.bootstrap, tmp_path, cycles, seed,
+                        kafka=secured_broker.librdkafka_config(), security=secured_broker.client_security())
+    record_property("summary", summary.line())
+    assert summary.cycles == cycles
+    assert summary.mid_backfill >= min(5, cycles), summary.line()
+    assert summary.ok, summary.line()
