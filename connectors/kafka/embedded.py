@@ -358,6 +358,19 @@ class EmbeddedBroker:
             embedded_security.wait_authenticates(self.librdkafka_config(user), timeout_s)
         return secured.principal(user)
 
+    def revoke(self, user: str, timeout_s: float = 60.0) -> None:
+        """Delete ``user``'s SCRAM credentials (``SASL_SSL``).
+
+        Its connections fail at their next authentication (a broker started with
+        ``connections.max.reauth.ms`` asks for one that often).
+        """
+        from connectors.kafka import embedded_security
+
+        if self._security().protocol != "SASL_SSL":
+            msg = "revoke deletes SCRAM credentials: a SASL_SSL broker's"
+            raise KafkaConnectorError(msg)
+        embedded_security.delete_scram(self._admin_config(), user, timeout_s)
+
     def grant(self, user: str, topic: str | None = None, group: str | None = None,
               operations: Iterable[str] = ("READ", "DESCRIBE"), timeout_s: float = 60.0) -> None:
         """Allow ``user`` ``operations`` on ``topic`` and on consumer ``group``; return once applied.

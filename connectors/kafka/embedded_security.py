@@ -231,6 +231,21 @@ def upsert_scram(admin_conf: dict[str, str], user: str, password: str, timeout_s
             future.result(timeout=timeout_s)
 
 
+def delete_scram(admin_conf: dict[str, str], user: str, timeout_s: float) -> None:
+    """Delete ``user``'s SCRAM credentials (both mechanisms): its next authentication fails."""
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
+        AdminClient,
+        ScramMechanism,
+        UserScramCredentialDeletion,
+    )
+
+    admin: Any = AdminClient(dict(admin_conf))
+    for mechanism in (ScramMechanism.SCRAM_SHA_512, ScramMechanism.SCRAM_SHA_256):
+        deletion = UserScramCredentialDeletion(user, mechanism)
+        for future in admin.alter_user_scram_credentials([deletion], request_timeout=timeout_s).values():
+            future.result(timeout=timeout_s)
+
+
 def wait_authenticates(conf: dict[str, str], timeout_s: float) -> None:
     """Return once a metadata request with ``conf`` answers.
 

@@ -167,3 +167,28 @@ def test_a_source_that_cannot_connect_says_why_and_its_neighbour_goes_on(case, s
         assert health["sources"]["good"]["problems"] == [] or good.error is None
     finally:
         d.stop()
+
+
+@pytest.mark.slow
+def test_revoked_credentials_fail_their_source_saying_so_and_the_neighbour_goes_on(spark, tmp_path):
+    """bob's SCRAM credentials are deleted while his source runs: the broker asks every connection to
+    re-authenticate within 5 s (``connections.max.reauth.ms``), bob's fail, his source says why; alice's
+    source goes on committing."""
+    from connectors.kafka.embedded import EmbeddedBroker
+
+    with EmbeddedBroker(security="SASL_SSL", users=("alice", "bob"), startup_timeout_s=180,
+                        overrides={"connections.max.reauth.ms": "5000"}) as broker:
+        d = _two_sources(spark, broker, tmp_path, {"security": broker.client_security("bob")})
+        try:
+            good, bad = d.sources["good"], d.sources["bad"]
+            wait_for(lambda: good.jobs["g"].backfill_done and bad.last_epoch is not None, timeout=180,
+                     what="both sources running")
+            assert bad.error is None
+            broker.revoke("bob")
+            wait_for(lambda: bad.error is not None, timeout=180, what="bob's source failing")
+            assert "authentication failed" in bad.error.lower(), bad.error
+            at = good.last_epoch
+            wait_for(lambda: good.last_epoch >= at + 3 and good.error is None, timeout=120,
+                     what="alice's source going on")
+        finally:
+            d.stop()
