@@ -249,6 +249,10 @@ class RunningDaemon(DaemonProcess):
         """The topics of ``job``'s source."""
         return list(self._source_of(job)["topics"])
 
+    def bootstrap_of(self, job: str) -> str:
+        """The bootstrap servers of ``job``'s source (a source may name a cluster of its own)."""
+        return str(self._source_of(job)["bootstrap_servers"])
+
     def kafka_options(self, job: str) -> dict[str, str]:
         """The options a librdkafka client of ``job``'s source takes: its ``kafka`` map and ``security``.
 
@@ -351,7 +355,7 @@ def assert_exactly_once() -> Callable[..., Any]:
         while True:
             report = None
             if (table / "_delta_log").exists():
-                report = check_exactly_once(str(table), daemon.bootstrap, daemon.topics(job),
+                report = check_exactly_once(str(table), daemon.bootstrap_of(job), daemon.topics(job),
                                             kafka_options=daemon.kafka_options(job))
                 if report.ok:
                     return report

@@ -75,6 +75,11 @@ def test_a_job_over_scram_tls_with_a_private_ca_ends_exactly_once_and_the_passwo
     wait_for(lambda: source.jobs["copy"].committed_epoch is not None
              and source.jobs["copy"].committed_epoch >= source.last_epoch - 1, what="the job following live")
     _stopped_then_exactly_once(producer, secured_broker, tmp_path / "copy", topic)
+    # the daemon's own verify reads the log over the source's security too (POST /jobs/{name}/verify)
+    run = httpx.post(f"{d.api_url}/jobs/copy/verify").json()
+    run = wait_for(lambda: (r := httpx.get(f"{d.api_url}/jobs/copy/verify/{run['id']}").json())["status"]
+                   != "running" and r, timeout=120, what="the daemon's verify run over SASL_SSL")
+    assert run["status"] == "done" and run["ok"], run
 
     # the canary: nowhere the daemon writes or answers
     answers = [httpx.get(f"{d.api_url}{path}").text for path in ("/jobs", "/jobs/copy", "/health", "/ready")]
@@ -93,12 +98,13 @@ def test_a_job_over_scram_tls_with_a_private_ca_ends_exactly_once_and_the_passwo
 
 
 @pytest.mark.slow
-def test_a_job_over_mtls_ends_exactly_once(mtls_broker, daemon_factory, tmp_path):
+@pytest.mark.parametrize("connector", ["spark", "python"])
+def test_a_job_over_mtls_ends_exactly_once(connector, mtls_broker, daemon_factory, tmp_path):
     topic = _topic(mtls_broker)
     producer = Producer(mtls_broker.bootstrap, topic, mtls_broker.librdkafka_config())
     producer.send(2000, 2)
     d = daemon_factory([topic], [job_spec("copy", tmp_path)], bootstrap_servers=mtls_broker.bootstrap,
-                       security=mtls_broker.client_security())
+                       security=mtls_broker.client_security(), connector=connector)
     producer.stream(2, per_second=100)
     wait_for(lambda: finished(d, "copy"), timeout=max(300, 100 * INTERVAL_S), what="the backfill over mTLS")
     _stopped_then_exactly_once(producer, mtls_broker, tmp_path / "copy", topic)
