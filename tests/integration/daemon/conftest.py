@@ -214,3 +214,25 @@ primary_key = ["id"]
 trigger_interval_s = 0.3
 {extra}""")
     return config
+
+
+def spark_jvm_of(daemon_pid: int) -> int:
+    """The pid of the daemon's Spark JVM: its child running ``org.apache.spark.deploy.SparkSubmit``."""
+    from source_backfill.testing.process import processes_below
+
+    for pid, _ in processes_below(daemon_pid):
+        try:
+            if b"SparkSubmit" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return pid
+        except OSError:
+            continue
+    msg = f"no Spark JVM under the daemon (pid {daemon_pid})"
+    raise AssertionError(msg)
+
+
+def process_running(pid: int) -> bool:
+    """Whether ``pid`` runs (not gone, not a zombie)."""
+    try:
+        return "\nState:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False

@@ -19,13 +19,14 @@ import pytest
 
 from source_backfill.testing import RunningDaemon
 from source_backfill.testing.metrics import scrape, total
-from source_backfill.testing.process import processes_below
 from tests.integration.daemon.conftest import (
     exactly_once,
     finished,
     job_of,
     job_spec,
     metric_total,
+    process_running,
+    spark_jvm_of,
     wait_for,
 )
 
@@ -99,22 +100,10 @@ def _task_threads_cpu(pid: int, seconds: float) -> float:
 
 
 # -- the JVM dies: a real daemon process ---------------------------------------------------------------
-def _spark_jvm(daemon_pid: int) -> int:
-    """The pid of the daemon's Spark JVM: its child running ``org.apache.spark.deploy.SparkSubmit``."""
-    for pid, _ in processes_below(daemon_pid):
-        try:
-            if b"SparkSubmit" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                return pid
-        except OSError:
-            continue
-    msg = f"no Spark JVM under the daemon (pid {daemon_pid})"
-    raise AssertionError(msg)
-
-
 def _kill_jvm_and_wait_exit(daemon: RunningDaemon) -> tuple[int, float, bool]:
     """``kill -9`` the daemon's JVM; the daemon's exit code, seconds to exit, and whether /live said 503."""
     assert daemon.proc is not None and daemon.pid is not None
-    jvm = _spark_jvm(daemon.pid)
+    jvm = spark_jvm_of(daemon.pid)
     t0 = time.monotonic()
     os.kill(jvm, signal.SIGKILL)
     saw_503 = False
@@ -159,6 +148,7 @@ def _topic(kafka_admin, kafka_bootstrap: str, records: int) -> str:
     return topic
 
 
+@pytest.mark.slow  # make test: test_lanes' SIGTERM during a heavy step checks the same exit and JVM
 def test_a_sigterm_mid_epochs_stops_the_daemon_cleanly_and_its_jvm_with_it(
     tmp_path, kafka_bootstrap, kafka_admin
 ):
@@ -175,20 +165,13 @@ def test_a_sigterm_mid_epochs_stops_the_daemon_cleanly_and_its_jvm_with_it(
         daemon.wait_ready(240)
         daemon.wait_finished("a", timeout_s=120)
         assert daemon.pid is not None
-        jvm = _spark_jvm(daemon.pid)
+        jvm = spark_jvm_of(daemon.pid)
     finally:
         code = daemon.stop()
     log = daemon.log.read_text(errors="replace")
     assert code == 0, log[-3000:]
     assert "Spark JVM is gone" not in log
-    wait_for(lambda: not _running(jvm), timeout=30, what="the daemon's JVM gone with it")
-
-
-def _running(pid: int) -> bool:
-    try:
-        return "\nState:\tZ" not in Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return False
+    wait_for(lambda: not process_running(jvm), timeout=30, what="the daemon's JVM gone with it")
 
 
 def test_a_dead_jvm_fails_liveness_and_the_daemon_exits_non_zero_within_30_s(

@@ -21,6 +21,8 @@ from tests.integration.daemon.conftest import (
     job_of,
     job_spec,
     metric_total,
+    process_running,
+    spark_jvm_of,
     wait_for,
 )
 
@@ -205,6 +207,8 @@ def test_sigterm_during_a_heavy_step_exits_0_in_time_and_logs_no_error(
     daemon.start()
     try:
         daemon.wait_ready()
+        assert daemon.pid is not None
+        jvm = spark_jvm_of(daemon.pid)
         wait_for(lambda: daemon.job("heavy")["status"] == "lagging", what="the heavy job lagging (busy)",
                  timeout=180)
         plain = daemon.job("plain")["epoch"]
@@ -220,6 +224,8 @@ def test_sigterm_during_a_heavy_step_exits_0_in_time_and_logs_no_error(
     tail = daemon.log.read_text(errors="replace")[len(logged):]
     assert code == 0, tail[-3000:]
     assert took <= shutdown_s + 5, f"{took:.1f} s to stop\n{tail[-3000:]}"
+    assert "Spark JVM is gone" not in tail  # the JVM was not shut down under the epoch (exit 70 once)
+    wait_for(lambda: not process_running(jvm), timeout=30, what="the daemon's JVM gone with it")
     errors = [line for line in tail.splitlines() if " ERROR " in line]
     assert not errors, "\n".join(errors[:20])
 

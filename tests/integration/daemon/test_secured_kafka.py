@@ -53,8 +53,11 @@ def _files_hold(root: Path, secret: str) -> list[str]:
     return [str(p) for p in root.rglob("*") if p.is_file() and needle in p.read_bytes()]
 
 
-#: make test runs the Spark connector over SASL_SSL; the rest of the secured matrix runs in make test-slow
-@pytest.mark.parametrize("connector", ["spark", pytest.param("python", marks=pytest.mark.slow)])
+#: the daemon over a secured broker runs in make test-slow (CI); make test keeps the broker's SASL_SSL
+#: round trip and a refused password (tests/integration/kafka/test_secured_broker.py) and the translation's
+#: unit tests, within its ten minutes
+@pytest.mark.slow
+@pytest.mark.parametrize("connector", ["spark", "python"])
 def test_a_job_over_scram_tls_with_a_private_ca_ends_exactly_once_and_the_password_shows_nowhere(
     connector, secured_broker, daemon_factory, tmp_path, caplog
 ):
