@@ -105,6 +105,11 @@ def check_sink_path(
                 msg = (f"sink_path {sink_path!r} {relation} {what}: a job's table must not overlap the "
                        "daemon's state or another job's table")
                 raise (SinkConflictError if what.startswith("job ") else SinkPathError)(msg)
+    if any(candidate.exists() and not candidate.is_dir() for candidate in resolved):
+        # a table is a folder: accepted, the job failed at its first epoch with delta-rs' "Generic
+        # LocalFileSystem error", which says nothing of the path
+        msg = f"sink_path {sink_path!r} is an existing file, not a folder: a job's table is a folder"
+        raise SinkPathError(msg)
     return resolved[0]
 
 

@@ -388,6 +388,21 @@ def test_sink_paths_stay_inside_the_data_root(tmp_path: Path) -> None:
     unconfined.close()
 
 
+def test_a_sink_that_is_an_existing_file_is_refused_at_the_create(tmp_path: Path) -> None:
+    """Accepted, it failed the job at its first epoch with delta-rs' "Generic LocalFileSystem error"."""
+    from source_backfill.errors import SinkPathError
+
+    (tmp_path / "a-file").write_text("not a table")
+    reg = JobRegistry(tmp_path / "state", SOURCES)
+    try:
+        with pytest.raises(SinkPathError, match="is an existing file, not a folder"):
+            reg.create(JobSpec(name="f", source="events", sink_path=str(tmp_path / "a-file")))
+        reg.create(JobSpec(name="d", source="events", sink_path=str(tmp_path / "a-folder")))  # new: fine
+        assert [r.name for r in reg.list()] == ["d"]
+    finally:
+        reg.close()
+
+
 def test_a_job_error_served_by_the_api_names_no_path_of_the_daemon(tmp_path, monkeypatch):
     """Exception texts name the state root or the working directory; the stored (and served) error does
     not, the log keeps the text whole."""
