@@ -218,8 +218,9 @@ class JobView(BaseModel):
     history_broker_bytes: int | None = None
     #: The job's repairs: pending ones, then the last finished ones since the daemon started.
     repairs: list[RepairView] = Field(default_factory=list)
-    #: Seconds the job's lane has been skipping its source's epochs (each step slower than the trigger:
-    #: it lags alone and rejoins by offsets); 0 while it keeps up. Past ``max_job_lag_s`` it is failed.
+    #: Age in seconds of the oldest source epoch the job skipped whose records its table does not hold yet
+    #: (its steps slower than the trigger: it lags alone and rejoins by offsets); 0 while it keeps up.
+    #: Past ``max_job_lag_s`` it is failed.
     lag_s: float = 0.0
 
     @classmethod
@@ -230,8 +231,8 @@ class JobView(BaseModel):
         splits = [SplitView.of(s) for s in progress.splits] if progress is not None else []
         status: JobStatus = progress.status if progress is not None else "pending"
         lag = progress.lag_s if progress is not None else 0.0
-        if lag > 0 and status in ("backfilling", "finished"):
-            status = "lagging"
+        if lag > 0 and status in ("pending", "backfilling", "finished"):
+            status = "lagging"  # a first step slower than the trigger lags too (it was shown "pending")
         if record.error is not None:
             status = "failed"
         return cls(
