@@ -1,4 +1,5 @@
-"""The crash suite's short mode (``make test``): a few SIGKILL/restart cycles, then exactly once.
+"""The crash suite's short mode (``make test``): a few SIGKILL/restart cycles, then exactly once, against
+the embedded broker's SASL_SSL mode (``make test-slow``: the same on the session's plain broker).
 
 Four cycles by default: enough for a kill mid-backfill, one in the archive part, one with the tail's
 repair in flight (the 3rd cycle), a short burst that makes the slow source's heavy job skip epochs (the
@@ -18,10 +19,19 @@ from tests.chaos.chaos import run_chaos
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 
 
-def test_sigkill_at_random_moments_then_every_job_exactly_once(kafka_bootstrap, tmp_path, record_property):
+@pytest.mark.parametrize("cluster", ["sasl_ssl", pytest.param("plaintext", marks=pytest.mark.slow)])
+def test_sigkill_at_random_moments_then_every_job_exactly_once(cluster, request, tmp_path, record_property):
+    """Against the secured broker in make test (SASL_SSL, SCRAM, a private CA, ACLs on: every client of the
+    daemon and of the suite connects as the cluster asks through kills and restarts), against the session's
+    plain broker in make test-slow; CI's make chaos CYCLES=20 SECURED=1 runs more cycles secured."""
     cycles = int(os.environ.get("CHAOS_CYCLES", "4"))
     seed = int(os.environ["CHAOS_SEED"]) if os.environ.get("CHAOS_SEED") else None
-    summary = run_chaos(kafka_bootstrap, tmp_path, cycles, seed)
+    if cluster == "sasl_ssl":
+        broker = request.getfixturevalue("secured_broker")
+        summary = run_chaos(broker.bootstrap, tmp_path, cycles, seed, kafka=broker.librdkafka_config(),
+                            security=broker.client_security())
+    else:
+        summary = run_chaos(request.getfixturevalue("kafka_bootstrap"), tmp_path, cycles, seed)
     record_property("summary", summary.line())  # shown in make test's output, pass or fail (conftest)
     assert summary.cycles == cycles
     assert summary.records >= 200_000
@@ -37,17 +47,3 @@ def test_sigkill_at_random_moments_then_every_job_exactly_once(kafka_bootstrap, 
         assert summary.skipped > 0 and summary.rejoins > 0, summary.line()
         assert summary.bound_hits > 0 and summary.retries > 0, summary.line()
 
-
-@pytest.mark.slow
-def test_the_same_against_a_secured_broker(secured_broker, tmp_path, record_property):
-    """Two cycles over SASL_SSL (SCRAM, a private CA, ACLs on): every client of the daemon and of the
-    suite connects as the secured cluster asks, through kills and restarts (make test-slow; ``make chaos
-    SECURED=1`` for a soak)."""
-    cycles = int(os.environ.get("CHAOS_SECURED_CYCLES", "2"))
-    seed = int(os.environ["CHAOS_SEED"]) if os.environ.get("CHAOS_SEED") else None
-    summary = run_chaos(secured_broker.bootstrap, tmp_path, cycles, seed,
-                        kafka=secured_broker.librdkafka_config(), security=secured_broker.client_security())
-    record_property("summary", summary.line())
-    assert summary.cycles == cycles
-    assert summary.mid_backfill >= min(5, cycles), summary.line()
-    assert summary.ok, summary.line()
