@@ -1,5 +1,5 @@
 """The crash suite's short mode (``make test``): a few SIGKILL/restart cycles, then exactly once, against
-the embedded broker's SASL_SSL mode (``make test-slow``: the same on the session's plain broker).
+the embedded broker's SASL_SSL mode.
 
 Four cycles by default: enough for a kill mid-backfill, one in the archive part, one with the tail's
 repair in flight (the 3rd cycle), a short burst that makes the slow source's heavy job skip epochs (the
@@ -19,19 +19,14 @@ from tests.chaos.chaos import run_chaos
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 
 
-@pytest.mark.parametrize("cluster", ["sasl_ssl", pytest.param("plaintext", marks=pytest.mark.slow)])
-def test_sigkill_at_random_moments_then_every_job_exactly_once(cluster, request, tmp_path, record_property):
-    """Against the secured broker in make test (SASL_SSL, SCRAM, a private CA, ACLs on: every client of the
-    daemon and of the suite connects as the cluster asks through kills and restarts), against the session's
-    plain broker in make test-slow; CI's make chaos CYCLES=20 SECURED=1 runs more cycles secured."""
+def test_sigkill_at_random_moments_then_every_job_exactly_once(secured_broker, tmp_path, record_property):
+    """Against the secured broker (SASL_SSL, SCRAM, a private CA, ACLs on): every client of the daemon and
+    of the suite connects as the cluster asks through kills and restarts. CI's ``make chaos CYCLES=20
+    SECURED=1`` runs more cycles the same way; ``make chaos`` on a plain broker by hand."""
     cycles = int(os.environ.get("CHAOS_CYCLES", "4"))
     seed = int(os.environ["CHAOS_SEED"]) if os.environ.get("CHAOS_SEED") else None
-    if cluster == "sasl_ssl":
-        broker = request.getfixturevalue("secured_broker")
-        summary = run_chaos(broker.bootstrap, tmp_path, cycles, seed, kafka=broker.librdkafka_config(),
-                            security=broker.client_security())
-    else:
-        summary = run_chaos(request.getfixturevalue("kafka_bootstrap"), tmp_path, cycles, seed)
+    summary = run_chaos(secured_broker.bootstrap, tmp_path, cycles, seed,
+                        kafka=secured_broker.librdkafka_config(), security=secured_broker.client_security())
     record_property("summary", summary.line())  # shown in make test's output, pass or fail (conftest)
     assert summary.cycles == cycles
     assert summary.records >= 200_000
