@@ -8,6 +8,8 @@ timed from its create to Finished, after one untimed job on each source (Spark's
 read pay their warm-up: a first plaintext copy took 10 s, the next 5 s). ``security.sasl_ssl_ratio`` =
 records/s over SASL_SSL / records/s in plaintext, medians (goal >= 0.8): what TLS and SCRAM cost a user's
 backfill, Spark's Java client reading history and the admin and driver reads going through librdkafka.
+``BENCH_SECURITY_PROTOCOL=SSL`` runs the same over TLS with client certificates and no SASL
+(``security.ssl_ratio``), to tell what TLS costs from what SCRAM adds.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from bench.records import fill
 QUICK = os.environ.get("BENCH_QUICK") == "1"
 RECORDS = int(os.environ.get("BENCH_SECURITY_RECORDS", "20000" if QUICK else "1000000"))
 PAIRS = int(os.environ.get("BENCH_SECURITY_PAIRS", "3"))
+#: ``SSL`` (TLS with client certificates, no SASL) tells what TLS costs from what SCRAM adds.
+PROTOCOL = os.environ.get("BENCH_SECURITY_PROTOCOL", "SASL_SSL")
 PARTITIONS = 4
 TOPIC = "bench-security"
 
@@ -61,7 +65,7 @@ def main() -> dict[str, float]:
     from source_backfill.daemon import Daemon
 
     work = Path(tempfile.mkdtemp(prefix="bench-security-"))
-    with EmbeddedBroker() as plain, EmbeddedBroker(security="SASL_SSL") as secured:
+    with EmbeddedBroker() as plain, EmbeddedBroker(security=PROTOCOL) as secured:  # type: ignore[arg-type]
         _history(plain, {})
         _history(secured, secured.librdkafka_config())
         base = {"topics": [TOPIC], "trigger_interval_s": 1.0, "starting_offsets": "latest"}
@@ -88,10 +92,11 @@ def main() -> dict[str, float]:
             daemon.stop()
     plain_s, sasl_s = statistics.median(times["plain"]), statistics.median(times["sasl"])
     ratio = plain_s / sasl_s  # records/s over SASL_SSL / records/s in plaintext
-    print(f"security.sasl_ssl_ratio = {ratio:.3f} (plaintext {plain_s:.1f} s, SASL_SSL {sasl_s:.1f} s, "
+    key = "security.sasl_ssl_ratio" if PROTOCOL == "SASL_SSL" else f"security.{PROTOCOL.lower()}_ratio"
+    print(f"{key} = {ratio:.3f} (plaintext {plain_s:.1f} s, {PROTOCOL} {sasl_s:.1f} s, "
           f"medians of {PAIRS}; goal >= 0.8)", flush=True)
-    return {"security.sasl_ssl_ratio": round(ratio, 3), "security.plain_backfill_s": round(plain_s, 2),
-            "security.sasl_ssl_backfill_s": round(sasl_s, 2), "security.records": RECORDS}
+    return {key: round(ratio, 3), "security.plain_backfill_s": round(plain_s, 2),
+            f"security.{PROTOCOL.lower()}_backfill_s": round(sasl_s, 2), "security.records": RECORDS}
 
 
 if __name__ == "__main__":
