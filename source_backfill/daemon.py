@@ -345,6 +345,10 @@ class Daemon:
         """
         self._stop.set()
         if self.jvm_error is None:
+            if self.spark is not None:
+                from source_backfill.runtime.spark import quiet_cancelled_writes
+
+                quiet_cancelled_writes(self.spark)
             self._stop_sources(self.settings.daemon.shutdown_timeout_s)
         if self.watchdog is not None:
             self.watchdog.stop()

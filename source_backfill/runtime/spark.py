@@ -229,3 +229,27 @@ def task_slots(spark: SparkSession) -> int:
     except Exception:  # noqa: BLE001 - the status store is Spark's internal API: fall back
         cores = 0
     return cores if cores > 0 else max(1, int(spark.sparkContext.defaultParallelism))
+
+
+#: Spark's loggers that report a cancelled write at ERROR (with a stack): the stop cancels the busy lanes'
+#: writes on purpose, and their failure is the lane's, logged by the daemon (``job step stopped``).
+CANCELLED_WRITE_LOGGERS = (
+    "org.apache.spark.sql.execution.datasources.FileFormatWriter",  # "Aborting job ..."
+    "org.apache.spark.util.Utils",  # "Aborting task" (the task's side of the same write)
+    "org.apache.spark.internal.io.SparkHadoopWriter",
+)
+
+
+def quiet_cancelled_writes(spark: SparkSession) -> None:
+    """The daemon stops: the writes its stop cancels log nothing at ERROR ("Aborting job ...").
+
+    Only from the stop on: a write that fails while the daemon runs keeps Spark's own ERROR line.
+    """
+    try:
+        jvm = spark.sparkContext._jvm  # noqa: SLF001 - log4j's levels have no Python API
+        assert jvm is not None  # noqa: S101 - a live session has a gateway
+        off = jvm.org.apache.logging.log4j.Level.OFF
+        for name in CANCELLED_WRITE_LOGGERS:
+            jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, off)
+    except Exception as exc:  # noqa: BLE001 - a louder stop is no reason to fail one
+        logger.debug("cancelled writes not quieted: %s", exc)

@@ -258,3 +258,22 @@ def test_live_answers_503_with_the_reason_once_the_jvm_is_gone(tmp_path):
     health.update(ok=False, ready=False, live=False, jvm_error="Spark's JVM (pid 7) killed by SIGKILL")
     r = client.get("/live")
     assert r.status_code == 503 and r.json() == {"live": False, "error": health["jvm_error"]}
+
+
+def test_the_stop_quiets_the_writes_it_cancels_and_nothing_before(spark):
+    """A write the stop cancels logs Spark's "FileFormatWriter: Aborting job" at ERROR (test_lanes' SIGTERM
+    test saw it once in a fresh clone's make test); from the stop on those loggers are off, not before."""
+    from source_backfill.runtime.spark import CANCELLED_WRITE_LOGGERS, quiet_cancelled_writes
+
+    jvm = spark.sparkContext._jvm  # noqa: SLF001
+    logs, levels = jvm.org.apache.logging.log4j.LogManager, jvm.org.apache.logging.log4j.Level
+    configurator = jvm.org.apache.logging.log4j.core.config.Configurator
+    before = {name: str(logs.getLogger(name).getLevel()) for name in CANCELLED_WRITE_LOGGERS}
+    try:
+        for name in CANCELLED_WRITE_LOGGERS:  # as a running daemon has them (a stopped one's are off)
+            configurator.setLevel(name, levels.ERROR)
+        quiet_cancelled_writes(spark)
+        assert {str(logs.getLogger(name).getLevel()) for name in CANCELLED_WRITE_LOGGERS} == {"OFF"}
+    finally:  # the session's other tests keep the levels they had
+        for name, level in before.items():
+            configurator.setLevel(name, levels.valueOf(level))
