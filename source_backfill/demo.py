@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import shutil
 import signal
 import threading
@@ -33,6 +34,9 @@ from typing import Any
 logger = logging.getLogger("source_backfill.demo")
 
 TOPIC = "demo-events"
+#: After a signal, the demo exits by this many seconds whatever its stop still waits for (the daemon's
+#: shutdown timeout is 30 s by default).
+STOP_LIMIT_S = 60.0
 
 
 def _producer(bootstrap: str, rate: float, stop: threading.Event) -> None:
@@ -161,6 +165,12 @@ def main(argv: list[str] | None = None) -> int:
 
     def on_signal(*_: object) -> None:
         stop.set()
+        # a signal to the whole process group (Ctrl-C, `timeout`) reaches Spark's JVM too, and a stop with
+        # the JVM gone once left the demo waiting for ever (seen under `timeout 300 make run`): it exits
+        # all the same once the daemon's stop has had its time
+        exit_at = threading.Timer(STOP_LIMIT_S, os._exit, [130])
+        exit_at.daemon = True
+        exit_at.start()
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
@@ -203,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
                 names = sorted(j["name"] for j in client.get("/jobs").json())
                 attached = "late-copy" in names
                 shown_at = -QUIET_SHOW_S
-                while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
+                while not stop.is_set() and not daemon.exit_code and (  # exit_code: the JVM is gone
+                        deadline is None or time.monotonic() < deadline):
                     status = {j["name"]: j["status"] for j in client.get("/jobs").json()}
                     if not attached and status.get("live-copy") == "finished":
                         records = sum(admin.end_offsets(splits).values())
