@@ -72,17 +72,17 @@ def main() -> dict[str, float]:
         settings = load_settings(
             daemon={"state_root": str(work / "state")}, api={"port": 0}, metrics={"port": None},
             sources=[{**base, "name": "plain", "bootstrap_servers": plain.bootstrap},
-                     {**base, "name": "sasl", "bootstrap_servers": secured.bootstrap,
+                     {**base, "name": "secured", "bootstrap_servers": secured.bootstrap,
                       "security": secured.client_security()}],
         )
         daemon = Daemon(settings)
         daemon.start()
         try:
-            times: dict[str, list[float]] = {"plain": [], "sasl": []}
-            for source in ("plain", "sasl"):  # warm-up, not timed
+            times: dict[str, list[float]] = {"plain": [], "secured": []}
+            for source in ("plain", "secured"):  # warm-up, not timed
                 _backfill_s(daemon, source, f"{source}-warm", work)
             for pair in range(PAIRS):
-                for source in ("plain", "sasl"):
+                for source in ("plain", "secured"):
                     took = _backfill_s(daemon, source, f"{source}-{pair}", work)
                     times[source].append(took)
                     rate = RECORDS / took
@@ -90,7 +90,7 @@ def main() -> dict[str, float]:
                           flush=True)
         finally:
             daemon.stop()
-    plain_s, sasl_s = statistics.median(times["plain"]), statistics.median(times["sasl"])
+    plain_s, sasl_s = statistics.median(times["plain"]), statistics.median(times["secured"])
     ratio = plain_s / sasl_s  # records/s over SASL_SSL / records/s in plaintext
     key = "security.sasl_ssl_ratio" if PROTOCOL == "SASL_SSL" else f"security.{PROTOCOL.lower()}_ratio"
     print(f"{key} = {ratio:.3f} (plaintext {plain_s:.1f} s, {PROTOCOL} {sasl_s:.1f} s, "
