@@ -76,31 +76,12 @@ def consume_available(consumer: Any, max_messages: int, timeout_s: float) -> lis
     return [first, *consumer.consume(num_messages=max_messages - 1, timeout=0)]
 
 
-#: What librdkafka's connection errors mean for a user, by a piece of their text: the cause, what to check.
-_CONNECT_FAILURES = (
-    ("authentication failed", "authentication failed: the broker refused the SASL user or password "
-                              "(security.username, security.password_file)"),
-    ("sasl authentication error", "authentication failed: the broker refused the SASL user or password "
-                                  "(security.username, security.password_file)"),
-    ("hostname", "TLS: the broker's certificate does not name the host connected to "
-                 "(bootstrap_servers; security.check_hostname)"),
-    ("certificate verify failed", "TLS: the broker's certificate is not trusted (security.ca_file: the CA "
-                                  "that signed it) or has expired"),
-    ("certificate required", "TLS: the broker requires a client certificate (security.client_cert_file "
-                             "and client_key_file)"),
-    ("handshake failed", "TLS: the handshake with the broker failed (security.protocol, security.ca_file)"),
-    ("disconnected while requesting apiversion", "the broker closed the connection at once: does "
-                                                 "security.protocol match its listener?"),
-)
-
-
 def connect_failure(text: str) -> str | None:
     """The cause a librdkafka connection error names, said for a user and followed by its text."""
-    low = text.lower()
-    for piece, meaning in _CONNECT_FAILURES:
-        if piece in low:
-            return f"{meaning} [{text.strip()}]"
-    return None
+    from connectors.kafka.security import cause_of
+
+    cause = cause_of(text)
+    return None if cause is None else f"{cause} [{text.strip()}]"
 
 
 # -- retries -------------------------------------------------------------------------------------------

@@ -204,7 +204,6 @@ def java_options(source: SourceConfig) -> dict[str, str]:
     return {**source.kafka, **java_security(source.security, read_material(source.security))}
 
 
-
 def tls_diagnosis(bootstrap: str, options: Mapping[str, Any], timeout_s: float = 5.0) -> str | None:
     """Why the first broker's certificate fails verification, as Python's TLS says it, or None.
 
@@ -240,19 +239,42 @@ def tls_diagnosis(bootstrap: str, options: Mapping[str, Any], timeout_s: float =
         return None
 
 
+#: What a Kafka client's error means for a user, by pieces of its text in either client's words (librdkafka's
+#: error callback, Spark's Java client's exceptions): the cause and what to check. First match wins.
+_CAUSES: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("authentication failed", "sasl authentication error", "saslauthenticationexception"),
+     "authentication failed: the broker refused the SASL user or password (security.username, "
+     "security.password_file)"),
+    (("not authorized", "authorizationexception", "authorization_failed"),
+     "not authorized: the source's principal needs Describe and Read on its topics and Read on the "
+     "consumer groups named source-backfill-*"),
+    (("hostname",), "TLS: the broker's certificate does not name the host connected to (bootstrap_servers; "
+                    "security.check_hostname)"),
+    (("certificate verify failed",), "TLS: the broker's certificate is not trusted (security.ca_file: the CA "
+                                     "that signed it) or has expired"),
+    (("certificate required",), "TLS: the broker requires a client certificate (security.client_cert_file "
+                                "and client_key_file)"),
+    (("handshake failed",), "TLS: the handshake with the broker failed (security.protocol, "
+                            "security.ca_file)"),
+    (("disconnected while requesting apiversion",), "the broker closed the connection at once: does "
+                                                     "security.protocol match its listener?"),
+)
+
+
+def cause_of(text: str) -> str | None:
+    """The cause a Kafka client's error text names, said for a user (None: none this knows)."""
+    low = text.lower()
+    return next((cause for pieces, cause in _CAUSES if any(p in low for p in pieces)), None)
+
+
 def explain_failure(text: str, bootstrap: str, options: Mapping[str, Any]) -> str:
-    """``text`` (a Kafka client's error, either client's) with what the user should check after it.
+    """``text`` (a Kafka client's error, either client's) followed by its cause and what to check.
 
     A TLS failure is checked once more with Python's TLS (:func:`tls_diagnosis`), which tells an untrusted
-    CA from a certificate naming another host; Spark's Java client names neither in its first line.
+    CA from a certificate naming another host; neither client names which.
     """
+    cause = cause_of(text)
     low = text.lower()
-    if "authentication failed" in low or "saslauthenticationexception" in low:
-        return f"{text} (check security.username and the password: security.password_file)"
-    if "not authorized" in low or "authorizationexception" in low or "authorization_failed" in low:
-        return (f"{text} (not authorized: the source's principal needs Describe and Read on its topics and "
-                "Read on the consumer groups named source-backfill-*)")
-    if "ssl" in low or "certificate" in low or "handshake" in low:
-        why = tls_diagnosis(bootstrap, options)
-        return f"{text}; {why}" if why else text
-    return text
+    if (cause or "").startswith("TLS") or (cause is None and ("ssl" in low or "certificate" in low)):
+        cause = tls_diagnosis(bootstrap, options) or cause
+    return text if cause is None else f"{text}; {cause}"
