@@ -63,6 +63,8 @@ class JobHost(ABC, Generic[J]):
 
     #: What keeps failing when the source itself fails (its health's wording).
     failing_what = "source"
+    #: The Spark session the jobs' steps run on (None: none, a Delta source on delta-rs alone).
+    spark: Any = None
 
     def __init__(self, config: SourceConfig, registry: JobRegistry) -> None:
         self.config = config
@@ -119,7 +121,11 @@ class JobHost(ABC, Generic[J]):
         return False
 
     def _enter_lane(self) -> None:
-        """A step starts on this lane thread (a source on Spark puts its work in the lane's FAIR pool)."""
+        """A step starts on this lane thread: on Spark, its work goes in the lane's FAIR pool."""
+        if self.spark is not None:
+            from source_backfill.runtime.lanes import enter_lane_pool
+
+            enter_lane_pool(self.spark)
 
     def _crashes_reset(self, name: str, *, epoch: bool = False) -> None:
         """The job was retried or dropped: its crash count starts from 0.

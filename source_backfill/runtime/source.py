@@ -350,11 +350,6 @@ class LiveSource(JobHost[SourceBackfillJob]):
     def _suspect(self, name: str) -> bool:
         return self.work is not None and name in self.work.ledger.crashes
 
-    def _enter_lane(self) -> None:
-        from source_backfill.runtime.lanes import enter_lane_pool
-
-        enter_lane_pool(self.spark)
-
     def _crashes_reset(self, name: str, *, epoch: bool = False) -> None:
         if self.work is not None:
             if epoch:

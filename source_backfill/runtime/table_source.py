@@ -150,12 +150,6 @@ class TableLiveSource(JobHost["TableBackfillJob"]):
         return self.table.changes_arrow(min(min(cursors) + 1, delivered + 1), delivered)
 
     # -- jobs --------------------------------------------------------------------------------------------
-    def _enter_lane(self) -> None:
-        if self.spark is not None:  # a copy by files runs on Spark (None: delta-rs alone)
-            from source_backfill.runtime.lanes import enter_lane_pool
-
-            enter_lane_pool(self.spark)
-
     def _new_job(self, spec: JobSpec) -> TableBackfillJob:
         from source_backfill.executors.table_backfill import TableBackfillJob
 
