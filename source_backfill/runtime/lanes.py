@@ -10,7 +10,7 @@ from Kafka, or the archive, and hand over by the row rules). That is a lane's wh
 zero pending epochs, kept as offset ranges by the job's own output positions (nothing to spill, nothing
 to lose on a crash; a queue of kept batches would only save the re-read of a few seconds of records).
 
-This module keeps the lanes' book: which step is in flight, which jobs ran slower than the wait last time
+This module keeps the lanes' book: which step is in flight, which jobs ran slower than the wait lately
 (the epoch does not wait for those), and each job's lag: the age of the oldest epoch it skipped whose
 records its output does not hold yet (a metric, its status, and past ``max_job_lag_s`` the job is failed —
 the source's checkpoint moves on without a lagging job, and a lag past the topic's retention would lose
@@ -31,6 +31,12 @@ from source_backfill import metrics
 
 #: How many triggers a source's epoch waits for the steps it handed out before it ends without them.
 WAIT_TRIGGERS = 2.0
+
+#: How many steps in a row a slow job must end within the wait before the epoch waits for it again. One
+#: was not enough: a heavy job's step after its skips is its rejoin's first commit (its splits back to
+#: Backfilling, no rows, 0.3 s), the job counted as keeping up, and the epoch then waited the whole
+#: ``wait_s`` for its next heavy step: a second of every neighbour's live latency each time.
+FAST_STEPS_TO_WAIT = 3
 
 
 def lane_wait_s(trigger_interval_s: float) -> float:
@@ -61,8 +67,9 @@ class Lanes:
         self._lock = threading.Lock()
         #: The step in flight per job (queued or running).
         self._steps: dict[str, Future[object]] = {}
-        #: Jobs whose last step ran past ``wait_s``: their next step is not waited for either.
-        self._slow: set[str] = set()
+        #: Jobs with a step past ``wait_s`` not followed by ``FAST_STEPS_TO_WAIT`` steps within it: how many
+        #: such steps they have had since. Their steps are not waited for.
+        self._slow: dict[str, int] = {}
         #: When each job first skipped an epoch since its step in flight was handed: records no step holds.
         self._skipped_since: dict[str, float] = {}
         #: The skips the job's step in flight reads (its rejoin): still its lag until that step ends.
@@ -117,16 +124,18 @@ class Lanes:
 
         Its output holds every epoch up to the one it was handed (a rejoin's included); none skipped
         meanwhile: it keeps up. A step longer than the wait makes the job slow: the epoch does not wait for
-        its next step.
+        its next steps, until ``FAST_STEPS_TO_WAIT`` of them in a row have ended within it (:meth:`waited`).
         """
         metrics.JOB_STEP_DURATION.labels(job).observe(seconds)
         now = time.monotonic() if now is None else now
         with self._lock:
             self._steps.pop(job, None)  # free from now (its thread only has its book-keeping left)
             if seconds > self.wait_s:
-                self._slow.add(job)
-            else:
-                self._slow.discard(job)
+                self._slow[job] = 0
+            elif job in self._slow:
+                self._slow[job] += 1
+                if self._slow[job] >= FAST_STEPS_TO_WAIT:
+                    del self._slow[job]
             self._covering_since.pop(job, None)
             since = self._skipped_since.get(job)
         metrics.JOB_LAG_SECONDS.labels(job).set(0.0 if since is None else now - since)
@@ -149,9 +158,14 @@ class Lanes:
         since = [t for t in marks if t is not None]
         return now - min(since) if since else 0.0
 
+    def waited(self, job: str) -> bool:
+        """Whether the epoch waits for the job's steps (it is not slow, or no longer)."""
+        with self._lock:
+            return job not in self._slow
+
     def forget(self, job: str) -> None:
         """The job left (dropped, failed, rebuilt): its lag and slowness start anew."""
         with self._lock:
-            self._slow.discard(job)
+            self._slow.pop(job, None)
             self._skipped_since.pop(job, None)
             self._covering_since.pop(job, None)

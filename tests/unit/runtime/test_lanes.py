@@ -6,12 +6,13 @@ Times are given (``now``), so nothing here waits on the clock.
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import Future
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from source_backfill.runtime.lanes import Lanes
+from source_backfill.runtime.lanes import FAST_STEPS_TO_WAIT, Lanes
 from tests.budget import examples
 
 
@@ -65,6 +66,43 @@ def test_a_long_step_with_no_epoch_skipped_meanwhile_leaves_no_lag() -> None:
     step.set_result(None)
     assert lanes.lag_s("j", 5.0) == 0.0
     assert not lanes.busy("j")
+
+
+def test_a_slow_jobs_quick_rejoin_step_does_not_make_the_epoch_wait_for_its_next_heavy_step() -> None:
+    """A heavy job: a 30 s step, then its rejoin's first commit (0.3 s, no rows), then 30 s again. The
+    epoch must not wait for the step after the quick one (it held every neighbour a whole wait)."""
+    lanes = Lanes(wait_s=2.0)
+    assert lanes.waited("heavy")
+    for seconds in (30.0, 0.3, 30.0, 0.3, 30.0):
+        _start(lanes, "heavy").set_result(None)
+        lanes.ended("heavy", seconds)
+        assert not lanes.waited("heavy")
+
+
+def test_a_job_slow_once_is_waited_for_again_after_enough_quick_steps() -> None:
+    lanes = Lanes(wait_s=2.0)
+    _start(lanes).set_result(None)
+    lanes.ended("j", 5.0)  # a slow first write, say
+    for _ in range(FAST_STEPS_TO_WAIT - 1):
+        _start(lanes).set_result(None)
+        lanes.ended("j", 0.1)
+        assert not lanes.waited("j")
+    _start(lanes).set_result(None)
+    lanes.ended("j", 0.1)
+    assert lanes.waited("j")
+
+
+def test_the_epoch_does_not_wait_for_a_slow_jobs_step() -> None:
+    """``wait`` returns without the wait's 30 s with the slow job's step running."""
+    lanes = Lanes(wait_s=30.0)
+    _start(lanes, "heavy").set_result(None)
+    lanes.ended("heavy", 60.0)
+    heavy = _start(lanes, "heavy")
+    light = _start(lanes, "light")
+    light.set_result(None)
+    t0 = time.monotonic()
+    assert lanes.wait({"heavy": heavy, "light": light}, started=t0) == ["heavy"]
+    assert time.monotonic() - t0 < 30.0
 
 
 def test_forget_starts_a_job_anew() -> None:
