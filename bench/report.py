@@ -307,10 +307,27 @@ def update(readme: Path = README, results: Path | Sequence[Path] = RESULTS) -> b
         figures = json.loads(results.read_text()) if results.exists() else {}
     else:
         figures = combine([json.loads(p.read_text()) for p in results])
-    head, _, tail = parts
-    table = render(figures, git_staleness(readme.parent))
+    head, old, tail = parts
+    table = _kept(render(figures, git_staleness(readme.parent)), old, figures)
     readme.write_text(f"{head}{BEGIN}\n{table}\n{END}{tail}")
     return True
+
+
+def _kept(table: str, old: str, figures: Mapping[str, Any]) -> str:
+    """``table`` with each goal these ``figures`` do not measure kept as ``old`` shows it.
+
+    One benchmark run alone (``python -m bench isolation``) measures its own goals only: the others'
+    rows, measured by other runs (often several, hand-combined), must not turn "not measured".
+    """
+    before = {key: line for line in old.splitlines() if (key := _key_of(line))}
+    return "\n".join(before.get(key, line) if (key := _key_of(line)) and not _number(figures.get(key))
+                     else line for line in table.splitlines())
+
+
+def _key_of(row: str) -> str | None:
+    """The goal key a table row names (its second cell), None for the header rows."""
+    cells = [cell.strip() for cell in row.strip().strip("|").split(" | ")]
+    return cells[1].strip("`") if len(cells) > 1 and cells[1].startswith("`") else None
 
 
 if __name__ == "__main__":

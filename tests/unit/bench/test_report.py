@@ -53,6 +53,22 @@ def test_update_rewrites_only_between_the_markers(tmp_path):
     assert not report.update(readme, results)
 
 
+def test_a_run_of_one_benchmark_keeps_the_rows_it_did_not_measure(tmp_path):
+    """``python -m bench isolation`` alone rewrote every other goal's row as "not measured"."""
+    readme = tmp_path / "benchmarks.md"
+    first = tmp_path / "first.json"
+    first.write_text(json.dumps({"startup.ready_s": 11.2, "trigger.caught_up_p50_s": 0.2}))
+    readme.write_text(f"{report.BEGIN}\n{report.END}\n")
+    assert report.update(readme, first)
+    second = tmp_path / "second.json"
+    second.write_text(json.dumps({"startup.ready_s": 13.0}))
+    assert report.update(readme, second)
+    text = readme.read_text()
+    assert _row(text, "startup.ready_s")[2] == "13" and _row(text, "startup.ready_s")[-1] == "**missed**"
+    assert _row(text, "trigger.caught_up_p50_s")[2] == "0.2"  # kept from the first run
+    assert _row(text, "kafka_read.ratio_vs_raw")[2] == "not measured"
+
+
 def test_several_runs_give_each_goal_its_median_and_range(tmp_path):
     runs = [{"_measured_at": {"trigger": f"2026-11-2{d}T01:00:00+00:00"}, "trigger.caught_up_p50_s": v,
              "startup.ready_s": 11.0 + d} for d, v in ((1, 0.30), (3, 0.24), (2, 0.22))]
