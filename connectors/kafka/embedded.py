@@ -37,6 +37,7 @@ from source_backfill.errors import BrokerUnavailableError, KafkaConnectorError
 
 if TYPE_CHECKING:
     from connectors.kafka.embedded_security import BrokerSecurity
+    from connectors.kafka.tls_material import Issued
 
 logger = logging.getLogger(__name__)
 
@@ -342,6 +343,14 @@ class EmbeddedBroker:
     def ca_file(self) -> Path:
         """The private CA's certificate (secured mode)."""
         return self._security().ca_file
+
+    def expired_certificate(self) -> Issued:
+        """A server certificate for ``127.0.0.1`` and ``localhost`` signed by the broker's CA, expired.
+
+        Valid on 1 January 2020 only: for a TLS listener a client trusting the CA must refuse as expired.
+        """
+        return self._security().ca.issue("expired", "127.0.0.1", ("DNS:localhost", "IP:127.0.0.1"),
+                                         expired=True)
 
     @property
     def untrusted_ca_file(self) -> Path:

@@ -20,6 +20,7 @@ import os
 import secrets
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,12 +50,14 @@ class CertificateAuthority:
     key_password_file: Path
     folder: Path
 
-    def issue(self, name: str, common_name: str, sans: tuple[str, ...] = ()) -> Issued:
+    def issue(self, name: str, common_name: str, sans: tuple[str, ...] = (), *,
+              expired: bool = False) -> Issued:
         """A certificate for ``common_name`` signed by this CA, valid for TLS servers and clients.
 
         ``sans`` are ``DNS:host`` / ``IP:1.2.3.4`` entries of the subjectAltName; a certificate for a
         client needs none. The files are ``<name>.pem``, ``<name>.key`` and ``<name>.keystore.pem`` in the
         CA's folder; an existing set is kept (a kept broker folder restarts with its material).
+        ``expired``: valid on 1 January 2020 only (what a client must refuse as expired).
         """
         cert, key = self.folder / f"{name}.pem", self.folder / f"{name}.key"
         keystore = self.folder / f"{name}.keystore.pem"
@@ -71,10 +74,13 @@ class CertificateAuthority:
                 if sans:
                     lines.append("subjectAltName=" + ",".join(sans))
                 ext.write_text("\n".join(lines) + "\n")
-                _openssl("x509", "-req", "-in", str(csr), "-CA", str(self.cert_file),
-                         "-CAkey", str(self.key_file), "-passin", f"file:{self.key_password_file}",
-                         "-set_serial", str(_serial()),
-                         "-days", str(VALID_DAYS), "-sha256", "-extfile", str(ext), "-out", str(cert))
+                if expired:
+                    self._sign_dated(csr, ext, cert, "20200101000000Z", "20200102000000Z")
+                else:
+                    _openssl("x509", "-req", "-in", str(csr), "-CA", str(self.cert_file),
+                             "-CAkey", str(self.key_file), "-passin", f"file:{self.key_password_file}",
+                             "-set_serial", str(_serial()),
+                             "-days", str(VALID_DAYS), "-sha256", "-extfile", str(ext), "-out", str(cert))
                 _encrypt_key(plain, key, self.key_password_file)
             finally:
                 for tmp in (plain, csr, ext):
@@ -82,6 +88,28 @@ class CertificateAuthority:
             keystore.write_text(cert.read_text() + key.read_text())
             keystore.chmod(0o600)
         return Issued(cert, key, self.key_password_file, keystore)
+
+    def _sign_dated(self, csr: Path, ext: Path, out: Path, not_before: str, not_after: str) -> None:
+        """Sign ``csr`` valid from ``not_before`` to ``not_after`` (``YYYYMMDDHHMMSSZ``).
+
+        ``openssl x509`` of OpenSSL 3.0 takes a number of days from now only; ``openssl ca`` takes dates,
+        with a database (made here, thrown away after).
+        """
+        db = Path(tempfile.mkdtemp(prefix="ca-", dir=self.folder))
+        try:
+            (db / "index.txt").touch()
+            (db / "serial").write_text(f"{_serial():016X}\n")
+            config = db / "ca.cnf"
+            config.write_text("\n".join([
+                "[ca]", "default_ca = d", "[d]", f"database = {db / 'index.txt'}", f"new_certs_dir = {db}",
+                f"serial = {db / 'serial'}", "default_md = sha256", "policy = p", "unique_subject = no",
+                "[p]", "commonName = supplied", ""]))
+            _openssl("ca", "-config", str(config), "-batch", "-notext", "-in", str(csr),
+                     "-cert", str(self.cert_file), "-keyfile", str(self.key_file),
+                     "-passin", f"file:{self.key_password_file}", "-startdate", not_before,
+                     "-enddate", not_after, "-extfile", str(ext), "-out", str(out))
+        finally:
+            shutil.rmtree(db, ignore_errors=True)
 
 
 def make_ca(folder: Path, name: str, common_name: str) -> CertificateAuthority:
