@@ -41,6 +41,9 @@ SLOW = ("SELECT value, n FROM (SELECT value, explode(sequence(1, 300000)) AS n F
         "WHERE sha2(concat(CAST(value AS STRING), CAST(n AS STRING)), 256) = 'never'")
 
 
+@pytest.mark.slow  # make test-slow; make test keeps the deadline's cancel and error
+# (tests/unit/executors/test_spark_work.py, ..._past_its_deadline_is_cancelled_and_fails_with_the_deadline...)
+# and a neighbour committing beside a heavy job (tests/integration/daemon/test_lanes.py)
 def test_a_transform_past_its_deadline_fails_that_job_alone_and_the_other_keeps_committing(
     daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path
 ):

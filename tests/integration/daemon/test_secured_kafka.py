@@ -154,12 +154,25 @@ def _bad_settings(broker: Any, tmp_path: Path) -> dict[str, tuple[dict[str, Any]
 
 @pytest.mark.slow
 def test_a_source_that_cannot_connect_says_why_and_its_neighbours_go_on(secured_broker, spark, tmp_path):
-    """A wrong password, an untrusted CA, a certificate naming another host and a principal without ACLs,
-    one source each in one daemon: each fails with its cause in its error and /health, its job not failed,
-    while the source connecting as alice backfills."""
-    import httpx
+    """A wrong password, an untrusted CA, a certificate naming another host, an expired certificate (a TLS
+    listener presenting one the broker's CA signed) and a principal without ACLs, one source each in one
+    daemon: each fails with its cause in its error and /health, its job not failed, while the source
+    connecting as alice backfills."""
+    from tests.fixtures.tls_listener import tls_listener
 
     cases = _bad_settings(secured_broker, tmp_path)
+    with tls_listener(secured_broker.expired_certificate()) as expired:
+        # "certificate has expired": librdkafka's "verify failed" gives only "not trusted ... or has expired"
+        cases["expired-certificate"] = ({"security": secured_broker.client_security(),
+                                         "bootstrap_servers": expired}, "certificate has expired")
+        _cannot_connect(secured_broker, tmp_path, cases)
+
+
+def _cannot_connect(secured_broker: Any, tmp_path: Path,
+                    cases: dict[str, tuple[dict[str, Any], str]]) -> None:
+    """Each of ``cases`` (a source's settings, what its error says) as a source beside alice's."""
+    import httpx
+
     d = _sources(secured_broker, tmp_path, {name: settings for name, (settings, _) in cases.items()})
     try:
         wait_for(lambda: all(d.sources[name].error is not None for name in cases), timeout=240,
