@@ -116,7 +116,7 @@ class EmbeddedRegistry:
             self._wait_ready()
             self.startup_s = time.monotonic() - started
             if self._compatibility is not None:
-                self._request("PUT", "/config", {"compatibility": self._compatibility})
+                self._set_compatibility(self._compatibility)
         except BaseException:
             self.stop()
             raise
@@ -130,6 +130,13 @@ class EmbeddedRegistry:
                                      headers={"Content-Type": "application/vnd.schemaregistry.v1+json"})
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310
             return json.loads(resp.read() or b"null")
+
+    def _set_compatibility(self, level: Compatibility) -> None:
+        try:
+            self._request("PUT", "/config", {"compatibility": level})
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            msg = f"the Schema Registry at {self.url} refused the global compatibility {level}: {exc}"
+            raise RegistryUnavailableError(msg) from exc
 
     def _wait_ready(self) -> None:
         """Wait until ``GET /subjects`` answers 200 (API and storage up); fail if the process exits first."""

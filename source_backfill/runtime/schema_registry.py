@@ -77,7 +77,8 @@ def build(force: bool = False) -> Path:
 
 def _build(target: Path, src: Path) -> Path:
     if not (src / "pom.xml").exists():
-        msg = f"{src / 'pom.xml'} is missing: the Schema Registry is built from it"
+        msg = (f"{src / 'pom.xml'} is missing: the Schema Registry is built from it (a checkout's "
+               "deploy/schema-registry/, or the folder SOURCE_BACKFILL_REGISTRY_SOURCES names)")
         raise JvmDependencyError(msg)
     mvn = shutil.which("mvn")
     if mvn is None:

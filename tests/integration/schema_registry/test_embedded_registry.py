@@ -162,3 +162,24 @@ def test_the_embedded_registry_starts_on_loopback_and_stops_with_its_process(sch
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
     assert not log_dir.exists()
+
+
+@pytest.mark.skipif(bool(os.environ.get("SCHEMA_REGISTRY_URL")), reason="a registry of the environment's")
+def test_the_embedded_registry_dies_with_the_process_that_started_it(schema_registry, tmp_path):
+    """A test run killed before its fixtures stop leaves no registry behind (PR_SET_PDEATHSIG)."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    script = ("import os\nfrom connectors.schema_registry.embedded import EmbeddedRegistry\n"
+              f"r = EmbeddedRegistry(log_dir={str(tmp_path)!r}).start()\n"
+              "print(r.pid, flush=True)\nos._exit(0)  # no stop(): as a killed test run\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180,
+                          cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, check=True)
+    pid = int(done.stdout.split()[-1])
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not Path(f"/proc/{pid}").exists(), f"registry {pid} outlived its parent"
