@@ -11,7 +11,7 @@ PYTEST_ARGS ?= --durations=25
 TEST_WORKERS ?= 2
 TEST_WORKERS_ARGS := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
-.PHONY: venv jars test-deps run run-table test test-busy test-properties test-slow test-containers unit integration lint docs bench bench-compare chaos clean
+.PHONY: venv jars registry test-deps run run-table test test-busy test-properties test-slow test-containers unit integration lint docs bench bench-compare chaos clean
 
 venv: $(STAMP)
 
@@ -25,6 +25,12 @@ $(STAMP): pyproject.toml
 ## from Maven once into var/jvm/ (SOURCE_BACKFILL_JARS overrides); a no-op when they are there.
 jars: $(STAMP)
 	$(PY) -m source_backfill.runtime.jvm fetch
+
+## The Schema Registry the tests start (Apicurio Registry's Confluent-compatible API, in memory), built once
+## from deploy/schema-registry/ with Maven into var/jvm/schema-registry/ (~300 jars from Maven Central the
+## first time); a no-op while the sources are unchanged. The tests' schema_registry fixture builds it too.
+registry: $(STAMP)
+	$(PY) -m source_backfill.runtime.schema_registry build
 
 ## Run the daemon on the embedded default: broker, demo producer, one live job, a second job backfilling.
 run: $(STAMP) jars
@@ -53,7 +59,7 @@ test-properties: $(STAMP) jars
 	SOURCE_BACKFILL_PROPERTY_EXAMPLES=full $(PY) -m pytest -m "not slow and not containers" $(TEST_WORKERS_ARGS) \
 		$(PYTEST_ARGS) $$(grep -rl --include='test_*.py' '^from hypothesis' tests)
 
-test-slow: $(STAMP) jars
+test-slow: $(STAMP) jars registry
 	$(PY) -m pytest -m "slow and not containers" $(PYTEST_ARGS)
 
 ## The container tests (tests/containers): the Dockerfile's image built and run, the compose stack up, the

@@ -57,7 +57,10 @@ class InvalidOffsetError(SourceBackfillError):
 
 # -- JVM dependencies ---------------------------------------------------------------------------------
 class JvmDependencyError(ConfigError):
-    """A JVM dependency (Spark's Kafka connector, delta-spark, the Kafka broker) is missing or mismatched."""
+    """A JVM dependency (Spark's Kafka connector, delta-spark, the Kafka broker) is missing or mismatched.
+
+    Also: the Schema Registry the tests start could not be built (Java or Maven missing, a failed build).
+    """
 
 
 # -- Kafka ---------------------------------------------------------------------------------------------
@@ -79,6 +82,19 @@ class KafkaAuthorizationError(KafkaConnectorError):
 
 class DataLossError(KafkaConnectorError):
     """Requested offsets are below the log start (retention or compaction removed them)."""
+
+
+# -- Schema Registry ----------------------------------------------------------------------------------
+class SchemaRegistryError(SourceBackfillError):
+    """A Schema Registry error."""
+
+
+class RegistryUnavailableError(SchemaRegistryError):
+    """The Schema Registry could not be reached (or did not start) before the deadline."""
+
+
+class WireFormatError(SchemaRegistryError):
+    """A record is not in the Confluent wire format (null, shorter than its header, wrong magic byte)."""
 
 
 # -- Delta ---------------------------------------------------------------------------------------------

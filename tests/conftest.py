@@ -20,7 +20,7 @@ settings.register_profile("suite", deadline=None, max_examples=25)
 settings.register_profile("full", deadline=None)
 settings.load_profile("full" if FULL else "suite")
 
-pytest_plugins = ["tests.fixtures.spark", "tests.fixtures.kafka"]
+pytest_plugins = ["tests.fixtures.spark", "tests.fixtures.kafka", "tests.fixtures.schema_registry"]
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -24,6 +24,12 @@ Fixtures:
 
   Both are started on first use only (the embedded broker: jars from ``make jars`` or
   ``SOURCE_BACKFILL_JARS``, ``java`` and ``openssl`` on ``PATH``); see :func:`secured_kafka`.
+* ``schema_registry`` (session): the URL of a Confluent-compatible Schema Registry, what
+  ``SchemaRegistryClient({"url": ...})`` takes: ``SCHEMA_REGISTRY_URL`` when set; else an embedded Apicurio
+  Registry (in memory, global compatibility ``BACKWARD`` as Confluent's default), built on first use
+  with Maven from ``deploy/schema-registry/`` of a checkout (``make registry``;
+  ``SOURCE_BACKFILL_REGISTRY_SOURCES`` names those sources elsewhere) and cached beside the jars; see
+  :func:`schema_registry_url`.
 """
 
 from __future__ import annotations
@@ -197,6 +203,26 @@ def kafka_broker() -> Iterator[str]:
 
 
 @contextmanager
+def schema_registry_url() -> Iterator[str]:
+    """A Schema Registry's Confluent API URL for the duration: the environment's, or an embedded one.
+
+    ``SCHEMA_REGISTRY_URL`` if set (used as it is: nothing is configured on it); else the embedded
+    Apicurio Registry, built first if the cache lacks a build of the current sources (a minute or two on a
+    fresh machine, a no-op after).
+    """
+    env = os.environ.get("SCHEMA_REGISTRY_URL")
+    if env:
+        yield env
+        return
+    from connectors.schema_registry.embedded import EmbeddedRegistry
+    from source_backfill.runtime.schema_registry import build
+
+    build()
+    with EmbeddedRegistry() as registry:
+        yield registry.url
+
+
+@contextmanager
 def secured_kafka(security: Literal["SASL_SSL", "SSL"] = "SASL_SSL", acls: bool = True,
                   users: tuple[str, ...] = ("alice",)) -> Iterator[EmbeddedBroker]:
     """A started secured embedded broker for the duration (see :class:`EmbeddedBroker`).
@@ -319,6 +345,13 @@ def mtls_broker() -> Iterator[EmbeddedBroker]:
     """An embedded ``SSL`` broker requiring client certificates for the session (``alice``'s made)."""
     with secured_kafka("SSL", acls=False) as broker:
         yield broker
+
+
+@pytest.fixture(scope="session")
+def schema_registry() -> Iterator[str]:
+    """A Schema Registry's Confluent API URL for the session (see :func:`schema_registry_url`)."""
+    with schema_registry_url() as url:
+        yield url
 
 
 @pytest.fixture
