@@ -97,6 +97,10 @@ class WireFormatError(SchemaRegistryError):
     """A record is not in the Confluent wire format (null, shorter than its header, wrong magic byte)."""
 
 
+class SchemaChangeError(SchemaRegistryError):
+    """A writer schema the job's policy (pin, evolve, fail) cannot take: names the field, both types, why."""
+
+
 # -- Delta ---------------------------------------------------------------------------------------------
 class DeltaSinkError(SourceBackfillError):
     """A Delta sink error."""
