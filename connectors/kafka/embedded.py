@@ -22,10 +22,7 @@ import json
 import logging
 import os
 import shutil
-import signal
-import socket
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -33,6 +30,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from connectors.child_process import die_with_parent, free_port, port_free, stop_group
 from source_backfill.errors import BrokerUnavailableError, KafkaConnectorError
 
 if TYPE_CHECKING:
@@ -88,22 +86,6 @@ _JVM_OPTS = ["-Xms128m", "-Xmx768m", "-XX:+UseG1GC", "-Xshare:auto", "-Djava.awt
 _FAST_START = ["-XX:TieredStopAtLevel=1"]
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the broker binds (TIME_WAIT is ok)
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def _java() -> str:
     home = os.environ.get("JAVA_HOME")
     if home and (Path(home) / "bin" / "java").exists():
@@ -113,15 +95,6 @@ def _java() -> str:
         msg = "java is not on PATH (and JAVA_HOME is unset): the embedded Kafka broker needs Java 17+"
         raise KafkaConnectorError(msg)
     return found
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    os.setsid()
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        with contextlib.suppress(Exception):
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 Security = Literal["PLAINTEXT", "SASL_SSL", "SSL"]
@@ -209,7 +182,7 @@ class EmbeddedBroker:
                 [_java(), *self._jvm_opts, f"-Dlog4j2.configurationFile={self._log_dir / 'log4j2.yaml'}",
                  "-cp", classpath, "kafka.Kafka", str(props)],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 - setsid + parent-death signal
+                preexec_fn=die_with_parent,  # noqa: PLW1509 - setsid + parent-death signal
             )
         try:
             self._wait_ready()
@@ -232,12 +205,12 @@ class EmbeddedBroker:
             with contextlib.suppress(ValueError, KeyError, OSError):
                 old = json.loads(saved.read_text())
                 mport = int(old.get("mismatch", 0)) if secured else 0
-                if (_port_free(old["broker"]) and _port_free(old["controller"])
-                        and (not secured or (mport and _port_free(mport)))):
+                if (port_free(old["broker"]) and port_free(old["controller"])
+                        and (not secured or (mport and port_free(mport)))):
                     return int(old["broker"]), int(old["controller"]), mport
-        taken = [self._port or _free_port()]
+        taken = [self._port or free_port()]
         while len(taken) < (3 if secured else 2):
-            new = _free_port()
+            new = free_port()
             if new not in taken:
                 taken.append(new)
         port, cport = taken[0], taken[1]
@@ -428,17 +401,7 @@ class EmbeddedBroker:
         """
         proc, self._proc = self._proc, None
         if proc is not None:
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
-                try:
-                    proc.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait(timeout=10)
-            with contextlib.suppress(ProcessLookupError):  # anything left in its group
-                os.killpg(proc.pid, signal.SIGKILL)
+            stop_group(proc, kill)
             logger.info('embedded kafka stopped bootstrap="%s"', self.bootstrap)
         if not self._keep and self._log_dir is not None:
             shutil.rmtree(self._log_dir, ignore_errors=True)

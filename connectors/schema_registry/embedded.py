@@ -19,12 +19,10 @@ is given (then kept).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -33,7 +31,7 @@ import urllib.request
 from pathlib import Path
 from typing import Literal
 
-from connectors.kafka.embedded import _die_with_parent, _free_port
+from connectors.child_process import die_with_parent, free_port, stop_group
 from source_backfill.errors import RegistryUnavailableError
 
 logger = logging.getLogger(__name__)
@@ -99,7 +97,7 @@ class EmbeddedRegistry:
         if self._log_dir is None:
             self._log_dir = Path(tempfile.mkdtemp(prefix="schema-registry-"))
         self._log_dir.mkdir(parents=True, exist_ok=True)
-        port = self._port or _free_port()
+        port = self._port or free_port()
         self.root = f"http://127.0.0.1:{port}"
         self.url = self.root + CCOMPAT_PATH
         env = {**os.environ, "HTTP_PORT": str(port), "QUARKUS_HTTP_HOST": "127.0.0.1"}
@@ -110,7 +108,7 @@ class EmbeddedRegistry:
                 [_java(), *_JVM_OPTS, "-jar", str(jar)],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                 cwd=self._log_dir,  # Quarkus may write files (tmp/) into its working folder
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 - setsid + parent-death signal
+                preexec_fn=die_with_parent,  # noqa: PLW1509 - setsid + parent-death signal
             )
         try:
             self._wait_ready()
@@ -174,17 +172,7 @@ class EmbeddedRegistry:
         """
         proc, self._proc = self._proc, None
         if proc is not None:
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
-                try:
-                    proc.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait(timeout=10)
-            with contextlib.suppress(ProcessLookupError):  # anything left in its group
-                os.killpg(proc.pid, signal.SIGKILL)
+            stop_group(proc, kill)
             logger.info('schema registry stopped url="%s"', self.url)
         if not self._keep and self._log_dir is not None:
             shutil.rmtree(self._log_dir, ignore_errors=True)
