@@ -93,6 +93,10 @@ class RegistryUnavailableError(SchemaRegistryError):
     """The Schema Registry could not be reached (or did not start) before the deadline."""
 
 
+class SchemaNotFoundError(SchemaRegistryError):
+    """The Schema Registry does not know a schema id or subject (not retried: waiting will not bring it)."""
+
+
 class WireFormatError(SchemaRegistryError):
     """A record is not in the Confluent wire format (null, shorter than its header, wrong magic byte)."""
 
