@@ -1,0 +1,75 @@
+"""One batch of Kafka rows decoded for a job: its writer schemas fetched, its policy applied, its rows split.
+
+:func:`decode_batch` is the step a job's epoch will run on its Kafka rows before its transform (issue 48):
+the distinct writer ids of the batch (one small Spark action), each writer schema from the registry (each
+id fetched once per client), the job's policy over them in id order (``pin``: :func:`resolve` each onto
+the reader; ``evolve``: the reader grown by each, :func:`evolve`; ``fail``: :func:`check_same`), then one
+decoding pass (:func:`decode`) with the resulting reader. It returns the decoded rows as the reader's
+columns, the rows that could not be decoded (for a dead-letter table or a failure) and the reader the
+batch ends with (the caller grows its table's schema in the commit that first holds those rows).
+
+A writer schema the policy refuses raises :class:`~source_backfill.errors.SchemaChangeError` naming the
+subject's id, the field and both types: that job fails alone. An id the registry does not know is not an
+error of the batch: its records cannot be decoded and go with the undecodable ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from connectors.schema_registry.decode import DECODED, columns, decode, schema_id, undecodable
+from source_backfill.core.schema_evolution import Record, check_same, evolve, parse, resolve
+from source_backfill.errors import SchemaChangeError, SchemaNotFoundError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from connectors.schema_registry.client import RegistryClient
+
+Policy = Literal["pin", "evolve", "fail"]
+
+
+@dataclass(frozen=True)
+class DecodedBatch:
+    """A batch after decoding: rows as the reader's columns, rows that did not decode, the reader after it."""
+
+    rows: DataFrame
+    undecodable: DataFrame
+    reader: Record
+    #: writer ids the batch held, and those the registry did not know (their records are undecodable)
+    ids: tuple[int, ...]
+    unknown: tuple[int, ...]
+
+
+def decode_batch(df: DataFrame, client: RegistryClient, reader: Record, policy: Policy,
+                 column: str = "value") -> DecodedBatch:
+    """Decode ``df``'s ``column`` (Confluent-framed Avro) onto ``reader`` by ``policy`` (see the module)."""
+    from pyspark.sql import functions as F
+
+    ids = tuple(sorted(int(r[0]) for r in df.select(schema_id(F.col(column))).distinct().collect()
+                       if r[0] is not None))
+    writers: dict[int, str] = {}
+    unknown: list[int] = []
+    for sid in ids:
+        try:
+            writers[sid] = client.schema(sid)
+        except SchemaNotFoundError:
+            unknown.append(sid)
+    final = reader
+    for sid, writer_json in writers.items():
+        writer = parse(writer_json)
+        try:
+            if policy == "pin":
+                resolve(reader, writer)
+            elif policy == "evolve":
+                final = evolve(final, writer).reader
+            else:
+                check_same(reader, writer)
+        except SchemaChangeError as exc:
+            msg = f"writer schema id {sid}: {exc}"
+            raise SchemaChangeError(msg) from exc
+    out = decode(df, writers, final, column)
+    bad = out.where(undecodable(out, column)).drop(DECODED)
+    good = columns(out.where(~undecodable(out, column)), final)
+    return DecodedBatch(good, bad, final, ids, tuple(unknown))
