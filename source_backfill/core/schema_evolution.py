@@ -29,7 +29,7 @@ most topics are. Nested records, arrays, maps, enums, fixed and logical types ar
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -209,11 +209,6 @@ class Evolution:
     widened: Mapping[str, tuple[str, str]]
     dropped: tuple[str, ...]
 
-    @property
-    def changed(self) -> bool:
-        """Whether the reader schema changed at all."""
-        return bool(self.added or self.widened or self.dropped)
-
 
 def evolve(reader: Record, writer: Record) -> Evolution:
     """``evolve``: the reader grown to take ``writer``'s records and keep every row written before.
@@ -274,11 +269,3 @@ def check_same(reader: Record, writer: Record) -> None:
            f"{only_writer or 'none'}; changed: {changed or 'none'}")
     raise SchemaChangeError(msg)
 
-
-def fields_of(records: Sequence[Record]) -> list[str]:
-    """Every field name of ``records``, first seen first (the columns a history of several versions has)."""
-    seen: dict[str, None] = {}
-    for record in records:
-        for f in record.fields:
-            seen.setdefault(f.name, None)
-    return list(seen)
