@@ -20,8 +20,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
-import shutil
 import subprocess
 import tempfile
 import time
@@ -30,7 +28,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from connectors.child_process import die_with_parent, free_port, port_free, stop_group
+from connectors.child_process import ChildServer, die_with_parent, free_port, java, port_free
 from source_backfill.errors import BrokerUnavailableError, KafkaConnectorError
 
 if TYPE_CHECKING:
@@ -87,20 +85,13 @@ _FAST_START = ["-XX:TieredStopAtLevel=1"]
 
 
 def _java() -> str:
-    home = os.environ.get("JAVA_HOME")
-    if home and (Path(home) / "bin" / "java").exists():
-        return str(Path(home) / "bin" / "java")
-    found = shutil.which("java")
-    if found is None:
-        msg = "java is not on PATH (and JAVA_HOME is unset): the embedded Kafka broker needs Java 17+"
-        raise KafkaConnectorError(msg)
-    return found
+    return java("the embedded Kafka broker", KafkaConnectorError)
 
 
 Security = Literal["PLAINTEXT", "SASL_SSL", "SSL"]
 
 
-class EmbeddedBroker:
+class EmbeddedBroker(ChildServer):
     """An Apache Kafka KRaft node on free 127.0.0.1 ports.
 
     >>> with EmbeddedBroker() as broker:  # doctest: +SKIP
@@ -385,43 +376,8 @@ class EmbeddedBroker:
         embedded_security.grant(self._admin_config(), self._security().principal(user), resources, ["ALL"],
                                 timeout_s)
 
-    def log_tail(self, chars: int = 2000) -> str:
-        """The last ``chars`` characters of the broker's console log (for error messages)."""
-        if self._out is None:
-            return ""
-        try:
-            return self._out.read_text(errors="replace")[-chars:]
-        except OSError:
-            return ""
-
-    def stop(self, kill: bool = False) -> None:
-        """Stop the broker's process group (SIGTERM, then SIGKILL after 20 s; ``kill``: SIGKILL at once).
-
-        A temp log folder is removed; a given ``log_dir`` is kept, so :meth:`start` resumes it.
-        """
-        proc, self._proc = self._proc, None
-        if proc is not None:
-            stop_group(proc, kill)
-            logger.info('embedded kafka stopped bootstrap="%s"', self.bootstrap)
-        if not self._keep and self._log_dir is not None:
-            shutil.rmtree(self._log_dir, ignore_errors=True)
-            self._log_dir = None
-
-    @property
-    def running(self) -> bool:
-        """Whether the broker process is alive."""
-        return self._proc is not None and self._proc.poll() is None
-
-    @property
-    def pid(self) -> int | None:
-        """The broker's process id while it runs."""
-        return self._proc.pid if self._proc is not None else None
-
-    def __enter__(self) -> EmbeddedBroker:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def _stopped(self) -> None:
+        logger.info('embedded kafka stopped bootstrap="%s"', self.bootstrap)
 
 
 def _cluster_id() -> str:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import subprocess
 import tempfile
 import time
@@ -31,7 +30,7 @@ import urllib.request
 from pathlib import Path
 from typing import Literal
 
-from connectors.child_process import die_with_parent, free_port, stop_group
+from connectors.child_process import ChildServer, die_with_parent, free_port, java
 from source_backfill.errors import RegistryUnavailableError
 
 logger = logging.getLogger(__name__)
@@ -48,17 +47,10 @@ Compatibility = Literal["BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_T
 
 
 def _java() -> str:
-    home = os.environ.get("JAVA_HOME")
-    if home and (Path(home) / "bin" / "java").exists():
-        return str(Path(home) / "bin" / "java")
-    found = shutil.which("java")
-    if found is None:
-        msg = "java is not on PATH (and JAVA_HOME is unset): the embedded Schema Registry needs Java 17+"
-        raise RegistryUnavailableError(msg)
-    return found
+    return java("the embedded Schema Registry", RegistryUnavailableError)
 
 
-class EmbeddedRegistry:
+class EmbeddedRegistry(ChildServer):
     """Apicurio Registry on a free 127.0.0.1 port, Confluent's API at :attr:`url`.
 
     >>> with EmbeddedRegistry() as registry:  # doctest: +SKIP
@@ -156,40 +148,5 @@ class EmbeddedRegistry:
                f"({last_error}); log: {self.log_tail()}")
         raise RegistryUnavailableError(msg)
 
-    def log_tail(self, chars: int = 2000) -> str:
-        """The last ``chars`` characters of the registry's console log (for error messages)."""
-        if self._out is None:
-            return ""
-        try:
-            return self._out.read_text(errors="replace")[-chars:]
-        except OSError:
-            return ""
-
-    def stop(self, kill: bool = False) -> None:
-        """Stop the registry's process group (SIGTERM, then SIGKILL after 20 s; ``kill``: SIGKILL at once).
-
-        Its schemas are gone (in-memory storage). A temp log folder is removed; a given ``log_dir`` is kept.
-        """
-        proc, self._proc = self._proc, None
-        if proc is not None:
-            stop_group(proc, kill)
-            logger.info('schema registry stopped url="%s"', self.url)
-        if not self._keep and self._log_dir is not None:
-            shutil.rmtree(self._log_dir, ignore_errors=True)
-            self._log_dir = None
-
-    @property
-    def running(self) -> bool:
-        """Whether the registry process is alive."""
-        return self._proc is not None and self._proc.poll() is None
-
-    @property
-    def pid(self) -> int | None:
-        """The registry's process id while it runs."""
-        return self._proc.pid if self._proc is not None else None
-
-    def __enter__(self) -> EmbeddedRegistry:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def _stopped(self) -> None:
+        logger.info('schema registry stopped url="%s"', self.url)
