@@ -93,6 +93,8 @@ class DeltaRsAppend:
         still this job's with its columns: a commit of the same epoch by another instance of the job
         ends the loop (the caller's exactly-once check then finds it), and is never doubled.
         """
+        if self.target.pending is not None:
+            return self._append_grown(epoch, adds, meta)
         retries = COMMIT_RETRIES
         try:
             version = self.target.append_direct(adds, epoch, meta)
@@ -105,6 +107,25 @@ class DeltaRsAppend:
             table = self.target.snapshot()
             self._still_to_commit(table, epoch)
         return self._append_delta_rs(table, epoch, adds, meta, retries)
+
+    def _append_grown(self, epoch: int, adds: list[Any], meta: dict[str, str]) -> int:
+        """The append of a commit that grows the table's columns: always into the log here, on a reload.
+
+        delta-rs' append would keep the table's columns as they are (the added columns' values unread),
+        so the commit is written here with the table's new ``metaData`` (:meth:`SinkTable.append_grown`),
+        retried on a reloaded table when another writer took its version.
+        """
+        for attempt in range(COMMIT_RETRIES + 1):
+            table = self.target.snapshot()
+            self._still_to_commit(table, epoch)
+            try:
+                return self.target.append_grown(adds, epoch, meta, table)
+            except LogVersionTaken as exc:
+                if attempt == COMMIT_RETRIES:
+                    raise DeltaSinkError(str(exc)) from exc
+                self._conflicted(epoch, attempt + 1, exc)
+                time.sleep(0.05 * 2**attempt)
+        raise AssertionError  # pragma: no cover - the loop returns or raises
 
     def _append_delta_rs(self, table: DeltaTable, epoch: int, adds: list[Any], meta: dict[str, str],
                          retries: int) -> int:

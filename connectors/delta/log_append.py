@@ -110,8 +110,11 @@ def direct_refusal(table: DeltaTable, arrow_schema: pa.Schema, partition_by: Seq
 
 
 def write_append(path: str, head: LogHead, adds: Sequence[Any], meta: Mapping[str, str], job_id: str,
-                 epoch: int) -> LogHead:
+                 epoch: int, metadata: Mapping[str, Any] | None = None) -> LogHead:
     """Commit ``adds`` as version ``head.version + 1`` with the job's txn and ``meta``; its head after.
+
+    ``metadata``: a ``metaData`` action the commit carries too (the table's new schema and properties,
+    :func:`grown_metadata`): the columns grow in the same commit as the first rows that hold them.
 
     :class:`LogVersionTaken` when that version exists already (another writer took it between the check
     and the write): nothing was written. The file appears whole or not at all: it is written under a
@@ -125,6 +128,8 @@ def write_append(path: str, head: LogHead, adds: Sequence[Any], meta: Mapping[st
     lines = [{"commitInfo": {"timestamp": now, "operation": "WRITE",
                              "operationParameters": {"mode": "Append"}, "isBlindAppend": True,
                              "engineInfo": ENGINE, "clientVersion": ENGINE, **meta}}]
+    if metadata is not None:
+        lines.append({"metaData": dict(metadata)})
     lines += [{"add": {"path": quote(a.path, safe="/"), "partitionValues": dict(a.partition_values or {}),
                        "size": a.size,
                        "modificationTime": a.modification_time, "dataChange": a.data_change,
@@ -142,6 +147,53 @@ def write_append(path: str, head: LogHead, adds: Sequence[Any], meta: Mapping[st
     finally:
         tmp.unlink(missing_ok=True)
     return LogHead(version, epoch, _identity(target))
+
+
+def grown_metadata(table: DeltaTable, arrow_schema: pa.Schema,
+                   properties: Mapping[str, str]) -> dict[str, Any]:
+    """The ``metaData`` action of ``table`` with the columns of ``arrow_schema`` and ``properties`` added.
+
+    Only additive: every column the table has must be in ``arrow_schema`` with the same type (the caller
+    checks, :func:`grown_schema`); the table's id, partitioning, creation time and other properties stay.
+    """
+    from deltalake import Schema
+
+    meta = table.metadata()
+    return {
+        "id": meta.id,
+        "name": meta.name,
+        "description": meta.description,
+        "format": {"provider": "parquet", "options": {}},
+        "schemaString": Schema.from_arrow(arrow_schema).to_json(),
+        "partitionColumns": list(meta.partition_columns),
+        "configuration": {**meta.configuration, **properties},
+        "createdTime": meta.created_time,
+    }
+
+
+def grown_schema(have: pa.Schema, output: pa.Schema) -> pa.Schema:
+    """The table's columns ``have`` with those of ``output`` it lacks added at the end, in their order.
+
+    ValueError naming the column when that is not an addition: a column of ``have`` that ``output``
+    lacks or gives another type, or an added column that is not nullable (the rows before it hold none).
+    """
+    import pyarrow as pa
+
+    for field in have:
+        if field.name not in output.names:
+            msg = f"column {field.name!r} would go: a table's columns may only be added to"
+            raise ValueError(msg)
+        kind = output.field(field.name).type
+        if not kind.equals(field.type):
+            msg = (f"column {field.name!r} would change type from {field.type} to {kind}: a table's columns "
+                   "may only be added to")
+            raise ValueError(msg)
+    added = [f for f in output if f.name not in have.names]
+    stiff = [f.name for f in added if not f.nullable]
+    if stiff:
+        msg = f"added columns {stiff} are not nullable: the rows written before them hold none"
+        raise ValueError(msg)
+    return pa.schema([*have, *added])
 
 
 def _name(version: int) -> str:

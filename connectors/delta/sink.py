@@ -106,6 +106,7 @@ class DeltaEpochSink:
         checkpoint_interval: int = 100,
         log_retention_hours: float = LOG_RETENTION_HOURS,
         on_conflict: Callable[[], None] | None = None,
+        extra_properties: Mapping[str, str] | None = None,
     ) -> None:
         if mode == "merge" and not key_columns:
             msg = "merge mode needs key_columns"
@@ -124,6 +125,7 @@ class DeltaEpochSink:
             partition_by=tuple(partition_by),
             checkpoint_interval=checkpoint_interval,
             log_retention_hours=log_retention_hours,
+            extra_properties=extra_properties,
         )
         missing = [c for c in (*self.key_columns, *self.partition_by) if c not in self.arrow_schema.names]
         if missing:
@@ -178,6 +180,21 @@ class DeltaEpochSink:
     def table_properties(self) -> dict[str, str]:
         """The properties a new table gets (:meth:`connectors.delta.table.SinkTable.properties`)."""
         return self.target.properties()
+
+    def properties_now(self) -> dict[str, str]:
+        """The table's properties as they are in its log now (empty before its first commit)."""
+        table = self.table()
+        return {} if table is None else dict(table.metadata().configuration)
+
+    def grow(self, schema: Any, properties: Mapping[str, str]) -> list[str]:
+        """Grow the table's columns to ``schema``'s and set ``properties`` with the next commit.
+
+        Append mode, delta-rs writer only (:meth:`connectors.delta.table.SinkTable.grow`); the names added.
+        """
+        if self.mode != "append" or self.writer != "delta-rs":
+            msg = f"Delta sink {self.path}: only an append sink written by delta-rs grows its columns"
+            raise DeltaSinkError(msg)
+        return self.target.grow(schema, properties)
 
     def log_retention_s(self) -> float:
         """How long the table's log keeps a commit (``delta.logRetentionDuration``, Delta's default 30 d)."""

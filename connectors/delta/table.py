@@ -12,11 +12,20 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from connectors.delta.log import KEY_ATTEMPT, KEY_EPOCH, KEY_JOB, commits_back, read_commit
-from connectors.delta.log_append import LogHead, LogVersionTaken, direct_refusal, head_of, write_append
+from connectors.delta.log_append import (
+    LogHead,
+    LogVersionTaken,
+    direct_refusal,
+    grown_metadata,
+    grown_schema,
+    head_of,
+    write_append,
+)
 from source_backfill.errors import DeltaSinkError, ForeignTableError, StateFormatError, one_line
 
 if TYPE_CHECKING:
@@ -54,6 +63,7 @@ class SinkTable:
         partition_by: tuple[str, ...] = (),
         checkpoint_interval: int = 100,
         log_retention_hours: float = LOG_RETENTION_HOURS,
+        extra_properties: Mapping[str, str] | None = None,
     ) -> None:
         self.path = str(Path(path).absolute())
         self.job_id = job_id
@@ -63,7 +73,14 @@ class SinkTable:
             import pyarrow as pa
 
             arrow = pa.schema([f for f in arrow if f.name not in drop_columns])
+        #: The columns rows are written with: the table's, and those a growth to commit adds (:meth:`grow`).
         self.arrow_schema: pa.Schema = arrow
+        #: The columns the table has as far as this sink knows (what its appends are checked against).
+        self.table_schema: pa.Schema = arrow
+        #: Properties a new table gets besides :meth:`properties` (a decoding job's reader schema, say).
+        self.extra_properties = dict(extra_properties or {})
+        #: Properties the next commit sets with the grown columns (None: no growth waiting).
+        self.pending: dict[str, str] | None = None
         self.partition_by = partition_by
         self.checkpoint_interval = checkpoint_interval
         self.log_retention_hours = log_retention_hours
@@ -107,7 +124,7 @@ class SinkTable:
             self._owner_checked = True
         self._head = head_of(self.path, self._dt, self.job_id)
         self.properties_seen = dict(self._dt.metadata().configuration)
-        refusal = direct_refusal(self._dt, self.arrow_schema, self.partition_by)
+        refusal = direct_refusal(self._dt, self.table_schema, self.partition_by)
         if refusal != self._refusal and refusal is not None:
             logger.info('appends committed through delta-rs path="%s" job="%s" because="%s"', self.path,
                         self.job_id, refusal)
@@ -124,6 +141,64 @@ class SinkTable:
         if head is None or self._refusal is not None or not head.current(self.path):
             return None
         return head
+
+    @property
+    def refusal(self) -> str | None:
+        """Why appends go through delta-rs (None: they may be written into the log here), as last loaded."""
+        return self._refusal
+
+    def grow(self, schema: Any, properties: Mapping[str, str]) -> list[str]:
+        """From the next commit on, the columns of ``schema`` the table lacks, and ``properties``; the added.
+
+        Only additive (:func:`~connectors.delta.log_append.grown_schema`; else :class:`DeltaSinkError`).
+        The rows written from now on have the grown columns; the commit that adds them carries the
+        table's new ``metaData`` (:meth:`append_direct`), so the columns appear with the first rows that
+        hold them. Nothing to add and the properties as they are: nothing changes.
+        """
+        output = to_arrow_schema(schema)
+        try:
+            grown = grown_schema(self.arrow_schema, output)
+        except ValueError as exc:
+            msg = f'Delta table {self.path} of job "{self.job_id}": {exc}'
+            raise DeltaSinkError(msg) from None
+        added = grown.names[len(self.arrow_schema):]
+        known = {**self.extra_properties, **self.properties_seen, **(self.pending or {})}
+        if not added and all(known.get(k) == v for k, v in properties.items()):
+            return []
+        if added and self.spark_schema is not None and not _is_arrow_schema(schema):
+            from pyspark.sql.types import StructType
+
+            self.spark_schema = StructType([*self.spark_schema.fields,
+                                            *(f for f in schema.fields if f.name in added)])
+        self.arrow_schema = grown
+        self.pending = {**(self.pending or {}), **properties}
+        logger.info('table columns grow at the next commit path="%s" job="%s" added=%s', self.path,
+                    self.job_id, ",".join(added) or "-")
+        return list(added)
+
+    def append_grown(self, adds: list[Any], epoch: int, meta: dict[str, str], table: DeltaTable) -> int:
+        """Commit ``adds`` with the grown columns and properties (:meth:`grow`) straight into the log.
+
+        ``table``: just loaded (:meth:`snapshot`). delta-rs' append keeps a table's columns as they are,
+        so a growth is written here or not at all: a table whose appends may not be written here
+        (:func:`~connectors.delta.log_append.direct_refusal`) cannot grow, :class:`DeltaSinkError`;
+        :class:`LogVersionTaken` when another writer took the version first (the caller reloads, retries).
+        """
+        head = self.direct_head()
+        if head is None:
+            msg = (f'Delta table {self.path} of job "{self.job_id}": its columns cannot grow here '
+                   f"({self._refusal or 'its log moved'})")
+            raise DeltaSinkError(msg)
+        assert self.pending is not None  # noqa: S101 - the caller checked
+        metadata = grown_metadata(table, self.arrow_schema, self.pending)
+        self._head = None
+        after = write_append(self.path, head, adds, meta, self.job_id, epoch, metadata)
+        self._head = after
+        self.last_direct = after.version
+        self.table_schema = self.arrow_schema
+        self.properties_seen = dict(metadata["configuration"])
+        self.pending = None
+        return after.version
 
     def append_direct(self, adds: list[Any], epoch: int, meta: dict[str, str]) -> int | None:
         """Commit ``adds`` straight into the log (:func:`~connectors.delta.log_append.write_append`).
@@ -170,10 +245,11 @@ class SinkTable:
             return
         DeltaTable.create(
             self.path,
-            schema=self.arrow_schema,
+            schema=self.table_schema,
             mode="ignore",
             partition_by=list(self.partition_by) or None,
-            configuration=self.properties(),
+            configuration={**self.properties(), **self.extra_properties},
+            raise_if_key_not_exists=False,  # the extra properties are ours, not Delta's
         )
         logger.info('delta table created path="%s" job="%s"', self.path, self.job_id)
 
@@ -207,7 +283,7 @@ class SinkTable:
         """The table is this job's (else :class:`ForeignTableError`) and has the sink's columns."""
         self.last_job_commit(table)  # raises ForeignTableError
         names = [f.name for f in table.schema().fields]
-        missing = [n for n in self.arrow_schema.names if n not in names]
+        missing = [n for n in self.table_schema.names if n not in names]
         parts = list(table.metadata().partition_columns)
         if missing or parts != list(self.partition_by):
             msg = (f"Delta table {self.path} has columns {names} partitioned by {parts}; the sink of job "
