@@ -298,6 +298,69 @@ class KafkaSecurity(_Frozen):
         return self
 
 
+class SchemaRegistryConfig(_Frozen):
+    """The Schema Registry a ``kafka`` source's records name their writer schemas in (Confluent's REST API).
+
+    Declared by the operator on the source, never by a job: a job only says how it decodes
+    (``jobs[].format``), so no job can point the daemon at a URL or a secret file of its choosing.
+    """
+
+    url: str = Field(pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$", max_length=2048, description=(
+        "The registry's base URL: `http://registry:8081`, or Apicurio's "
+        "`http://registry:8080/apis/ccompat/v7`."))
+    username: str | None = Field(default=None, min_length=1, description=(
+        "The basic-auth user (unset: no authentication)."))
+    password_file: Path | None = Field(default=None, description=(
+        "A file holding the basic-auth password (a trailing newline is dropped)."))
+    ca_file: Path | None = Field(default=None, description=(
+        "PEM file of the CA(s) that signed the registry's certificate (a private CA); unset: the system's."))
+    deadline_s: float = Field(default=120.0, gt=0, le=3600, description=(
+        "How long a registry that does not answer is retried before the epoch fails (the job is then "
+        "rebuilt from its table and tries again): a registry down for less delays, never skips."))
+
+    @model_validator(mode="after")
+    def _coherent(self) -> SchemaRegistryConfig:
+        if (self.username is None) != (self.password_file is None):
+            msg = "schema_registry: username and password_file go together"
+            raise ValueError(msg)
+        return self
+
+
+class FormatSpec(_Frozen):
+    """How a job decodes its Kafka records' values before its transform (docs/guides/avro.md).
+
+    ``raw`` keeps Kafka's bytes (``key``, ``value``, ...). ``avro`` decodes each value in the Confluent wire
+    format by its own writer schema's id, fetched from the source's ``schema_registry``, onto the job's
+    reader schema: the transform's ``{source}`` then has the Kafka columns without ``value`` and one column
+    per field of the reader.
+    """
+
+    value: Literal["raw", "avro"] = Field(default="raw", description=(
+        "`raw` (Kafka's bytes) or `avro` (Confluent-framed Avro by schema id; the source needs a "
+        "`schema_registry`). Protobuf and JSON Schema are not supported yet."))
+    subject: str | None = Field(default=None, min_length=1, max_length=255, description=(
+        "The registry subject of the reader schema; unset: `<topic>-value` of the source's only topic."))
+    reader_version: int | None = Field(default=None, gt=0, description=(
+        "The subject's version the job reads onto; unset: its latest when the job's table is created."))
+    evolution: Literal["evolve", "pin", "fail"] = Field(default="evolve", description=(
+        "A writer schema the reader lacks a field of: `evolve` (the reader gains it, the table gains its "
+        "column with the first rows that hold it), `pin` (the reader stays; its defaults fill what it "
+        "adds), `fail` (any writer other than the reader's fails the job). A writer the reader cannot read "
+        "(a type changed incompatibly, a field removed that has no default) fails the job alone."))
+    on_decode_error: Literal["fail", "dead_letter"] = Field(default="fail", description=(
+        "A record that cannot be decoded (another magic byte, an id the registry does not know, a "
+        "truncated body): `fail` the job, or `dead_letter` it into the Delta table at `<sink_path>"
+        "_dead_letters` (raw record, offset, error), exactly once beside the job's table."))
+
+    @model_validator(mode="after")
+    def _coherent(self) -> FormatSpec:
+        if self.value == "raw" and (self.subject is not None or self.reader_version is not None
+                                    or self.on_decode_error != "fail" or self.evolution != "evolve"):
+            msg = "format: subject, reader_version, evolution and on_decode_error are for value = \"avro\""
+            raise ValueError(msg)
+        return self
+
+
 class SourceConfig(_Frozen):
     """One shared live source, fanned out to its jobs.
 
@@ -351,6 +414,9 @@ class SourceConfig(_Frozen):
     security: KafkaSecurity = Field(default_factory=KafkaSecurity, description=(
         "How the source's Kafka clients connect to a secured cluster (SASL_SSL, mTLS, a private CA), "
         "translated for Spark's Java client and for librdkafka (docs: \"Connect to your cluster\")."))
+    schema_registry: SchemaRegistryConfig | None = Field(default=None, description=(
+        "The Schema Registry the source's records name their schemas in: jobs with `format.value = "
+        "\"avro\"` decode by it (docs: \"Avro and the Schema Registry\")."))
     kafka: dict[str, str] = Field(default_factory=dict, description=(
         "Other `kafka.*` consumer options without the prefix (security options go in `security`: they are "
         "refused here, in either client's spelling). Both connectors read with "
@@ -511,6 +577,10 @@ class JobSpec(_Frozen):
         "Who commits the job's table: `delta-rs` (an append written straight into the log while nothing "
         "else wrote there, else a delta-rs commit), or `delta-spark` (5-25× slower per epoch here; history "
         "then read inside the epochs)."))
+    format: FormatSpec = Field(default_factory=FormatSpec, description=(
+        "Kafka jobs: how record values are decoded before the transform: `{value = \"raw\"}` (the "
+        "default) or `{value = \"avro\", evolution = ..., on_decode_error = ...}` by the source's "
+        "`schema_registry`."))
     history_source: Literal["auto", "kafka", "archive"] = Field(default="auto", description=(
         "Kafka jobs: where history comes from. `auto`: the source's archive for what it holds (below the "
         "log start, or everywhere when `trusted`), Kafka for the rest, and `earliest` starts at the lower "
@@ -599,7 +669,22 @@ def check_job_fits_source(job: JobSpec, source: SourceConfig) -> None:
         if job.history_source != "auto":
             msg = f'job "{job.name}": history_source is for kafka sources, not delta source "{source.name}"'
             raise ValueError(msg)
+        if job.format.value != "raw":
+            msg = f'job "{job.name}": format decodes Kafka records, not rows of delta source {source.name}'
+            raise ValueError(msg)
         return
+    if job.format.value == "avro":
+        if source.schema_registry is None:
+            msg = (f'job "{job.name}": format.value = "avro" needs a schema_registry on source '
+                   f'"{source.name}" (sources[].schema_registry, set by the daemon\'s operator)')
+            raise ValueError(msg)
+        if job.format.subject is None and len(source.topics) != 1:
+            msg = (f'job "{job.name}": format.subject is needed when source "{source.name}" reads other than '
+                   "one topic (its reader schema's subject)")
+            raise ValueError(msg)
+        if job.writer != "delta-rs":
+            msg = f'job "{job.name}": the table of an avro job is written by delta-rs (it grows its columns)'
+            raise ValueError(msg)
     if job.history_source == "archive" and not source.archives:
         msg = (f'job "{job.name}": history_source = "archive" but source "{source.name}" has no archive '
                "(sources[].archive)")

@@ -135,6 +135,14 @@ class SourceNotFoundError(JobError):
     """No source with that name is configured."""
 
 
+class DecodeFailedError(JobError):
+    """A job's records cannot be decoded as it asks: fails that job alone.
+
+    An undecodable record with ``on_decode_error = "fail"``, a writer schema its evolution policy refuses,
+    a reader schema that cannot be had.
+    """
+
+
 class SparkWorkTimeoutError(JobError):
     """A job's Spark work (an epoch's, or a read ahead's) ran past its deadline and was cancelled."""
 

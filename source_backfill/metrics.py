@@ -191,6 +191,12 @@ JOB_EPOCHS_SKIPPED = Counter(
     "offsets).",
     ["job"],
 )
+DEAD_LETTERS = Counter(
+    PREFIX + "dead_letters",
+    "Records a job could not decode, merged into its dead-letter table (format.on_decode_error = "
+    '"dead_letter"; a record read again after a crash counts again, its row does not).',
+    ["job"],
+)
 JOB_REJOINS = Counter(
     PREFIX + "job_rejoins",
     "Epochs that did not start where the job's output ended: the job realigned by offsets "

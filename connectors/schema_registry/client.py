@@ -83,6 +83,15 @@ class RegistryClient:
             self._schemas.setdefault(version.id, version.schema)
         return version
 
+    def version(self, subject: str, number: int) -> SubjectVersion:
+        """Version ``number`` of the subject (a job that names its reader schema's version)."""
+        what = f"version {number} of subject {subject!r}"
+        body = self._get(f"/subjects/{quote(subject, safe='')}/versions/{int(number)}", what)
+        version = SubjectVersion(subject, int(body["id"]), int(body["version"]), str(body["schema"]))
+        with self._lock:
+            self._schemas.setdefault(version.id, version.schema)
+        return version
+
     def close(self) -> None:
         """Close the client's connections."""
         self._http.close()

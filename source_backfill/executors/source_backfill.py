@@ -88,6 +88,7 @@ from source_backfill.errors import (
 )
 from source_backfill.executors.accounting import JobMetrics, Rates, live_latencies
 from source_backfill.executors.commit_gate import CommitGate
+from source_backfill.executors.decoding import DeadLetters, JobDecoding
 from source_backfill.executors.history import (
     HistoryReader,
     count_per_split,
@@ -112,6 +113,7 @@ if TYPE_CHECKING:
     from connectors.delta.staging import StagedFiles
     from connectors.kafka.admin import KafkaAdmin
     from connectors.kafka.connector import KafkaConnector
+    from source_backfill.core.schema_evolution import Record
     from source_backfill.executors.history_gate import HistoryGate
     from source_backfill.executors.spark_work import SparkWork
 
@@ -202,9 +204,17 @@ class SourceBackfillJob:
         self.history = HistoryReader(spark, source, admin, connector=connector,
                                      on_data_loss=self._metrics.data_loss, history_source=spec.history_source,
                                      job=spec.name)
+        #: Decoding by schema id before the transform (None: the raw Kafka columns; ``jobs[].format``).
+        self.decoding = JobDecoding.open(spec, source)
+        self.dead_letters = DeadLetters(spec) if self.decoding is not None and self.decoding.dead_letter \
+            else None
         self.sink = DeltaEpochSink(spec.sink_path, spec.name, self.output_schema(), writer=spec.writer,
-                                   on_conflict=metrics.COMMIT_CONFLICTS.labels(spec.name).inc)
-        self.reads_ahead = spec.read_ahead and self.sink.writes_before_commit()
+                                   on_conflict=metrics.COMMIT_CONFLICTS.labels(spec.name).inc,
+                                   extra_properties=None if self.decoding is None
+                                   else self.decoding.properties())
+        # a decoding job reads its history inside its epochs: a read ahead staged under one reader schema
+        # would be committed beside rows of a grown one, its added fields null instead of their defaults
+        self.reads_ahead = spec.read_ahead and self.sink.writes_before_commit() and self.decoding is None
         #: Set by the source while the job had Spark work in flight at the JVM's last death: its epochs
         #: run alone and start no read ahead, so none of its work is in flight beside another job's.
         self.alone = False
@@ -252,18 +262,32 @@ class SourceBackfillJob:
         return self.spec.name
 
     # -- schema and transform ---------------------------------------------------------------------------
-    def output_schema(self) -> StructType:
-        """The schema of the job's table: its transform (checked first) applied to the Kafka schema."""
+    def output_schema(self, reader: Record | None = None) -> StructType:
+        """The schema of the job's table: its transform (checked first) applied to its input's schema.
+
+        The input: the Kafka columns, or for a decoding job those decoded under ``reader`` (its current
+        reader schema by default).
+        """
         from connectors.kafka.ranges import kafka_schema
 
         if self.spec.transform is not None:
             check_transform(self.spark, self.spec.transform)
-        empty = self.spark.createDataFrame([], kafka_schema())
-        return self.transform(empty).schema
+        if self.decoding is not None:
+            empty = self.decoding.empty_input(self.spark, reader)
+        else:
+            empty = self.spark.createDataFrame([], kafka_schema())
+        return apply_transform(self.spark, self.spec.transform, empty).schema
 
     def transform(self, df: DataFrame) -> DataFrame:
-        """Apply the job's SQL transform (identity when none) to Kafka rows."""
+        """The job's rows from Kafka rows: decoded by schema id (a decoding job), then its SQL transform."""
+        if self.decoding is not None:
+            df = self.decoding.decode(df, self.sink, self.output_schema, self.dead_letters)
         return apply_transform(self.spark, self.spec.transform, df)
+
+    @property
+    def shapes_rows(self) -> bool:
+        """The job's rows are not the Kafka rows as they are (a transform, or decoding)."""
+        return self.spec.transform is not None or self.decoding is not None
 
     def retransform(self, spec: JobSpec) -> None:
         """Take the job's new transform (``spec``: the job's spec with it) from this epoch on.
@@ -386,7 +410,7 @@ class SourceBackfillJob:
         if kept is not None:
             return self._skipped(inp, plan, t0, kept)
         self.history.count_data_loss(self.name, plan.history)
-        if inp.rows is not None and not plan.history and self.spec.transform is None \
+        if inp.rows is not None and not plan.history and not self.shapes_rows \
                 and self.sink.writes_before_commit():
             # the live batch is on the driver already (a small batch): its rows are written with
             # pyarrow, no Spark job per job and epoch (the caught-up trigger's hot path)
@@ -394,6 +418,8 @@ class SourceBackfillJob:
             written = self._commit(inp, plan, budget, ahead, lambda: live_rows_arrow(batch, plan.emit_above),
                                    {}, read_s=0.0)
         else:
+            if self.dead_letters is not None:
+                self.dead_letters.epoch = inp.epoch
             with self.spark_work(f"epoch {inp.epoch}"):
                 written = self._write_epoch(inp, plan, budget, ahead)
         return self._committed(inp, written, ahead, t0)
@@ -450,7 +476,7 @@ class SourceBackfillJob:
         counted before the commit.
         """
         live = live_rows(self.spark, inp.batch, plan.emit_above)
-        observe = bool(plan.history) and self.spec.transform is None and self.sink.writes_before_commit()
+        observe = bool(plan.history) and not self.shapes_rows and self.sink.writes_before_commit()
         history, counts, read_s, observation = self._read_history(
             plan.history, observe=observe, session=live.sparkSession
         )
@@ -685,7 +711,7 @@ class SourceBackfillJob:
                 read.progress.folder = folder
 
             return self.history.stage(self.sink, read.ranges, after_epoch, on_folder=watch,
-                                      transform=self.transform if self.spec.transform else None, tasks=tasks)
+                                      transform=self.transform if self.shapes_rows else None, tasks=tasks)
 
         return stage
 
@@ -713,6 +739,8 @@ class SourceBackfillJob:
         self._reads.close(timeout_s)
         if self.gate is not None:
             self.gate.leave(self.name)
+        if self.decoding is not None:
+            self.decoding.close()
 
     def _read_history(
         self, ranges: Sequence[HistoryRange], *, observe: bool = False, session: SparkSession | None = None

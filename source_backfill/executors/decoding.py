@@ -1,0 +1,265 @@
+"""A job's records decoded by their writer schema before its transform (``jobs[].format``, issue 48).
+
+:class:`JobDecoding` is what a job with ``format.value = "avro"`` holds beside its sink: a client of its
+source's Schema Registry and the job's **reader** schema. The reader is the one the job's table last
+committed (the table property :data:`READER_PROPERTY`, set in the same commit as the columns it gives),
+else the subject's version the job names, else its latest when the table is first made.
+
+Each batch of Kafka rows (live, history, or both) goes through :meth:`JobDecoding.decode`: the writer ids
+it holds, their schemas (each fetched once), the job's policy over them
+(:func:`connectors.schema_registry.stage.decode_batch`), one decoding pass. When ``evolve`` grew the reader,
+the job's output is computed again and the sink grows the table's columns (additions only) and its reader
+property with the commit that writes these rows. The rows that do not decode fail the job
+(``on_decode_error = "fail"``: :class:`~source_backfill.errors.DecodeFailedError`) or go to the dead-letter
+table (:class:`DeadLetters`) before the job's own commit.
+
+Dead letters, exactly once: the dead-letter table is merged by ``(topic, partition, offset)``, and its
+commit lands before the job's commit of the same rows. A crash between the two leaves dead letters whose
+offsets the job's table does not cover yet; the job reads those offsets again (its state is its table's),
+finds the same records undecodable and merges them again: the same keys, no second row. So once the job's
+table covers an offset, the offset is in exactly one of the two tables. (An id unknown to the registry
+when first read and registered before the re-read would decode the second time: that record would be in
+both tables. Registries do not take ids back or give them late in practice; the checker would show it.)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from connectors.schema_registry.decode import SCHEMA_ID, columns, decode
+from connectors.schema_registry.stage import DecodedBatch, decode_batch
+from source_backfill import metrics
+from source_backfill.core.schema_evolution import Record, parse
+from source_backfill.errors import (
+    ConfigError,
+    DecodeFailedError,
+    SchemaChangeError,
+    SchemaNotFoundError,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+    from connectors.delta.sink import DeltaEpochSink
+    from connectors.schema_registry.client import RegistryClient
+    from source_backfill.config import JobSpec, SchemaRegistryConfig, SourceConfig
+
+logger = logging.getLogger(__name__)
+
+#: The table property holding the job's reader schema (Avro JSON), committed with the columns it gives.
+READER_PROPERTY = "sourceBackfill.format.reader"
+#: The Kafka columns a decoded batch keeps (``value`` is replaced by the reader's fields).
+KAFKA_COLUMNS = ("key", "topic", "partition", "offset", "timestamp", "timestampType")
+#: Where a job's dead letters go: beside its table.
+DEAD_LETTER_SUFFIX = "_dead_letters"
+#: The dead-letter table's key: one row per Kafka record, whatever the number of times it was read.
+DEAD_LETTER_KEY = ("topic", "partition", "offset")
+
+
+def registry_client(config: SchemaRegistryConfig) -> RegistryClient:
+    """A client of the registry ``config`` names (its password read from its file now)."""
+    from connectors.schema_registry.client import RegistryClient
+
+    password = None
+    if config.password_file is not None:
+        try:
+            password = Path(config.password_file).read_text(encoding="utf-8").rstrip("\r\n")
+        except (OSError, UnicodeDecodeError) as exc:
+            msg = f"schema_registry.password_file: cannot read {config.password_file}: {type(exc).__name__}"
+            raise ConfigError(msg) from None
+    return RegistryClient(config.url, username=config.username, password=password,
+                          ca_file=config.ca_file, deadline_s=config.deadline_s)
+
+
+def table_properties(path: str) -> dict[str, str]:
+    """The properties of the Delta table at ``path`` (empty when there is none yet)."""
+    from deltalake import DeltaTable
+
+    if not DeltaTable.is_deltatable(path):
+        return {}
+    return dict(DeltaTable(path).metadata().configuration)
+
+
+class JobDecoding:
+    """One job's decoding: its registry client, reader schema and policies (see the module)."""
+
+    def __init__(self, spec: JobSpec, client: RegistryClient, reader: Record) -> None:
+        self.spec = spec
+        self.client = client
+        self.reader = reader
+        self.policy = spec.format.evolution
+        self.dead_letter = spec.format.on_decode_error == "dead_letter"
+
+    @classmethod
+    def open(cls, spec: JobSpec, source: SourceConfig) -> JobDecoding | None:
+        """The job's decoding (None for ``raw``): its reader from its table, else from the registry."""
+        if spec.format.value == "raw":
+            return None
+        if source.schema_registry is None:  # the config's check_job_fits_source says so first
+            msg = f'job "{spec.name}": format.value = "avro" needs sources[].schema_registry'
+            raise ConfigError(msg)
+        client = registry_client(source.schema_registry)
+        try:
+            saved = table_properties(spec.sink_path).get(READER_PROPERTY)
+            if saved is not None:
+                reader = parse(saved)
+            else:
+                subject = spec.format.subject or f"{source.topics[0]}-value"
+                version = (client.latest(subject) if spec.format.reader_version is None
+                           else client.version(subject, spec.format.reader_version))
+                reader = parse(version.schema)
+                logger.info('job reader schema job="%s" subject="%s" version=%d id=%d', spec.name, subject,
+                            version.version, version.id)
+            _check_names(spec.name, reader)
+        except (SchemaNotFoundError, SchemaChangeError) as exc:
+            client.close()
+            msg = f'job "{spec.name}": its reader schema: {exc}'
+            raise DecodeFailedError(msg) from None
+        except Exception:
+            client.close()
+            raise
+        return cls(spec, client, reader)
+
+    def properties(self, reader: Record | None = None) -> dict[str, str]:
+        """The table properties that record ``reader`` (the job's current one by default)."""
+        return {READER_PROPERTY: json.dumps((reader or self.reader).avro(), sort_keys=True)}
+
+    def empty_input(self, spark: SparkSession, reader: Record | None = None) -> DataFrame:
+        """No rows, in the columns a decoded batch has under ``reader``: what the transform reads."""
+        from connectors.kafka.ranges import kafka_schema
+
+        empty = spark.createDataFrame([], kafka_schema())
+        return columns(decode(empty, {}, reader or self.reader), reader or self.reader)
+
+    def decode(self, df: DataFrame, sink: DeltaEpochSink, output: Any,
+               dead_letters: DeadLetters | None) -> DataFrame:
+        """``df``'s Kafka rows decoded (see the module); the table grown first when the reader grew.
+
+        ``output``: the job's output schema for a reader (``output(reader) -> StructType``), to grow the
+        table by. Raises :class:`DecodeFailedError` for a writer schema the policy refuses and, with
+        ``on_decode_error = "fail"``, for records that do not decode.
+        """
+        try:
+            batch = decode_batch(df, self.client, self.reader, self.policy)
+        except SchemaChangeError as exc:
+            msg = f'job "{self.spec.name}": {exc} (format.evolution = "{self.policy}")'
+            raise DecodeFailedError(msg) from None
+        if batch.unknown:
+            logger.warning('schema ids unknown to the registry job="%s" ids=%s', self.spec.name,
+                           ",".join(map(str, batch.unknown)))
+        if batch.reader != self.reader:
+            added = sink.grow(output(batch.reader), self.properties(batch.reader))
+            logger.info('job reader schema evolved job="%s" ids=%s added_columns=%s', self.spec.name,
+                        ",".join(map(str, batch.ids)), ",".join(added) or "-")
+            self.reader = batch.reader
+        self._undecodable(batch, dead_letters)
+        return batch.rows
+
+    def _undecodable(self, batch: DecodedBatch, dead_letters: DeadLetters | None) -> None:
+        if dead_letters is not None:
+            n = dead_letters.write(batch)
+            if n:
+                metrics.DEAD_LETTERS.labels(self.spec.name).inc(n)
+            return
+        first = batch.undecodable.select("topic", "partition", "offset", SCHEMA_ID).limit(1).collect()
+        if first:
+            row = first[0]
+            why = _why(row[SCHEMA_ID], batch.unknown)
+            msg = (f'job "{self.spec.name}": the record at {row["topic"]}:{row["partition"]} offset '
+                   f'{row["offset"]} cannot be decoded ({why}); format.on_decode_error = "dead_letter" '
+                   "keeps such records in a table beside the job's")
+            raise DecodeFailedError(msg)
+
+    def close(self) -> None:
+        """Close the registry client."""
+        self.client.close()
+
+
+class DeadLetters:
+    """A job's dead-letter table: the raw records it could not decode, merged by their offset.
+
+    Its commits carry the job's epoch as their transaction version (the next free one after a replayed
+    epoch's: a crash between this table's commit and the job's makes the job read the same offsets again,
+    and their second merge finds the same keys).
+    """
+
+    def __init__(self, spec: JobSpec) -> None:
+        from connectors.delta.sink import DeltaEpochSink
+
+        self.path = f"{spec.sink_path.rstrip('/')}{DEAD_LETTER_SUFFIX}"
+        self.sink = DeltaEpochSink(self.path, spec.name, dead_letter_schema(), mode="merge",
+                                   key_columns=DEAD_LETTER_KEY)
+        #: The epoch the job is committing (set by the job before it decodes the epoch's rows).
+        self.epoch = 0
+
+    def write(self, batch: DecodedBatch) -> int:
+        """Merge ``batch``'s undecodable rows (none: nothing written); how many there were."""
+        from pyspark.sql import functions as F  # noqa: N812
+
+        from connectors.delta.merge import CHANGE_TYPE
+
+        bad = batch.undecodable
+        why = _why_column(F.col(SCHEMA_ID), batch.unknown)
+        rows = bad.select(*(F.col(c) for c in ("topic", "partition", "offset", "timestamp", "key", "value")),
+                          F.col(SCHEMA_ID).alias("schema_id"), why.alias("error"),
+                          F.lit(self.epoch).cast("long").alias("epoch"), F.lit("insert").alias(CHANGE_TYPE))
+        table = rows.toArrow()
+        if table.num_rows == 0:
+            return 0
+        done = self.sink.committed_epoch()
+        epoch = self.epoch if done is None or done < self.epoch else done + 1
+        self.sink.commit_epoch(epoch, table, {"dead_letters": table.num_rows})
+        logger.warning('records dead-lettered job="%s" epoch=%d count=%d table="%s"', self.sink.job_id,
+                       self.epoch, table.num_rows, self.path)
+        return int(table.num_rows)
+
+
+def dead_letter_schema() -> StructType:
+    """The dead-letter table's columns: where the record was, the record as Kafka gave it, and why."""
+    from pyspark.sql.types import (
+        BinaryType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    return StructType([
+        StructField("topic", StringType()), StructField("partition", IntegerType()),
+        StructField("offset", LongType()), StructField("timestamp", TimestampType()),
+        StructField("key", BinaryType()), StructField("value", BinaryType()),
+        StructField("schema_id", LongType()), StructField("error", StringType()),
+        StructField("epoch", LongType()), StructField("_change_type", StringType()),
+    ])
+
+
+def _check_names(job: str, reader: Record) -> None:
+    clash = sorted({f.name for f in reader.fields} & set(KAFKA_COLUMNS))
+    if clash:
+        msg = (f'job "{job}": the reader schema has fields named like Kafka\'s columns {clash}: the decoded '
+               "rows cannot hold both")
+        raise SchemaChangeError(msg)
+
+
+def _why(sid: int | None, unknown: tuple[int, ...]) -> str:
+    if sid is None:
+        return "not in the Confluent wire format: no magic byte 0 and schema id"
+    if sid in unknown:
+        return f"schema id {sid} is unknown to the registry"
+    return f"its body does not decode with writer schema id {sid}"
+
+
+def _why_column(sid: Any, unknown: tuple[int, ...]) -> Any:
+    from pyspark.sql import functions as F  # noqa: N812
+
+    text = F.concat(F.lit("its body does not decode with writer schema id "), sid.cast("string"))
+    if unknown:
+        text = F.when(sid.isin(*unknown), F.concat(F.lit("schema id "), sid.cast("string"),
+                                                   F.lit(" is unknown to the registry"))).otherwise(text)
+    return F.when(sid.isNull(), F.lit(_why(None, ()))).otherwise(text)

@@ -1,0 +1,240 @@
+"""Avro jobs against the real Schema Registry: a history spanning versions, a live producer moving on,
+each policy's table, dead letters, exactly once.
+
+Records are produced as Confluent-framed Avro (fastavro, the schema ids the registry gave); every row of
+a job's table is checked against the record it came from as Avro resolves it onto the job's reader
+(``core.schema_evolution.resolve``), and its offsets against the Kafka log offset by offset.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+from typing import Any
+
+import fastavro
+import httpx
+import pytest
+from deltalake import DeltaTable
+
+from source_backfill.core.schema_evolution import parse, resolve
+from source_backfill.executors.decoding import DEAD_LETTER_SUFFIX, READER_PROPERTY
+from source_backfill.verify.log_check import compare, log_offsets, table_offsets
+from tests.integration.daemon.conftest import exactly_once, finished, job_spec, wait_for
+
+pytestmark = [pytest.mark.integration]
+
+_ID = {"name": "id", "type": "long"}
+_QTY = {"name": "qty", "type": "int"}
+_SKU = {"name": "sku", "type": "string"}
+_NOTE = {"name": "note", "type": ["null", "string"], "default": None}
+_CHANNEL = {"name": "channel", "type": "string", "default": "web"}
+_AMOUNT = {"name": "amount", "type": ["null", "double"], "default": None}
+#: v1 ⊂ v2 ⊂ v3 ⊂ v4, each adding a field with a default (BACKWARD-compatible, as the registry checks)
+VERSIONS = {
+    1: parse({"type": "record", "name": "Order", "fields": [_ID, _QTY, _SKU]}),
+    2: parse({"type": "record", "name": "Order", "fields": [_ID, _QTY, _SKU, _NOTE]}),
+    3: parse({"type": "record", "name": "Order", "fields": [_ID, _QTY, _SKU, _NOTE, _CHANNEL]}),
+    4: parse({"type": "record", "name": "Order", "fields": [_ID, _QTY, _SKU, _NOTE, _CHANNEL, _AMOUNT]}),
+}
+#: qty as text: no reader of an int column reads it
+INCOMPATIBLE = parse({"type": "record", "name": "Order", "fields": [
+    _ID, {"name": "qty", "type": "string"}, _SKU]})
+KAFKA_COLUMNS = ["key", "topic", "partition", "offset", "timestamp", "timestampType"]
+
+
+def register(url: str, subject: str, schema: Any) -> int:
+    r = httpx.post(f"{url}/subjects/{subject}/versions", json={"schema": json.dumps(schema.avro())},
+                   timeout=30)
+    r.raise_for_status()
+    return int(r.json()["id"])
+
+
+def record(version: int, i: int) -> dict[str, Any]:
+    rec: dict[str, Any] = {"id": i, "qty": i % 7, "sku": f"sku-{i}"}
+    if version >= 2:
+        rec["note"] = None if i % 2 else f"note {i}"
+    if version >= 3:
+        rec["channel"] = "app" if i % 3 else "web"
+    if version >= 4:
+        rec["amount"] = i / 4
+    return rec
+
+
+def framed(sid: int, schema: Any, rec: dict[str, Any]) -> bytes:
+    buf = io.BytesIO()
+    buf.write(b"\x00" + struct.pack(">I", sid))
+    fastavro.schemaless_writer(buf, fastavro.parse_schema(schema.avro()), rec)
+    return buf.getvalue()
+
+
+class AvroTopic:
+    """A topic whose records are Confluent-framed Avro, each remembered by its ``id`` field."""
+
+    def __init__(self, bootstrap: str, topic: str, registry: str) -> None:
+        from confluent_kafka import Producer
+
+        self.topic, self.registry = topic, registry
+        self.subject = f"{topic}-value"
+        self._producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        self.ids: dict[int, int] = {}
+        #: id field -> (writer version, the record as written)
+        self.sent: dict[int, tuple[int, dict[str, Any]]] = {}
+        self.next = 0
+
+    def version(self, v: int) -> int:
+        if v not in self.ids:
+            self.ids[v] = register(self.registry, self.subject, VERSIONS[v])
+        return self.ids[v]
+
+    def send(self, v: int, count: int, partitions: int = 2, *, corrupt_every: int = 0) -> list[int]:
+        """``count`` records of version ``v``; every ``corrupt_every``-th one cut short. Their ids."""
+        sid = self.version(v)
+        out = []
+        for _ in range(count):
+            i = self.next
+            self.next += 1
+            rec = record(v, i)
+            value = framed(sid, VERSIONS[v], rec)
+            if corrupt_every and i % corrupt_every == corrupt_every - 1:
+                value = value[:6]  # the header and a byte of the body
+            else:
+                self.sent[i] = (v, rec)
+            self._producer.produce(self.topic, key=str(i).encode(), value=value, partition=i % partitions)
+            out.append(i)
+        self._producer.flush(30)
+        return out
+
+    def send_raw(self, value: bytes, partition: int = 0) -> None:
+        self._producer.produce(self.topic, value=value, partition=partition)
+        self._producer.flush(30)
+
+    def close(self) -> None:
+        self._producer.flush(5)
+        del self._producer
+
+
+@pytest.fixture
+def avro_topic(new_topic, kafka_bootstrap, schema_registry):
+    made = []
+
+    def make(partitions: int = 2) -> AvroTopic:
+        t = AvroTopic(kafka_bootstrap, new_topic(partitions), schema_registry)
+        made.append(t)
+        return t
+
+    yield make
+    for t in made:
+        t.close()
+
+
+def avro_daemon(daemon_factory, topic: AvroTopic, jobs: list[dict[str, Any]]):
+    return daemon_factory([topic.topic], jobs, schema_registry={"url": topic.registry})
+
+
+def rows_by_id(path) -> dict[int, dict[str, Any]]:
+    rows = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+    got = {r["id"]: r for r in rows}
+    assert len(got) == len(rows), "an id twice"
+    return got
+
+
+def assert_rows_as_resolved(path, topic: AvroTopic, reader_version_fields: list[str]) -> None:
+    """Each row holds its record as Avro resolves it from its writer onto the table's reader."""
+    table = DeltaTable(str(path))
+    reader = parse(table.metadata().configuration[READER_PROPERTY])
+    assert [f.name for f in reader.fields] == reader_version_fields
+    assert table.schema().to_arrow().names == [*KAFKA_COLUMNS, *reader_version_fields]
+    got = rows_by_id(path)
+    assert set(got) == set(topic.sent)
+    for i, (v, rec) in topic.sent.items():
+        want = resolve(reader, VERSIONS[v]).project(rec)
+        assert {k: got[i][k] for k in want} == want, (i, v)
+
+
+def test_history_over_three_versions_then_a_live_fourth_evolves_the_table_exactly_once(
+    daemon_factory, avro_topic, kafka_bootstrap, tmp_path
+):
+    topic = avro_topic()
+    for v in (1, 2, 3):
+        topic.send(v, 300)
+    d = avro_daemon(daemon_factory, topic, [job_spec("evolving", tmp_path, format={"value": "avro"},
+                                                      max_rows_per_epoch=200)])
+    wait_for(lambda: finished(d, "evolving"), what="the avro job finished its history")
+    # the reader was v3 (the subject's latest at create): the history lands in v3's columns
+    assert [f.name for f in parse(DeltaTable(str(tmp_path / "evolving")).metadata().configuration[
+        READER_PROPERTY]).fields] == ["id", "qty", "sku", "note", "channel"]
+    topic.send(4, 200)  # the live producer moves to v4: a field added
+    exactly_once(tmp_path / "evolving", kafka_bootstrap, [topic.topic])
+    assert_rows_as_resolved(tmp_path / "evolving", topic, ["id", "qty", "sku", "note", "channel", "amount"])
+    # the column came with the first rows that hold it: no row before v4's has an amount
+    got = rows_by_id(tmp_path / "evolving")
+    assert all(got[i]["amount"] is None for i, (v, _) in topic.sent.items() if v < 4)
+    assert any(got[i]["amount"] is not None for i, (v, _) in topic.sent.items() if v == 4)
+
+
+def test_pin_keeps_the_readers_columns_and_an_incompatible_writer_fails_that_job_alone(
+    daemon_factory, avro_topic, kafka_bootstrap, tmp_path
+):
+    topic = avro_topic()
+    topic.version(1)  # registered, never written: the pinned job's reader
+    topic.send(2, 200)  # the strict job's reader (the latest) is the only writer of the history
+    jobs = [job_spec("pinned", tmp_path, format={"value": "avro", "reader_version": 1, "evolution": "pin"}),
+            job_spec("strict", tmp_path, format={"value": "avro", "evolution": "fail"}),
+            job_spec("raw", tmp_path)]
+    d = avro_daemon(daemon_factory, topic, jobs)
+    wait_for(lambda: all(finished(d, j) for j in ("pinned", "strict", "raw")), what="the jobs finished")
+    topic.send(4, 100)
+    exactly_once(tmp_path / "pinned", kafka_bootstrap, [topic.topic])
+    assert_rows_as_resolved(tmp_path / "pinned", topic, ["id", "qty", "sku"])
+    # "fail": its reader is v2 (the latest at create); v4 differs from it: the job fails, naming the id
+    wait_for(lambda: d.registry.get("strict").error, what="the strict job failed")
+    assert f"writer schema id {topic.ids[4]}" in d.registry.get("strict").error
+    # a writer no reader reads (qty as text): the pinned job fails alone, the raw job goes on
+    sid = register(topic.registry, f"{topic.topic}-other-value", INCOMPATIBLE)
+    topic.send_raw(framed(sid, INCOMPATIBLE, {"id": 10_000, "qty": "many", "sku": "x"}))
+    wait_for(lambda: d.registry.get("pinned").error, what="the pinned job failed")
+    error = d.registry.get("pinned").error
+    assert f"writer schema id {sid}" in error and "'qty'" in error
+    topic.send(2, 10)
+    exactly_once(tmp_path / "raw", kafka_bootstrap, [topic.topic])
+    assert d.registry.get("raw").error is None
+
+
+def test_undecodable_records_go_to_the_dead_letter_table_each_offset_in_exactly_one_table(
+    daemon_factory, avro_topic, kafka_bootstrap, tmp_path
+):
+    topic = avro_topic()
+    topic.send(1, 1000, corrupt_every=100)  # 1 % cut short
+    topic.send_raw(b"\x01not avro")  # another magic byte
+    topic.send_raw(b"\x00\x7f\xff\xff\xf0" + b"\x02")  # an id the registry does not know
+    jobs = [job_spec("dl", tmp_path, format={"value": "avro", "on_decode_error": "dead_letter"},
+                     max_rows_per_epoch=300),
+            job_spec("strict", tmp_path, format={"value": "avro"})]
+    d = avro_daemon(daemon_factory, topic, jobs)
+    wait_for(lambda: finished(d, "dl"), what="the dead-letter job finished its history")
+    topic.send(1, 200, corrupt_every=100)  # live ones too
+    main, dead = tmp_path / "dl", tmp_path / f"dl{DEAD_LETTER_SUFFIX}"
+
+    def both() -> Any:
+        if not (dead / "_delta_log").exists():
+            return None
+        held: dict[str, list[int]] = {}
+        for path in (main, dead):
+            for split, offsets in table_offsets(str(path)).items():
+                held.setdefault(split, []).extend(offsets)
+        report = compare(log_offsets(kafka_bootstrap, [topic.topic]), held)
+        return report if report.ok else None
+
+    wait_for(both, timeout=120, interval=1.0, what="every offset in exactly one of the two tables")
+    letters = DeltaTable(str(dead)).to_pyarrow_table().to_pylist()
+    assert len(letters) == 12 + 2
+    errors = sorted({r["error"].split(" ")[0] for r in letters})
+    assert errors == ["its", "not", "schema"], errors  # a cut body, another magic byte, an unknown id
+    assert any("unknown to the registry" in r["error"] for r in letters)
+    assert all(r["value"] is not None and r["epoch"] > 0 for r in letters)
+    assert set(rows_by_id(main)) == set(topic.sent)
+    # on_decode_error = "fail": the first undecodable record fails the job, naming where it is
+    wait_for(lambda: d.registry.get("strict").error, what="the strict job failed")
+    assert "cannot be decoded" in d.registry.get("strict").error
