@@ -4,6 +4,8 @@ each policy's table, dead letters, exactly once.
 Records are produced as Confluent-framed Avro (fastavro, the schema ids the registry gave); every row of
 a job's table is checked against the record it came from as Avro resolves it onto the job's reader
 (``core.schema_evolution.resolve``), and its offsets against the Kafka log offset by offset.
+
+Slow (``make test-slow``): they need the registry, which ``make test`` does not build or start.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 import struct
+import time
 from typing import Any
 
 import fastavro
@@ -21,9 +24,10 @@ from deltalake import DeltaTable
 from source_backfill.core.schema_evolution import parse, resolve
 from source_backfill.executors.decoding import DEAD_LETTER_SUFFIX, READER_PROPERTY
 from source_backfill.verify.log_check import compare, log_offsets, table_offsets
+from tests.fixtures.proxy import FaultyProxy
 from tests.integration.daemon.conftest import exactly_once, finished, job_spec, wait_for
 
-pytestmark = [pytest.mark.integration]
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 _ID = {"name": "id", "type": "long"}
 _QTY = {"name": "qty", "type": "int"}
@@ -238,3 +242,32 @@ def test_undecodable_records_go_to_the_dead_letter_table_each_offset_in_exactly_
     # on_decode_error = "fail": the first undecodable record fails the job, naming where it is
     wait_for(lambda: d.registry.get("strict").error, what="the strict job failed")
     assert "cannot be decoded" in d.registry.get("strict").error
+
+
+def test_a_registry_down_for_20_s_delays_the_job_never_fails_or_skips_it(
+    daemon_factory, avro_topic, kafka_bootstrap, tmp_path
+):
+    from urllib.parse import urlsplit
+
+    topic = avro_topic()
+    topic.send(1, 100)
+    url = urlsplit(topic.registry)
+    proxy = FaultyProxy(url.hostname, url.port).start()
+    try:
+        behind = f"{url.scheme}://{proxy.address}{url.path}"
+        d = daemon_factory([topic.topic], [job_spec("patient", tmp_path, format={"value": "avro"})],
+                           schema_registry={"url": behind})
+        wait_for(lambda: finished(d, "patient"), what="the avro job finished its history")
+        proxy.blackhole(True)  # a partition: connections hang, nothing answers
+        topic.send(2, 100)  # a new writer id: the job must ask the registry for it
+        down_until = time.monotonic() + 20
+        while time.monotonic() < down_until:
+            assert d.registry.get("patient").error is None
+            time.sleep(1)
+        assert len(rows_by_id(tmp_path / "patient")) == 100  # delayed: v2's records wait for their schema
+        proxy.blackhole(False)
+        exactly_once(tmp_path / "patient", kafka_bootstrap, [topic.topic])
+        assert d.registry.get("patient").error is None
+        assert_rows_as_resolved(tmp_path / "patient", topic, ["id", "qty", "sku", "note"])
+    finally:
+        proxy.stop()
