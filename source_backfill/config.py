@@ -340,7 +340,7 @@ class FormatSpec(_Frozen):
         "`schema_registry`). Protobuf and JSON Schema are not supported yet."))
     subject: str | None = Field(default=None, min_length=1, max_length=255, description=(
         "The registry subject of the reader schema; unset: `<topic>-value` of the source's only topic."))
-    reader_version: int | None = Field(default=None, gt=0, description=(
+    reader_version: int | None = Field(default=None, gt=0, strict=True, description=(
         "The subject's version the job reads onto; unset: its latest when the job's table is created."))
     evolution: Literal["evolve", "pin", "fail"] = Field(default="evolve", description=(
         "A writer schema the reader lacks a field of: `evolve` (the reader gains it, the table gains its "

@@ -1,0 +1,84 @@
+"""``jobs[].format`` and ``sources[].schema_registry``: what a job may ask for, attacked.
+
+A job is untrusted input: it chooses how its records are decoded, never where the registry is or which
+file holds its password (the operator's source says that), so nothing in a job can make the daemon call a
+URL or read a file of the job's choosing.
+"""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from source_backfill.config import JobSpec, SourceConfig, check_job_fits_source
+
+REGISTRY = {"url": "http://registry:8081"}
+
+
+def job(**fmt) -> JobSpec:
+    return JobSpec(name="j", source="s", sink_path="/j", format=fmt)
+
+
+def source(**kw) -> SourceConfig:
+    return SourceConfig(**{"name": "s", "topics": ["orders"], "schema_registry": REGISTRY, **kw})
+
+
+def test_raw_is_the_default_and_avro_decodes_by_the_sources_registry():
+    assert JobSpec(name="j", source="s", sink_path="/j").format.value == "raw"
+    spec = job(value="avro", evolution="pin", on_decode_error="dead_letter", reader_version=3)
+    check_job_fits_source(spec, source())
+    assert (spec.format.evolution, spec.format.on_decode_error, spec.format.reader_version) == (
+        "pin", "dead_letter", 3)
+
+
+@pytest.mark.parametrize(("fmt", "needle"), [
+    ({"value": "avro", "registry": {"url": "http://evil"}}, "registry"),  # a job names no registry
+    ({"value": "avro", "password_file": "/etc/shadow"}, "password_file"),
+    ({"value": "protobuf"}, "value"),
+    ({"value": "json"}, "value"),
+    ({"value": "avro", "evolution": "guess"}, "evolution"),
+    ({"value": "avro", "on_decode_error": "skip"}, "on_decode_error"),
+    ({"value": "avro", "reader_version": 0}, "reader_version"),
+    ({"value": "avro", "reader_version": True}, "reader_version"),
+    ({"value": "avro", "subject": ""}, "subject"),
+    ({"value": "avro", "subject": "s" * 256}, "subject"),
+    ({"value": "raw", "on_decode_error": "dead_letter"}, "for value"),
+    ({"value": "raw", "subject": "x"}, "for value"),
+])
+def test_a_format_a_job_may_not_ask_for_is_refused_saying_which_field(fmt, needle):
+    with pytest.raises(ValidationError, match=needle):
+        job(**fmt)
+
+
+@pytest.mark.parametrize("url", [
+    "file:///etc/passwd", "ftp://registry", "registry:8081", "http://", "http://a b", "http://a/?x=1",
+    "javascript:alert(1)", "http://host/#frag",
+])
+def test_a_registry_url_is_an_http_url_and_nothing_else(url):
+    with pytest.raises(ValidationError, match="url"):
+        SourceConfig(name="s", topics=["t"], schema_registry={"url": url})
+
+
+def test_registry_credentials_come_as_a_user_and_a_password_file_together():
+    with pytest.raises(ValidationError, match="go together"):
+        SourceConfig(name="s", topics=["t"], schema_registry={**REGISTRY, "username": "u"})
+    with pytest.raises(ValidationError, match="password"):
+        SourceConfig(name="s", topics=["t"], schema_registry={**REGISTRY, "password": "inline"})
+    ok = SourceConfig(name="s", topics=["t"], schema_registry={**REGISTRY, "username": "u",
+                                                                 "password_file": "/run/secrets/pw"})
+    assert ok.schema_registry is not None and ok.schema_registry.username == "u"
+
+
+@pytest.mark.parametrize(("spec", "src", "needle"), [
+    (job(value="avro"), SourceConfig(name="s", topics=["t"]), "needs a schema_registry"),
+    (job(value="avro"), source(topics=["a", "b"]), "format.subject is needed"),
+    (job(value="avro"), source(topics=[], topic_pattern="o.*"), "format.subject is needed"),
+    (JobSpec(name="j", source="s", sink_path="/j", writer="delta-spark", format={"value": "avro"}), source(),
+     "delta-rs"),
+    (JobSpec(name="j", source="s", sink_path="/j", strategy="snapshot", format={"value": "avro"}),
+     SourceConfig(name="s", kind="delta", table_path="/t", primary_key=["id"]), "not rows of delta"),
+])
+def test_a_format_its_source_cannot_serve_is_refused(spec, src, needle):
+    with pytest.raises(ValueError, match=needle):
+        check_job_fits_source(spec, src)
+    assert check_job_fits_source(job(value="avro", subject="orders-value"), source(topics=["a", "b"])) is None
