@@ -26,6 +26,10 @@ def check_retransform(spark: SparkSession | None, old: JobSpec, new: JobSpec) ->
     Both are applied to an empty DataFrame of Kafka's columns (analysis only, no Spark job runs); the
     new transform has passed the transform check before (the caller's create checks).
     """
+    if old.format.value != "raw" or new.format.value != old.format.value:
+        msg = (f'job "{new.name}" decodes its records ({old.format.value}): its transform reads the decoded '
+               "columns, which only the job's table knows; re-create the job with the new transform")
+        raise ConfigError(msg)
     if spark is None:
         return
     from connectors.kafka.ranges import kafka_schema

@@ -82,3 +82,14 @@ def test_a_format_its_source_cannot_serve_is_refused(spec, src, needle):
     with pytest.raises(ValueError, match=needle):
         check_job_fits_source(spec, src)
     assert check_job_fits_source(job(value="avro", subject="orders-value"), source(topics=["a", "b"])) is None
+
+
+def test_the_transform_of_a_decoding_job_is_not_changed_in_place():
+    from source_backfill.errors import ConfigError
+    from source_backfill.runtime.job_checks import check_retransform
+
+    old = job(value="avro")
+    new = old.model_copy(update={"transform": "SELECT id FROM {source}"})
+    with pytest.raises(ConfigError, match="re-create the job"):
+        check_retransform(None, old, new)
+    check_retransform(None, job(), job())  # a raw job's is checked as before
