@@ -236,3 +236,22 @@ def process_running(pid: int) -> bool:
         return "\nState:\tZ" not in Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return False
+
+
+@pytest.fixture
+def avro_topic(new_topic, kafka_bootstrap, schema_registry):
+    """``make(partitions)``: a new topic of Confluent-framed Avro records (``tests/fixtures/avro.py``)."""
+    from tests.fixtures.avro import AvroTopic
+
+    made = []
+
+    def make(partitions: int = 2) -> AvroTopic:
+        t = AvroTopic(kafka_bootstrap, new_topic(partitions), schema_registry)
+        made.append(t)
+        return t
+
+    yield make
+    for t in made:
+        t.close()
+
+

@@ -10,128 +10,20 @@ Slow (``make test-slow``): they need the registry, which ``make test`` does not 
 
 from __future__ import annotations
 
-import io
-import json
-import struct
 import time
 from typing import Any
 
-import fastavro
-import httpx
 import pytest
 from deltalake import DeltaTable
 
 from source_backfill.core.schema_evolution import parse, resolve
 from source_backfill.executors.decoding import DEAD_LETTER_SUFFIX, READER_PROPERTY
 from source_backfill.verify.log_check import compare, log_offsets, table_offsets
+from tests.fixtures.avro import INCOMPATIBLE, KAFKA_COLUMNS, VERSIONS, AvroTopic, framed, register
 from tests.fixtures.proxy import FaultyProxy
 from tests.integration.daemon.conftest import exactly_once, finished, job_spec, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-_ID = {"name": "id", "type": "long"}
-_QTY = {"name": "qty", "type": "int"}
-_SKU = {"name": "sku", "type": "string"}
-_NOTE = {"name": "note", "type": ["null", "string"], "default": None}
-_CHANNEL = {"name": "channel", "type": "string", "default": "web"}
-_AMOUNT = {"name": "amount", "type": ["null", "double"], "default": None}
-#: v1 ⊂ v2 ⊂ v3 ⊂ v4, each adding a field with a default (BACKWARD-compatible, as the registry checks)
-VERSIONS = {
-    1: parse({"type": "record", "name": "Order", "fields": [_ID, _QTY, _SKU]}),
-    2: parse({"type": "record", "name": "Order", "fields": [_ID, _QTY, _SKU, _NOTE]}),
-    3: parse({"type": "record", "name": "Order", "fields": [_ID, _QTY, _SKU, _NOTE, _CHANNEL]}),
-    4: parse({"type": "record", "name": "Order", "fields": [_ID, _QTY, _SKU, _NOTE, _CHANNEL, _AMOUNT]}),
-}
-#: qty as text: no reader of an int column reads it
-INCOMPATIBLE = parse({"type": "record", "name": "Order", "fields": [
-    _ID, {"name": "qty", "type": "string"}, _SKU]})
-KAFKA_COLUMNS = ["key", "topic", "partition", "offset", "timestamp", "timestampType"]
-
-
-def register(url: str, subject: str, schema: Any) -> int:
-    r = httpx.post(f"{url}/subjects/{subject}/versions", json={"schema": json.dumps(schema.avro())},
-                   timeout=30)
-    r.raise_for_status()
-    return int(r.json()["id"])
-
-
-def record(version: int, i: int) -> dict[str, Any]:
-    rec: dict[str, Any] = {"id": i, "qty": i % 7, "sku": f"sku-{i}"}
-    if version >= 2:
-        rec["note"] = None if i % 2 else f"note {i}"
-    if version >= 3:
-        rec["channel"] = "app" if i % 3 else "web"
-    if version >= 4:
-        rec["amount"] = i / 4
-    return rec
-
-
-def framed(sid: int, schema: Any, rec: dict[str, Any]) -> bytes:
-    buf = io.BytesIO()
-    buf.write(b"\x00" + struct.pack(">I", sid))
-    fastavro.schemaless_writer(buf, fastavro.parse_schema(schema.avro()), rec)
-    return buf.getvalue()
-
-
-class AvroTopic:
-    """A topic whose records are Confluent-framed Avro, each remembered by its ``id`` field."""
-
-    def __init__(self, bootstrap: str, topic: str, registry: str) -> None:
-        from confluent_kafka import Producer
-
-        self.topic, self.registry = topic, registry
-        self.subject = f"{topic}-value"
-        self._producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-        self.ids: dict[int, int] = {}
-        #: id field -> (writer version, the record as written)
-        self.sent: dict[int, tuple[int, dict[str, Any]]] = {}
-        self.next = 0
-
-    def version(self, v: int) -> int:
-        if v not in self.ids:
-            self.ids[v] = register(self.registry, self.subject, VERSIONS[v])
-        return self.ids[v]
-
-    def send(self, v: int, count: int, partitions: int = 2, *, corrupt_every: int = 0) -> list[int]:
-        """``count`` records of version ``v``; every ``corrupt_every``-th one cut short. Their ids."""
-        sid = self.version(v)
-        out = []
-        for _ in range(count):
-            i = self.next
-            self.next += 1
-            rec = record(v, i)
-            value = framed(sid, VERSIONS[v], rec)
-            if corrupt_every and i % corrupt_every == corrupt_every - 1:
-                value = value[:6]  # the header and a byte of the body
-            else:
-                self.sent[i] = (v, rec)
-            self._producer.produce(self.topic, key=str(i).encode(), value=value, partition=i % partitions)
-            out.append(i)
-        self._producer.flush(30)
-        return out
-
-    def send_raw(self, value: bytes, partition: int = 0) -> None:
-        self._producer.produce(self.topic, value=value, partition=partition)
-        self._producer.flush(30)
-
-    def close(self) -> None:
-        self._producer.flush(5)
-        del self._producer
-
-
-@pytest.fixture
-def avro_topic(new_topic, kafka_bootstrap, schema_registry):
-    made = []
-
-    def make(partitions: int = 2) -> AvroTopic:
-        t = AvroTopic(kafka_bootstrap, new_topic(partitions), schema_registry)
-        made.append(t)
-        return t
-
-    yield make
-    for t in made:
-        t.close()
-
 
 def avro_daemon(daemon_factory, topic: AvroTopic, jobs: list[dict[str, Any]]):
     return daemon_factory([topic.topic], jobs, schema_registry={"url": topic.registry})
