@@ -37,6 +37,9 @@ class DecodedBatch:
     rows: DataFrame
     undecodable: DataFrame
     reader: Record
+    #: every row of the batch with its writer id and decoded struct (:func:`decode`'s result), for a caller
+    #: that splits the rows its own way (one pass failing at the first undecodable row, say)
+    decoded: DataFrame
     #: writer ids the batch held, and those the registry did not know (their records are undecodable)
     ids: tuple[int, ...]
     unknown: tuple[int, ...]
@@ -72,4 +75,4 @@ def decode_batch(df: DataFrame, client: RegistryClient, reader: Record, policy: 
     out = decode(df, writers, final, column)
     bad = out.where(undecodable(out, column)).drop(DECODED)
     good = columns(out.where(~undecodable(out, column)), final)
-    return DecodedBatch(good, bad, final, ids, tuple(unknown))
+    return DecodedBatch(good, bad, final, out, ids, tuple(unknown))

@@ -29,7 +29,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from connectors.schema_registry.decode import SCHEMA_ID, columns, decode
+from connectors.schema_registry.decode import SCHEMA_ID, columns, decode, undecodable
 from connectors.schema_registry.stage import DecodedBatch, decode_batch
 from source_backfill import metrics
 from source_backfill.core.schema_evolution import Record, parse
@@ -50,6 +50,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: What the error of a failing decoding pass starts with (:func:`decode_failure` finds it in Spark's).
+DECODE_FAILURE = "[source-backfill decode]"
+DECODE_FAILURE_END = "[end]"
 #: The table property holding the job's reader schema (Avro JSON), committed with the columns it gives.
 READER_PROPERTY = "sourceBackfill.format.reader"
 #: The Kafka columns a decoded batch keeps (``value`` is replaced by the reader's fields).
@@ -156,23 +159,29 @@ class JobDecoding:
             logger.info('job reader schema evolved job="%s" ids=%s added_columns=%s', self.spec.name,
                         ",".join(map(str, batch.ids)), ",".join(added) or "-")
             self.reader = batch.reader
-        self._undecodable(batch, dead_letters)
-        return batch.rows
-
-    def _undecodable(self, batch: DecodedBatch, dead_letters: DeadLetters | None) -> None:
         if dead_letters is not None:
             n = dead_letters.write(batch)
             if n:
                 metrics.DEAD_LETTERS.labels(self.spec.name).inc(n)
-            return
-        first = batch.undecodable.select("topic", "partition", "offset", SCHEMA_ID).limit(1).collect()
-        if first:
-            row = first[0]
-            why = _why(row[SCHEMA_ID], batch.unknown)
-            msg = (f'job "{self.spec.name}": the record at {row["topic"]}:{row["partition"]} offset '
-                   f'{row["offset"]} cannot be decoded ({why}); format.on_decode_error = "dead_letter" '
-                   "keeps such records in a table beside the job's")
-            raise DecodeFailedError(msg)
+            return batch.rows
+        return self._failing(batch)
+
+    def _failing(self, batch: DecodedBatch) -> DataFrame:
+        """The decoded rows, in a plan that fails at the first undecodable one (in the write's own pass).
+
+        Spark's ``raise_error`` in a filter (kept by the optimizer, unlike an unused column); the job
+        turns the error into :class:`DecodeFailedError` (:func:`decode_failure`).
+        """
+        from pyspark.sql import functions as F  # noqa: N812
+
+        out = batch.decoded
+        why = _why_column(F.col(SCHEMA_ID), batch.unknown)
+        split = F.concat_ws(":", F.col("topic"), F.col("partition").cast("string"))
+        where = F.concat_ws(" ", F.lit(f"{DECODE_FAILURE} the record at"), split, F.lit("offset"),
+                            F.col("offset").cast("string"), F.lit("cannot be decoded ("), why,
+                            F.lit(f") {DECODE_FAILURE_END}"))
+        guard = F.when(undecodable(out), F.raise_error(where)).otherwise(F.lit(True))
+        return columns(out.where(guard), batch.reader)
 
     def close(self) -> None:
         """Close the registry client."""
@@ -216,6 +225,18 @@ class DeadLetters:
         logger.warning('records dead-lettered job="%s" epoch=%d count=%d table="%s"', self.sink.job_id,
                        self.epoch, table.num_rows, self.path)
         return int(table.num_rows)
+
+
+def decode_failure(job: str, exc: BaseException) -> DecodeFailedError | None:
+    """The job's DecodeFailedError if ``exc`` is Spark failing on an undecodable record, else None."""
+    text = str(exc)
+    at = text.find(DECODE_FAILURE)
+    if at < 0:
+        return None
+    detail = text[at + len(DECODE_FAILURE):].split(DECODE_FAILURE_END, 1)[0].strip()
+    detail = detail.replace("( ", "(").replace(" )", ")")
+    return DecodeFailedError(f'job "{job}": {detail}; format.on_decode_error = "dead_letter" keeps such '
+                             "records in a table beside the job's")
 
 
 def dead_letter_schema() -> StructType:

@@ -88,7 +88,7 @@ from source_backfill.errors import (
 )
 from source_backfill.executors.accounting import JobMetrics, Rates, live_latencies
 from source_backfill.executors.commit_gate import CommitGate
-from source_backfill.executors.decoding import DeadLetters, JobDecoding
+from source_backfill.executors.decoding import DeadLetters, JobDecoding, decode_failure
 from source_backfill.executors.history import (
     HistoryReader,
     count_per_split,
@@ -421,7 +421,13 @@ class SourceBackfillJob:
             if self.dead_letters is not None:
                 self.dead_letters.epoch = inp.epoch
             with self.spark_work(f"epoch {inp.epoch}"):
-                written = self._write_epoch(inp, plan, budget, ahead)
+                try:
+                    written = self._write_epoch(inp, plan, budget, ahead)
+                except Exception as exc:
+                    failure = None if self.decoding is None else decode_failure(self.name, exc)
+                    if failure is not None:
+                        raise failure from None
+                    raise
         return self._committed(inp, written, ahead, t0)
 
     def _born_unseen(self, inp: EpochInput, changes: Iterable[SplitChange] | None) -> dict[str, int]:

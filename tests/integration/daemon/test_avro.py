@@ -133,7 +133,9 @@ def test_undecodable_records_go_to_the_dead_letter_table_each_offset_in_exactly_
     assert set(rows_by_id(main)) == set(topic.sent)
     # on_decode_error = "fail": the first undecodable record fails the job, naming where it is
     wait_for(lambda: d.registry.get("strict").error, what="the strict job failed")
-    assert "cannot be decoded" in d.registry.get("strict").error
+    error = d.registry.get("strict").error
+    assert f"the record at {topic.topic}:" in error and "cannot be decoded (" in error, error
+    assert "times in a row" not in error  # failed at once, not after the retries of an unexpected error
 
 
 def test_a_registry_down_for_20_s_delays_the_job_never_fails_or_skips_it(

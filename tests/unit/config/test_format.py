@@ -93,3 +93,17 @@ def test_the_transform_of_a_decoding_job_is_not_changed_in_place():
     with pytest.raises(ConfigError, match="re-create the job"):
         check_retransform(None, old, new)
     check_retransform(None, job(), job())  # a raw job's is checked as before
+
+
+def test_a_spark_failure_on_an_undecodable_record_becomes_the_jobs_decode_failure():
+    from source_backfill.errors import DecodeFailedError
+    from source_backfill.executors.decoding import DECODE_FAILURE, DECODE_FAILURE_END, decode_failure
+
+    spark_text = (f"An error occurred while calling o1.save.\n: org.apache.spark.SparkRuntimeException: "
+                  f"[USER_RAISED_EXCEPTION] {DECODE_FAILURE} the record at t:3 offset 99 cannot be decoded ( "
+                  f"schema id 7 is unknown to the registry ) {DECODE_FAILURE_END} SQLSTATE: P0001\n\tat ...")
+    failure = decode_failure("j", RuntimeError(spark_text))
+    assert isinstance(failure, DecodeFailedError)
+    assert str(failure).startswith('job "j": the record at t:3 offset 99 cannot be decoded (schema id 7 is '
+                                   "unknown to the registry); format.on_decode_error")
+    assert decode_failure("j", RuntimeError("the broker went away")) is None

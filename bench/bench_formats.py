@@ -1,0 +1,275 @@
+"""Avro backfills by schema id (issue 48): ``formats.avro_ratio_vs_raw_copy``, ``.evolution_exactly_once``.
+
+One embedded broker (full JIT, as production brokers run) and the embedded Schema Registry.
+
+**Decoding's cost.** A topic of ``BENCH_FORMATS_RECORDS`` (1,000,000) Confluent-framed Avro records of a
+10-field record (~150 B each) on 4 partitions. Jobs backfilling it from ``earliest`` are created in turn,
+``BENCH_FORMATS_PAIRS`` (3) pairs, each timed from its create to Finished, after one untimed job of each
+kind: a raw copy (the bytes as they are, the daemon's defaults) and an Avro job (``format.value =
+"avro"``: every record decoded into typed columns). ``formats.avro_ratio_vs_raw_copy`` = records/s of
+the Avro job / records/s of the raw copy, medians (goal >= 0.7). Also, the same with the raw copy reading
+its history inside the epochs as the Avro job does (``read_ahead = false``):
+``formats.avro_ratio_vs_raw_in_epoch``, what decoding alone costs.
+
+**Evolution, exactly once.** A topic of ``BENCH_FORMATS_EVOLUTION_RECORDS`` (1,000,000) records written by
+v1, v2 and v3 of a subject (a third each), then an Avro job (``evolve``), and while it backfills a live
+producer writes v3 and then moves to v4 (a field added). Once it has caught up, its table must hold every
+offset once (``source_backfill.verify``) and every row the values its writer gave, resolved onto the
+table's final reader (defaults where the reader adds a field): ``formats.evolution_exactly_once`` = 1.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import statistics
+import struct
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+QUICK = os.environ.get("BENCH_QUICK") == "1"
+RECORDS = int(os.environ.get("BENCH_FORMATS_RECORDS", "20000" if QUICK else "1000000"))
+EVOLUTION_RECORDS = int(os.environ.get("BENCH_FORMATS_EVOLUTION_RECORDS", "20000" if QUICK else "1000000"))
+PAIRS = int(os.environ.get("BENCH_FORMATS_PAIRS", "1" if QUICK else "3"))
+PARTITIONS = 4
+
+#: A 10-field record of ~150 B in Avro (the issue's): ids, amounts, text.
+WIDE = {"type": "record", "name": "Payment", "fields": [
+    {"name": "id", "type": "long"}, {"name": "account", "type": "long"}, {"name": "amount", "type": "double"},
+    {"name": "fee", "type": "double"}, {"name": "currency", "type": "string"},
+    {"name": "merchant", "type": "string"}, {"name": "city", "type": "string"},
+    {"name": "channel", "type": "string"}, {"name": "approved", "type": "boolean"},
+    {"name": "note", "type": ["null", "string"], "default": None}]}
+
+_BASE = [{"name": "id", "type": "long"}, {"name": "qty", "type": "int"}, {"name": "sku", "type": "string"}]
+#: v1 ⊂ v2 ⊂ v3 ⊂ v4: each adds a field with a default
+EVOLUTION = {
+    1: {"type": "record", "name": "Order", "fields": _BASE},
+    2: {"type": "record", "name": "Order", "fields": [*_BASE, {"name": "note", "type": ["null", "string"],
+                                                                "default": None}]},
+    3: {"type": "record", "name": "Order", "fields": [
+        *_BASE, {"name": "note", "type": ["null", "string"], "default": None},
+        {"name": "channel", "type": "string", "default": "web"}]},
+}
+EVOLUTION[4] = {"type": "record", "name": "Order", "fields": [
+    *EVOLUTION[3]["fields"], {"name": "amount", "type": ["null", "double"], "default": None}]}
+
+
+def _register(url: str, subject: str, schema: dict[str, Any]) -> int:
+    import httpx
+
+    r = httpx.post(f"{url}/subjects/{subject}/versions", json={"schema": json.dumps(schema)}, timeout=30)
+    r.raise_for_status()
+    return int(r.json()["id"])
+
+
+def _wide(i: int) -> dict[str, Any]:
+    return {"id": i, "account": 1_000_000 + i % 9_973, "amount": i * 0.37, "fee": (i % 100) / 10,
+            "currency": ("EUR", "USD", "GBP")[i % 3], "merchant": f"merchant-{i % 5_000:05d}",
+            "city": ("Lisbon", "Porto", "Braga", "Faro")[i % 4], "channel": ("web", "app", "pos")[i % 3],
+            "approved": i % 11 != 0, "note": None if i % 4 else f"batch {i // 1000}"}
+
+
+def _order(version: int, i: int) -> dict[str, Any]:
+    rec: dict[str, Any] = {"id": i, "qty": i % 7, "sku": f"sku-{i}"}
+    if version >= 2:
+        rec["note"] = None if i % 2 else f"note {i}"
+    if version >= 3:
+        rec["channel"] = "app" if i % 3 else "web"
+    if version >= 4:
+        rec["amount"] = i / 4
+    return rec
+
+
+class _Writer:
+    """Confluent-framed Avro records into a topic, as fast as the broker takes them."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        from confluent_kafka import Producer
+
+        self.topic = topic
+        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50,
+                                  "batch.num.messages": 20000, "queue.buffering.max.messages": 1_000_000})
+
+    def write(self, sid: int, schema: dict[str, Any], records: Any) -> int:
+        import fastavro
+
+        parsed = fastavro.parse_schema(schema)
+        header = b"\x00" + struct.pack(">I", sid)
+        n = 0
+        for rec in records:
+            buf = io.BytesIO()
+            buf.write(header)
+            fastavro.schemaless_writer(buf, parsed, rec)
+            while True:
+                try:
+                    self.producer.produce(self.topic, value=buf.getvalue(), partition=rec["id"] % PARTITIONS)
+                    break
+                except BufferError:
+                    self.producer.poll(0.05)
+            n += 1
+            if n % 20000 == 0:
+                self.producer.poll(0)
+        self.producer.flush(300)
+        return n
+
+
+def _backfill_s(daemon: Any, spec: dict[str, Any]) -> float:
+    from source_backfill.config import JobSpec
+
+    name = spec["name"]
+    t = time.monotonic()
+    daemon.registry.create(JobSpec.model_validate(spec))
+    jobs = daemon.sources[spec["source"]].jobs
+    while name not in jobs or not jobs[name].backfill_done:
+        if daemon.registry.get(name).error is not None:
+            msg = f"{name} failed: {daemon.registry.get(name).error}"
+            raise RuntimeError(msg)
+        time.sleep(0.1)
+    return time.monotonic() - t
+
+
+def _decoding_cost(daemon: Any, work: Path) -> dict[str, float]:
+    kinds = {
+        "raw": {},
+        "raw_in_epoch": {"read_ahead": False},
+        "avro": {"format": {"value": "avro"}},
+    }
+    times: dict[str, list[float]] = {k: [] for k in kinds}
+    for kind, extra in kinds.items():  # warm-up, not timed
+        warm = f"{kind}-warm"
+        _backfill_s(daemon, {"name": warm, "source": "wide", "sink_path": str(work / warm), **extra})
+    for pair in range(PAIRS):
+        for kind, extra in kinds.items():
+            name = f"{kind}-{pair}"
+            spec = {"name": name, "source": "wide", "sink_path": str(work / name), **extra}
+            took = _backfill_s(daemon, spec)
+            times[kind].append(took)
+            print(f"  round {pair + 1}: {kind} backfill {took:.1f} s ({RECORDS / took:,.0f} records/s)",
+                  flush=True)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    ratio = med["raw"] / med["avro"]
+    in_epoch = med["raw_in_epoch"] / med["avro"]
+    print(f"formats.avro_ratio_vs_raw_copy = {ratio:.3f} (raw {med['raw']:.1f} s, avro {med['avro']:.1f} s, "
+          f"medians of {PAIRS}; goal >= 0.7); vs a raw copy read in its epochs {in_epoch:.3f} "
+          f"({med['raw_in_epoch']:.1f} s)", flush=True)
+    return {"formats.avro_ratio_vs_raw_copy": round(ratio, 3), "formats.avro_ratio_vs_raw_in_epoch":
+            round(in_epoch, 3), "formats.raw_backfill_s": round(med["raw"], 2),
+            "formats.raw_in_epoch_backfill_s": round(med["raw_in_epoch"], 2),
+            "formats.avro_backfill_s": round(med["avro"], 2), "formats.records": RECORDS}
+
+
+def _evolution(daemon: Any, bootstrap: str, registry: str, writer: _Writer, ids: dict[int, int],
+               work: Path) -> dict[str, Any]:
+    from deltalake import DeltaTable
+
+    from source_backfill.config import JobSpec
+    from source_backfill.core.schema_evolution import parse, resolve
+    from source_backfill.executors.decoding import READER_PROPERTY
+    from source_backfill.verify import check_exactly_once
+
+    sent: dict[int, int] = {}  # id -> writer version
+    next_id = [EVOLUTION_RECORDS]
+    stop = threading.Event()
+
+    def live() -> None:  # v3 for a while, then v4 (registered then: the job's reader is v3), ~500 records/s
+        version = 3
+        started = time.monotonic()
+        while not stop.wait(0.1):
+            if version == 3 and time.monotonic() - started > 5:
+                ids[4] = _register(registry, f"{writer.topic}-value", EVOLUTION[4])
+                version = 4
+            batch = range(next_id[0], next_id[0] + 50)
+            writer.write(ids[version], EVOLUTION[version], (_order(version, i) for i in batch))
+            for i in batch:
+                sent[i] = version
+            next_id[0] += 50
+
+    thread = threading.Thread(target=live, daemon=True)
+    name, path = "evolving", work / "evolving"
+    t = time.monotonic()
+    daemon.registry.create(JobSpec(name=name, source="orders", sink_path=str(path),
+                                   format={"value": "avro"}))  # type: ignore[arg-type]
+    thread.start()
+    jobs = daemon.sources["orders"].jobs
+    while name not in jobs or not jobs[name].backfill_done:
+        if daemon.registry.get(name).error is not None:
+            stop.set()
+            msg = f"{name} failed: {daemon.registry.get(name).error}"
+            raise RuntimeError(msg)
+        time.sleep(0.2)
+    took = time.monotonic() - t
+    stop.set()
+    thread.join(60)
+    deadline = time.monotonic() + 120
+    while True:
+        report = check_exactly_once(str(path), bootstrap, [writer.topic])
+        if report.ok or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    table = DeltaTable(str(path))
+    reader = parse(table.metadata().configuration[READER_PROPERTY])
+    rows = table.to_pyarrow_table(columns=[f.name for f in reader.fields]).to_pylist()
+    wrong = 0
+    third = EVOLUTION_RECORDS // 3
+    for row in rows:
+        i = row["id"]
+        version = sent.get(i) or (1 if i < third else 2 if i < 2 * third else 3)
+        want = resolve(reader, parse(EVOLUTION[version])).project(_order(version, i))
+        wrong += any(row[k] != v for k, v in want.items())
+    ok = report.ok and wrong == 0 and len(rows) == EVOLUTION_RECORDS + len(sent)
+    v4 = sum(v == 4 for v in sent.values())
+    print(f"formats.evolution_exactly_once = {int(ok)} ({len(rows):,} rows, {EVOLUTION_RECORDS:,} history "
+          f"over v1-v3 + {len(sent):,} live, {v4:,} of them v4; exactly once: {report.ok}, rows not as their "
+          f"writer gave them: {wrong}; columns {[f.name for f in reader.fields]}; backfill {took:.1f} s)",
+          flush=True)
+    return {"formats.evolution_exactly_once": int(ok), "formats.evolution_rows": len(rows),
+            "formats.evolution_backfill_s": round(took, 2)}
+
+
+def main() -> dict[str, Any]:
+    from connectors.kafka.admin import KafkaAdmin
+    from connectors.kafka.embedded import EmbeddedBroker
+    from source_backfill.config import load_settings
+    from source_backfill.daemon import Daemon
+    from source_backfill.testing import schema_registry_url
+
+    work = Path(tempfile.mkdtemp(prefix="bench-formats-"))
+    with EmbeddedBroker(full_jit=True) as broker, schema_registry_url() as registry:
+        admin = KafkaAdmin(broker.bootstrap)
+        for topic in ("bench-wide", "bench-orders"):
+            admin.create_topic(topic, PARTITIONS)
+        admin.close()
+        t = time.monotonic()
+        wide = _Writer(broker.bootstrap, "bench-wide")
+        wide.write(_register(registry, "bench-wide-value", WIDE), WIDE, (_wide(i) for i in range(RECORDS)))
+        print(f"  {RECORDS:,} Avro records in {time.monotonic() - t:.1f} s", flush=True)
+        orders = _Writer(broker.bootstrap, "bench-orders")
+        ids = {v: _register(registry, "bench-orders-value", EVOLUTION[v]) for v in (1, 2, 3)}
+        third = EVOLUTION_RECORDS // 3
+        spans = ((1, range(third)), (2, range(third, 2 * third)), (3, range(2 * third, EVOLUTION_RECORDS)))
+        for v, span in spans:
+            orders.write(ids[v], EVOLUTION[v], (_order(v, i) for i in span))
+        base = {"bootstrap_servers": broker.bootstrap, "trigger_interval_s": 1.0,
+                "starting_offsets": "latest", "schema_registry": {"url": registry}}
+        settings = load_settings(
+            daemon={"state_root": str(work / "state")}, api={"port": 0}, metrics={"port": None},
+            sources=[{**base, "name": "wide", "topics": ["bench-wide"]},
+                     {**base, "name": "orders", "topics": ["bench-orders"]}],
+        )
+        daemon = Daemon(settings)
+        daemon.start()
+        try:
+            figures = _decoding_cost(daemon, work)
+            figures.update(_evolution(daemon, broker.bootstrap, registry, orders, ids, work))
+        finally:
+            daemon.stop()
+    return figures
+
+
+if __name__ == "__main__":
+    main()
