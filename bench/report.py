@@ -138,6 +138,12 @@ GOALS = (
          lambda v, _: v == 1, higher=True),
     Goal("security.sasl_ssl_ratio", "a 1M-record backfill over SASL_SSL (SCRAM-SHA-512, a private CA) vs "
          "in plaintext, same run: records/s over records/s", "≥ 0.8", _at_least(0.8)),
+    Goal("formats.avro_ratio_vs_raw_copy", "a 1M-record Avro topic (10 fields, ~150 B) backfilled into typed "
+         "columns vs the same records copied undecoded, same run: records/s over records/s", "≥ 0.7",
+         _at_least(0.7)),
+    Goal("formats.evolution_exactly_once", "1M records over 3 schema versions, a live producer moving to a "
+         "4th mid-backfill: every offset once, each row as its writer gave it (1)", "1",
+         lambda v, _: v == 1, higher=True),
     Goal("quiet.idle_commits_per_hour", "table versions per hour of a Finished job on an idle topic and a "
          "live table job on a quiet table, 1 s trigger", "0", lambda v, _: v == 0, higher=False),
     Goal("quiet.commit_bytes_10k_one_moving", "commit file, 10,000 splits, one moving per epoch: bytes "
