@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize("example", [
     "test_my_pipeline.py",
     pytest.param("test_my_secured_pipeline.py", marks=pytest.mark.slow),  # its own secured broker: slow tier
+    pytest.param("test_my_avro_pipeline.py", marks=pytest.mark.slow),  # the registry: slow tier
 ])
 def test_the_example_pipeline_test_passes_with_the_plugin(example, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
