@@ -326,6 +326,10 @@ class SchemaRegistryConfig(_Frozen):
         return self
 
 
+#: A job's dead-letter table is its table's path with this after it.
+DEAD_LETTER_SUFFIX = "_dead_letters"
+
+
 class FormatSpec(_Frozen):
     """How a job decodes its Kafka records' values before its transform (docs/guides/avro.md).
 
@@ -591,6 +595,18 @@ class JobSpec(_Frozen):
     @classmethod
     def _transform_reads_source(cls, value: str | None) -> str | None:
         return transform_text(value)
+
+    @property
+    def dead_letter_path(self) -> str | None:
+        """The job's dead-letter table (``format.on_decode_error = "dead_letter"``), beside its table."""
+        if self.format.on_decode_error != "dead_letter":
+            return None
+        return f"{self.sink_path.rstrip('/')}{DEAD_LETTER_SUFFIX}"
+
+    @property
+    def tables(self) -> list[str]:
+        """Every table the job writes: its own, and its dead-letter table if it has one."""
+        return [self.sink_path] + ([] if self.dead_letter_path is None else [self.dead_letter_path])
 
 
 #: The most splits one repair names (a job's splits, all of them, is what an empty list says).

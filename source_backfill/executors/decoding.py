@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from connectors.schema_registry.decode import SCHEMA_ID, columns, decode, undecodable
 from connectors.schema_registry.stage import DecodedBatch, decode_batch
 from source_backfill import metrics
+from source_backfill.config import DEAD_LETTER_SUFFIX
 from source_backfill.core.schema_evolution import Record, parse
 from source_backfill.errors import (
     ConfigError,
@@ -57,8 +58,6 @@ DECODE_FAILURE_END = "[end]"
 READER_PROPERTY = "sourceBackfill.format.reader"
 #: The Kafka columns a decoded batch keeps (``value`` is replaced by the reader's fields).
 KAFKA_COLUMNS = ("key", "topic", "partition", "offset", "timestamp", "timestampType")
-#: Where a job's dead letters go: beside its table.
-DEAD_LETTER_SUFFIX = "_dead_letters"
 #: The dead-letter table's key: one row per Kafka record, whatever the number of times it was read.
 DEAD_LETTER_KEY = ("topic", "partition", "offset")
 
@@ -199,7 +198,7 @@ class DeadLetters:
     def __init__(self, spec: JobSpec) -> None:
         from connectors.delta.sink import DeltaEpochSink
 
-        self.path = f"{spec.sink_path.rstrip('/')}{DEAD_LETTER_SUFFIX}"
+        self.path = spec.dead_letter_path or f"{spec.sink_path.rstrip('/')}{DEAD_LETTER_SUFFIX}"
         self.sink = DeltaEpochSink(self.path, spec.name, dead_letter_schema(), mode="merge",
                                    key_columns=DEAD_LETTER_KEY)
         #: The epoch the job is committing (set by the job before it decodes the epoch's rows).

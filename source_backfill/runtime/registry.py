@@ -186,7 +186,8 @@ class JobRegistry:
         if spec.source not in self.sources:
             msg = f'unknown source "{spec.source}" (configured: {sorted(self.sources)})'
             raise SourceNotFoundError(msg)
-        self._check_sink_path(spec.sink_path, spec.name)
+        for table in spec.tables:  # its dead-letter table too: no other table may overlap it either
+            self._check_sink_path(table, spec.name)
 
     def ensure(self, spec: JobSpec) -> JobRecord:
         """Create a job declared in the config file, unless it is registered already with the same spec.
@@ -413,10 +414,11 @@ class JobRegistry:
         found += [("a protected path", p) for p in self.protected_paths]
         for record in self._jobs.values():
             if record.name != name:
-                try:
-                    found.append((f'job "{record.name}"\'s table', resolve(record.spec.sink_path)))
-                except (OSError, ValueError):
-                    continue
+                for table in record.spec.tables:
+                    try:
+                        found.append((f'job "{record.name}"\'s table', resolve(table)))
+                    except (OSError, ValueError):
+                        continue
         return found
 
     def _protected_overlap(self, sink_path: str, name: str) -> str | None:

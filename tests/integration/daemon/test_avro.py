@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
+from source_backfill.config import DEAD_LETTER_SUFFIX
 from source_backfill.core.schema_evolution import parse, resolve
-from source_backfill.executors.decoding import DEAD_LETTER_SUFFIX, READER_PROPERTY
+from source_backfill.executors.decoding import READER_PROPERTY
 from source_backfill.verify.log_check import compare, log_offsets, table_offsets
 from tests.fixtures.avro import INCOMPATIBLE, KAFKA_COLUMNS, VERSIONS, AvroTopic, framed, register
 from tests.fixtures.proxy import FaultyProxy

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from source_backfill.executors.decoding import DEAD_LETTER_SUFFIX
+from source_backfill.config import DEAD_LETTER_SUFFIX
 from source_backfill.testing.process import DaemonProcess, free_port
 from source_backfill.verify.log_check import compare, log_offsets, table_offsets
 from tests.integration.daemon.conftest import wait_for

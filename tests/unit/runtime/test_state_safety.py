@@ -448,3 +448,23 @@ def test_a_sink_holding_a_table_another_job_wrote_is_refused_at_create(tmp_path:
             reg.create(JobSpec(name="third", source="events", sink_path=str(tmp_path / "plain")))
     finally:
         reg.close()
+
+
+def test_a_dead_letter_table_is_a_table_of_its_job_no_other_job_may_overlap(tmp_path: Path) -> None:
+    """A job's dead-letter table (``<sink_path>_dead_letters``) is protected like its own table, both ways."""
+    from source_backfill.errors import SinkConflictError
+
+    avro = {"value": "avro", "on_decode_error": "dead_letter"}
+    reg = JobRegistry(tmp_path / "state", SOURCES)
+    try:
+        reg.create(JobSpec(name="typed", source="events", sink_path=str(tmp_path / "t"), format=avro))
+        with pytest.raises(SinkConflictError, match='job "typed"'):
+            reg.create(JobSpec(name="thief", source="events", sink_path=str(tmp_path / "t_dead_letters")))
+        with pytest.raises(SinkConflictError, match='job "typed"'):
+            reg.create(JobSpec(name="in", source="events", sink_path=str(tmp_path / "t_dead_letters" / "x")))
+        reg.create(JobSpec(name="raw", source="events", sink_path=str(tmp_path / "r_dead_letters")))
+        with pytest.raises(SinkConflictError, match='job "raw"'):  # its dead letters would be raw's table
+            reg.create(JobSpec(name="late", source="events", sink_path=str(tmp_path / "r"), format=avro))
+        assert sorted(r.name for r in reg.list()) == ["raw", "typed"]
+    finally:
+        reg.close()
