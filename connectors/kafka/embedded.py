@@ -25,6 +25,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -91,6 +92,18 @@ def _java() -> str:
 Security = Literal["PLAINTEXT", "SASL_SSL", "SSL"]
 
 
+@dataclass(frozen=True)
+class ClusterNode:
+    """A node's place in a cluster of embedded brokers: its id, its ports, the quorum and cluster id."""
+
+    node_id: int
+    port: int
+    controller_port: int
+    #: ``controller.quorum.voters`` of the cluster: ``1@127.0.0.1:<port>,2@...``
+    voters: str
+    cluster_id: str
+
+
 class EmbeddedBroker(ChildServer):
     """An Apache Kafka KRaft node on free 127.0.0.1 ports.
 
@@ -116,6 +129,7 @@ class EmbeddedBroker(ChildServer):
         acls: bool = False,
         users: Iterable[str] = ("alice",),
         full_jit: bool = False,
+        node: ClusterNode | None = None,
     ) -> None:
         if acls and security == "PLAINTEXT":
             msg = "acls need a secured broker (security='SASL_SSL' or 'SSL'): PLAINTEXT has no principals"
@@ -130,6 +144,9 @@ class EmbeddedBroker(ChildServer):
         self._log_dir = Path(log_dir) if log_dir is not None else None
         self._startup_timeout_s = startup_timeout_s
         self._overrides = dict(overrides or {})
+        #: this node's place in a cluster (:class:`connectors.kafka.cluster.EmbeddedCluster`); None: alone
+        self._node = node
+        self._formatted = False
         self._proc: subprocess.Popen[bytes] | None = None
         self._out: Path | None = None
         self.bootstrap = ""
@@ -143,8 +160,12 @@ class EmbeddedBroker(ChildServer):
         return self._log_dir
 
     # -- lifecycle ---------------------------------------------------------------------------------------
-    def start(self) -> EmbeddedBroker:
-        """Format the log folder if new, start the broker and wait until a metadata request answers."""
+    def start(self, wait: bool = True) -> EmbeddedBroker:
+        """Format the log folder if new, start the broker and wait until a metadata request answers.
+
+        ``wait=False``: return once the process runs (a cluster's nodes are all launched before any of
+        them can answer: a node waits for a quorum of controllers); :meth:`wait_ready` then waits.
+        """
         if self._proc is not None:
             return self
         from connectors.jars import broker_classpath
@@ -175,16 +196,24 @@ class EmbeddedBroker(ChildServer):
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 preexec_fn=die_with_parent,  # noqa: PLW1509 - setsid + parent-death signal
             )
+        self._formatted = formatted
+        if wait:
+            self.wait_ready()
+        return self
+
+    def wait_ready(self) -> EmbeddedBroker:
+        """Wait until the started broker answers a metadata request (a failure stops it)."""
+        assert self._proc is not None, "start() first"
         try:
             self._wait_ready()
-            if formatted and self._secured is not None:  # a kept folder: users named since its format
+            if self._formatted and self._secured is not None:  # a kept folder: users named since its format
                 for user in self._secured.users:
                     self.add_user(user)
         except BaseException:
             self.stop()
             raise
         logger.info('embedded kafka started bootstrap="%s" pid="%s" log_dir="%s"',
-                    self.bootstrap, self._proc.pid, self._log_dir)
+                    self.bootstrap, self._proc.pid if self._proc else None, self._log_dir)
         return self
 
     def _ports(self) -> tuple[int, int, int]:
@@ -192,6 +221,8 @@ class EmbeddedBroker(ChildServer):
         assert self._log_dir is not None
         saved = self._log_dir / "ports.json"
         secured = self.security != "PLAINTEXT"
+        if self._node is not None:  # a cluster's node: its ports were chosen with the cluster's
+            return self._node.port, self._node.controller_port, 0
         if self._port is None and saved.exists():
             with contextlib.suppress(ValueError, KeyError, OSError):
                 old = json.loads(saved.read_text())
@@ -217,10 +248,13 @@ class EmbeddedBroker(ChildServer):
         }
         if self._secured is not None:
             listeners = self._secured.broker_properties(port, mport, cport)
+        node_id = 1 if self._node is None else self._node.node_id
+        voters = f"1@127.0.0.1:{cport}" if self._node is None else self._node.voters
         conf = {
             **BROKER_DEFAULTS,
             **listeners,
-            "controller.quorum.voters": f"1@127.0.0.1:{cport}",
+            "node.id": str(node_id),
+            "controller.quorum.voters": voters,
             "log.dirs": str(self._log_dir / "data"),
             **self._overrides,
         }
@@ -233,7 +267,8 @@ class EmbeddedBroker(ChildServer):
 
     def _format(self, classpath: str, props: Path) -> None:
         cmd = [_java(), "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", classpath, "kafka.tools.StorageTool",
-               "format", f"--cluster-id={_cluster_id()}", "-c", str(props), "--ignore-formatted"]
+               "format", f"--cluster-id={self._node.cluster_id if self._node else new_cluster_id()}", "-c",
+               str(props), "--ignore-formatted"]
         # SCRAM users (secured mode): their passwords are on this short-lived command line only
         scram = self._secured.format_args() if self._secured is not None else []
         done = subprocess.run(cmd + scram, capture_output=True, text=True, check=False, timeout=120)  # noqa: S603
@@ -380,7 +415,7 @@ class EmbeddedBroker(ChildServer):
         logger.info('embedded kafka stopped bootstrap="%s"', self.bootstrap)
 
 
-def _cluster_id() -> str:
+def new_cluster_id() -> str:
     """A random Kafka cluster id (22 characters of URL-safe base64 of a UUID).
 
     About one id in 32 starts with ``-``; Kafka's argument parser would read such an id as an option

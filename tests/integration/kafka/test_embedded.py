@@ -16,14 +16,14 @@ pytestmark = pytest.mark.integration
 def test_cluster_ids_never_start_with_a_dash(monkeypatch):
     # 0xF8 is the byte whose first six bits encode as "-" in URL-safe base64.
     monkeypatch.setattr(uuid, "uuid4", lambda: uuid.UUID(bytes=b"\xf8" + bytes(15)))
-    cid = embedded._cluster_id()  # noqa: SLF001
+    cid = embedded.new_cluster_id()
     assert len(cid) == 22
     assert not cid.startswith("-")
 
 
 def test_a_cluster_id_starting_with_a_dash_still_formats_and_starts(monkeypatch, tmp_path):
     # One start in ~32 drew such an id and Kafka's argument parser took it for an option (CI, session 5).
-    monkeypatch.setattr(embedded, "_cluster_id", lambda: "-" + "A" * 21)
+    monkeypatch.setattr(embedded, "new_cluster_id", lambda: "-" + "A" * 21)
     broker = EmbeddedBroker(log_dir=tmp_path / "kafka").start()
     try:
         admin = KafkaAdmin(broker.bootstrap)

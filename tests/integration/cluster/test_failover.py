@@ -1,0 +1,128 @@
+"""Kafka as a cluster fails: three KRaft nodes (``connectors/kafka/cluster.py``), a partition's leader
+SIGKILLed under a job's backfill and under the live stream, every node restarted in turn under a live
+producer with ``acks=all`` — every job ends exactly once, offset by offset.
+
+Slow (``make test-slow``): three broker JVMs, and each kill waits out the controller's broker session
+timeout (3 s here; Kafka's default is 9 s) before a new leader is elected.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.daemon.conftest import INTERVAL_S, Producer, exactly_once, finished, wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
+
+PARTITIONS = 4
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    from connectors.kafka.cluster import EmbeddedCluster
+
+    with EmbeddedCluster(3, overrides={"broker.session.timeout.ms": "3000",
+                                       "broker.heartbeat.interval.ms": "500"}) as c:
+        yield c
+
+
+@pytest.fixture
+def topic(cluster) -> str:
+    from connectors.kafka.admin import KafkaAdmin
+
+    name = f"failover-{uuid.uuid4().hex[:8]}"
+    admin = KafkaAdmin(cluster.bootstrap)
+    try:
+        admin.create_topic(name, PARTITIONS, replication_factor=3)
+    finally:
+        admin.close()
+    return name
+
+
+@pytest.fixture
+def daemon_on(spark, cluster, tmp_path: Path):
+    from source_backfill.config import load_settings
+    from source_backfill.daemon import Daemon
+
+    started: list[Any] = []
+
+    def make(topic: str, jobs: list[dict[str, Any]]) -> Any:
+        settings = load_settings(
+            daemon={"state_root": str(tmp_path / "state"), "shutdown_timeout_s": 60},
+            api={"port": 0}, metrics={"port": None},
+            sources=[{"name": "src", "bootstrap_servers": cluster.bootstrap, "topics": [topic],
+                      "trigger_interval_s": INTERVAL_S}],
+            jobs=jobs,
+        )
+        daemon = Daemon(settings)
+        daemon.start()
+        started.append(daemon)
+        return daemon
+
+    yield make
+    for daemon in started:
+        daemon.stop()
+
+
+def _producer(cluster, topic: str) -> Producer:
+    return Producer(cluster.bootstrap, topic, {"acks": "all", "enable.idempotence": "true"})
+
+
+def _new_leader(cluster, topic: str, partition: int, old: int) -> int:
+    return wait_for(lambda: (leader := cluster.leader(topic, partition)) not in (-1, old) and leader,
+                    timeout=120, what=f"a new leader of {topic}:{partition}")
+
+
+def test_the_leader_killed_mid_backfill_and_under_the_live_stream_ends_exactly_once(
+    cluster, topic, daemon_on, tmp_path
+):
+    p = _producer(cluster, topic)
+    p.send(40_000, PARTITIONS)
+    p.stream(PARTITIONS, per_second=100)
+    try:
+        d = daemon_on(topic, [{"name": "deep", "source": "src", "sink_path": str(tmp_path / "deep"),
+                               "rate_limit": 4000}])
+        wait_for(lambda: "deep" in d.sources["src"].jobs and d.sources["src"].jobs["deep"].states is not None,
+                 what="the job attached")
+        # the leader of partition 0 dies while the job copies its history
+        assert not finished(d, "deep")
+        first = cluster.leader(topic, 0)
+        cluster.kill(first)
+        _new_leader(cluster, topic, 0, first)
+        cluster.restart(first)
+        wait_for(lambda: finished(d, "deep"), timeout=300, what="the backfill finished")
+        # now the live stream's leader of partition 1
+        second = cluster.leader(topic, 1)
+        cluster.kill(second)
+        _new_leader(cluster, topic, 1, second)
+        time.sleep(3 * INTERVAL_S)
+        cluster.restart(second)
+        assert d.registry.get("deep").error is None
+    finally:
+        p.stop()
+    exactly_once(tmp_path / "deep", cluster.bootstrap, [topic])
+
+
+def test_every_node_restarted_in_turn_under_acks_all_ends_exactly_once(cluster, topic, daemon_on, tmp_path):
+    p = _producer(cluster, topic)
+    p.send(20_000, PARTITIONS)
+    p.stream(PARTITIONS, per_second=100)
+    try:
+        d = daemon_on(topic, [{"name": "rolled", "source": "src", "sink_path": str(tmp_path / "rolled"),
+                               "rate_limit": 2000}])
+        for node in sorted(cluster.nodes):  # a rolling restart, as an upgrade does
+            cluster.kill(node)
+            time.sleep(2)
+            cluster.restart(node)
+            wait_for(lambda: all(len(cluster.in_sync(topic, q)) == 3 for q in range(PARTITIONS)),
+                     timeout=120, what="every replica in sync again")
+        wait_for(lambda: finished(d, "rolled"), timeout=300, what="the backfill finished")
+        assert d.registry.get("rolled").error is None
+    finally:
+        p.stop()
+    exactly_once(tmp_path / "rolled", cluster.bootstrap, [topic])
