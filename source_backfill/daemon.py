@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: Seconds between two looks of the partition watch at the Kafka sources' partitions (a metadata request).
+PARTITION_WATCH_TICKS = 5
+
 #: The exit code of a daemon whose Spark JVM died (its supervisor restarts it).
 EXIT_JVM_GONE = 70
 #: After the JVM died, the process exits within this many seconds even if stopping the rest hangs.
@@ -397,7 +400,10 @@ class Daemon:
         live = self.jvm_error is None
         ok = live and all(s["healthy"] for s in sources.values())
         ready = ok and self._started.is_set() and all(s["ready"] for s in sources.values())
-        return _redacted_dict({"ok": ok, "ready": ready, "live": live, "jvm_error": self.jvm_error,
+        degraded = any(s.get("degraded") for s in sources.values())
+        state = "unhealthy" if not ok else "degraded" if degraded else "ok"
+        return _redacted_dict({"ok": ok, "status": state, "ready": ready, "live": live,
+                               "jvm_error": self.jvm_error,
                           "uptime_s": round(time.time() - self.started_at, 1), "sources": sources},
                          self.settings.daemon.state_root)
 
@@ -413,10 +419,34 @@ class Daemon:
         return str(self._broker.bootstrap)
 
     def _watch_lag(self) -> None:
+        ticks = 0
         while not self._stop.wait(1.0):
             for name, source in self.sources.items():
                 if source.last_epoch_at is not None:
                     metrics.EPOCH_LAG.labels(name).set(time.time() - source.last_epoch_at)
+            ticks += 1
+            if ticks % PARTITION_WATCH_TICKS == 0:
+                self._watch_partitions()
+
+    def _watch_partitions(self) -> None:
+        """Each Kafka source's partitions without a leader or under-replicated: its ``degraded`` state."""
+        for name, source in list(self.sources.items()):
+            admin = getattr(source, "admin", None)
+            if admin is None or self._stop.is_set():
+                continue
+            config = source.config
+            seen = admin.partition_health(config.topics, config.topic_pattern, timeout_s=2.0)
+            if seen is None:  # no answer: a broker outage shows in the source's own errors
+                continue
+            metrics.KAFKA_PARTITIONS_NO_LEADER.labels(name).set(len(seen.no_leader))
+            metrics.KAFKA_PARTITIONS_UNDER_REPLICATED.labels(name).set(len(seen.under_replicated))
+            problems = tuple(seen.problems())
+            if problems != source.degraded:
+                if problems:
+                    logger.warning('source degraded source="%s" why="%s"', name, "; ".join(problems))
+                else:
+                    logger.info('source no longer degraded source="%s"', name)
+            source.degraded = problems
 
 
 def _redacted_dict(value: dict[str, Any], state_root: Path) -> dict[str, Any]:

@@ -191,6 +191,17 @@ JOB_EPOCHS_SKIPPED = Counter(
     "offsets).",
     ["job"],
 )
+KAFKA_PARTITIONS_NO_LEADER = Gauge(
+    PREFIX + "kafka_partitions_without_leader",
+    "Partitions of the source's topics without a leader, as the cluster's metadata said at the last look "
+    "(every 5 s): their reads wait for a new leader.",
+    ["source"],
+)
+KAFKA_PARTITIONS_UNDER_REPLICATED = Gauge(
+    PREFIX + "kafka_partitions_under_replicated",
+    "Partitions of the source's topics with fewer in-sync replicas than replicas (a broker down or behind).",
+    ["source"],
+)
 DEAD_LETTERS = Counter(
     PREFIX + "dead_letters",
     "Records a job could not decode, merged into its dead-letter table (format.on_decode_error = "

@@ -10,6 +10,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from tenacity import RetryCallState, retry_if_exception, stop_after_delay, wait_exponential
@@ -164,6 +165,25 @@ def retry_if_splits_exist(exc: Exception, client: Any, tps: Iterable[Any], timeo
         raise KafkaException(leaderless) from exc
 
 
+@dataclass(frozen=True)
+class PartitionHealth:
+    """A source's partitions as the cluster's metadata sees them: without a leader, under-replicated."""
+
+    no_leader: tuple[str, ...] = ()
+    under_replicated: tuple[str, ...] = ()
+
+    def problems(self) -> list[str]:
+        """What a degraded source says (empty: every partition has a leader and all its replicas in sync)."""
+        out = []
+        if self.no_leader:
+            shown = ", ".join(self.no_leader[:5])
+            out.append(f"{len(self.no_leader)} partition(s) without a leader: {shown}")
+        if self.under_replicated:
+            out.append(f"{len(self.under_replicated)} partition(s) under-replicated (fewer in-sync replicas "
+                       f"than replicas): {', '.join(self.under_replicated[:5])}")
+        return out
+
+
 def call_with_retry(fn: Callable[[], T], what: str, deadline_s: float, bootstrap: str,
                     cause: Callable[[], str | None] | None = None) -> T:
     """Run ``fn``, retrying retriable Kafka errors until ``deadline_s``; unreachable -> BrokerUnavailable.
@@ -289,6 +309,31 @@ class KafkaAdmin:
             return {name: len(t.partitions) for name, t in md.topics.items() if t.error is None}
 
         return self._retry(fetch, "list topics")
+
+    def partition_health(self, topics: Iterable[str] = (), pattern: str | None = None,
+                         timeout_s: float = 5.0) -> PartitionHealth | None:
+        """Which partitions of ``topics`` (or of the topics matching ``pattern``) lack a leader or replicas.
+
+        One metadata request, not retried: None when the cluster did not answer within ``timeout_s``.
+        """
+        import re
+
+        try:
+            md = self._admin.list_topics(timeout=timeout_s)
+        except Exception:  # noqa: BLE001 - no answer: unknown, not "all well"
+            return None
+        wanted = set(topics)
+        matcher = re.compile(pattern) if pattern else None
+        no_leader, under = [], []
+        for name, meta in sorted(md.topics.items()):
+            if meta.error is not None or not (name in wanted or (matcher and matcher.fullmatch(name))):
+                continue
+            for pid, part in sorted(meta.partitions.items()):
+                if part.leader < 0:
+                    no_leader.append(f"{name}:{pid}")
+                elif len(part.isrs) < len(part.replicas):
+                    under.append(f"{name}:{pid}")
+        return PartitionHealth(tuple(no_leader), tuple(under))
 
     # -- topics --------------------------------------------------------------------------------------
     def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 1) -> None:

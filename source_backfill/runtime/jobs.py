@@ -465,6 +465,10 @@ class JobHost(ABC, Generic[J]):
             self.registry.publish_progress(name, replace(progress, lag_s=lag))
 
     # -- health -----------------------------------------------------------------------------------------
+    #: What keeps the source from full health without stopping it (Kafka partitions without a leader or
+    #: under-replicated, as the daemon's watch last saw them): ``/health`` says ``degraded``, still 200.
+    degraded: tuple[str, ...] = ()
+
     def health(self, stale_after_intervals: float) -> dict[str, Any]:
         """Whether the source is healthy: not failing, its last epoch recent enough."""
         age = time.time() - (self.last_epoch_at or self.started_at)
@@ -476,6 +480,7 @@ class JobHost(ABC, Generic[J]):
             problems.append(f"no epoch for {age:.0f}s (more than {stale_after:.0f}s)")
         lagging = {name: round(lag, 1) for name in sorted(self.jobs) if (lag := self.lanes.lag_s(name)) > 0}
         return {
+            "degraded": list(self.degraded),
             "lagging_jobs": lagging,
             "healthy": not problems,
             "ready": self.last_epoch_at is not None and not problems,

@@ -94,8 +94,14 @@ def test_the_leader_killed_mid_backfill_and_under_the_live_stream_ends_exactly_o
         first = cluster.leader(topic, 0)
         cluster.kill(first)
         _new_leader(cluster, topic, 0, first)
+        # /health: degraded (its partitions under-replicated), still ok (200) and ready, the cause named
+        health = wait_for(lambda: (h := d.health())["status"] == "degraded" and h, timeout=60,
+                          what="/health degraded")
+        assert health["ok"] and health["ready"]
+        assert any("under-replicated" in why for why in health["sources"]["src"]["degraded"])
         cluster.restart(first)
         wait_for(lambda: finished(d, "deep"), timeout=300, what="the backfill finished")
+        wait_for(lambda: d.health()["status"] == "ok", timeout=120, what="/health ok once in sync again")
         # now the live stream's leader of partition 1
         second = cluster.leader(topic, 1)
         cluster.kill(second)
