@@ -50,6 +50,7 @@ import pytest
 from source_backfill.testing.process import DaemonProcess, free_port
 
 if TYPE_CHECKING:
+    from connectors.kafka.cluster import EmbeddedCluster
     from connectors.kafka.embedded import EmbeddedBroker
 
 #: The Kafka image of the testcontainers path (``SOURCE_BACKFILL_KAFKA_IMAGE`` overrides it): the official
@@ -345,6 +346,29 @@ def mtls_broker() -> Iterator[EmbeddedBroker]:
     """An embedded ``SSL`` broker requiring client certificates for the session (``alice``'s made)."""
     with secured_kafka("SSL", acls=False) as broker:
         yield broker
+
+
+@contextmanager
+def kafka_cluster_of(nodes: int = 3) -> Iterator[EmbeddedCluster]:
+    """``nodes`` embedded KRaft brokers for the duration (replication ``nodes``, ``min.insync.replicas`` 2).
+
+    ``.bootstrap`` for clients and sources; ``kill(node)``, ``restart(node)``, ``leader(topic,
+    partition)`` and ``in_sync(topic, partition)`` for failover tests (the controllers elect a new leader
+    after the broker session timeout, 3 s here; Kafka's default is 9 s). Topics: create them with that
+    replication factor.
+    """
+    from connectors.kafka.cluster import EmbeddedCluster
+
+    with EmbeddedCluster(nodes, overrides={"broker.session.timeout.ms": "3000",
+                                           "broker.heartbeat.interval.ms": "500"}) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster() -> Iterator[EmbeddedCluster]:
+    """Three embedded KRaft brokers for the session (:func:`kafka_cluster_of`)."""
+    with kafka_cluster_of(3) as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="session")

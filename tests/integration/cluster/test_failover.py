@@ -24,10 +24,10 @@ PARTITIONS = 4
 
 @pytest.fixture(scope="module")
 def cluster():
-    from connectors.kafka.cluster import EmbeddedCluster
+    """The test kit's cluster (``source_backfill.testing.kafka_cluster_of``), one per module."""
+    from source_backfill.testing import kafka_cluster_of
 
-    with EmbeddedCluster(3, overrides={"broker.session.timeout.ms": "3000",
-                                       "broker.heartbeat.interval.ms": "500"}) as c:
+    with kafka_cluster_of(3) as c:
         yield c
 
 
