@@ -108,8 +108,13 @@ class LiveSource(JobHost[SourceBackfillJob]):
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def start(self) -> None:
-        """Recover this source's jobs from their tables, then start (and supervise) the live query."""
+        """Recover this source's jobs from their tables, then start (and supervise) the live query.
+
+        Not when one of its topics was created again since the source first read it (:meth:`_recreated`).
+        """
         self._recover_jobs()
+        if self._recreated():
+            return
         self._query = self._start_query()
         self._supervisor = threading.Thread(target=self._supervise, name=f"source-{self.name}", daemon=True)
         self._supervisor.start()
@@ -183,7 +188,7 @@ class LiveSource(JobHost[SourceBackfillJob]):
                 metrics.SOURCE_ERRORS.labels("", "live_query").inc()
                 logger.error('live query failed, restarting source="%s" in_s=%.0f error="%s"',
                              self.name, delay, self.error)
-            if self._stopping.is_set():
+            if self._stopping.is_set() or self._recreated():
                 return
             if self._stopping.wait(delay):
                 return
@@ -194,6 +199,30 @@ class LiveSource(JobHost[SourceBackfillJob]):
                 self.error = one_line(exc)
                 self.query_failures += 1
                 logger.error('live query restart failed source="%s" error="%s"', self.name, exc)
+
+    def _recreated(self) -> bool:
+        """Whether a topic of the source was deleted and created again: then the source stops for good.
+
+        Its checkpoint and its jobs' committed positions belong to the old topic's log (the new one's
+        offsets restart at 0): the live query is not (re)started and the source's jobs are failed, naming
+        the topic and both ids (``core/topic_ids.py``), never run against the new log.
+        """
+        from source_backfill.runtime.topic_record import recreated_topics
+
+        recreated = recreated_topics(self.admin, self.config, self.checkpoint.parent)
+        if not recreated:
+            return False
+        why = "; ".join(str(r) for r in recreated)
+        self.error = (f"{why}: source {self.name} stopped, its checkpoint and its jobs' positions belong to "
+                      "the old topic. To start over: stop the daemon, remove the source's folder under the "
+                      "state root (sources/<name>), and create its jobs again on new tables "
+                      "(docs/guides/kafka-failures.md)")
+        self.query_failures += 1
+        logger.error('source stopped: topic recreated source="%s" why="%s"', self.name, why)
+        for record in self.registry.list():
+            if record.source == self.name and record.error is None and not record.dropped:
+                self._fail(record.name, f"{why}: its table holds records of the old topic")
+        return True
 
     def _explained(self, error: str) -> str:
         """The query's error, with its cause said for a user (``connectors/kafka/security.py``).

@@ -1,0 +1,60 @@
+"""A topic deleted and created again under the same name (a new topic id, offsets from 0 again): the
+source stops instead of restarting its query for ever, and its jobs fail naming the topic and both ids —
+at once, and again after a restart of the daemon."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.integration.daemon.conftest import finished, job_spec, wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # ~70 s: make test-slow
+
+
+def _recreate(bootstrap: str, topic: str, partitions: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.delete_topics([topic])[topic].result(30)
+    deadline = time.monotonic() + 60
+    while True:  # the deletion completes in the background: create again once the name is free
+        try:
+            admin.create_topics([NewTopic(topic, partitions)])[topic].result(30)
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def test_a_recreated_topic_stops_its_source_and_fails_its_jobs_naming_both_ids(
+    daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path
+):
+    topic = new_topic(2)
+    p = producer_for(topic)
+    p.send(1000, 2)
+    state = tmp_path / "state"
+    d = daemon_factory([topic], [job_spec("before", tmp_path)], state_root=state)
+    wait_for(lambda: finished(d, "before"), what="the job finished")
+    recorded = (state / "sources" / "src" / "topic_ids.json").read_text()
+    assert topic in recorded
+    _recreate(kafka_bootstrap, topic, 2)
+    p.send(100, 2, start=5000)
+
+    error = wait_for(lambda: d.registry.get("before").error, timeout=180, what="the job failed")
+    assert f"topic {topic} was deleted and created again (topic id " in error
+    source = d.sources["src"]
+    assert "stopped" in (source.error or "") and f"topic {topic}" in source.error
+    failures = source.query_failures
+    time.sleep(5)
+    assert source.query_failures == failures  # stopped: no restart loop
+    assert not d.health()["ok"]
+    d.stop()
+
+    # a restart does not start the source again: the record still says which log its positions belong to
+    again = daemon_factory([topic], state_root=state)
+    wait_for(lambda: again.sources["src"].error, timeout=60, what="the source stopped again at start")
+    assert again.sources["src"]._query is None  # noqa: SLF001
+    assert again.registry.get("before").error is not None
