@@ -402,31 +402,29 @@ class KafkaAdmin:
             raise UnknownTopicError(msg)
         return [(t, p) for t in wanted for p in range(counts[t])]
 
-    def topic_ids(self, topics: Iterable[str] = (), pattern: str | None = None) -> dict[str, str]:
+    def topic_ids(self, topics: Iterable[str] = (), pattern: str | None = None,
+                  timeout_s: float = 10.0) -> dict[str, str]:
         """The topic id of each of ``topics`` (and of the topics matching ``pattern``) that exists now.
 
         Kafka gives a topic a new id when it is created again under the same name (its offsets restart at
-        0): a source compares them with the ids it recorded (``runtime/topic_ids.py``).
+        0): a source compares them with the ids it recorded (``runtime/topic_record.py``). One attempt
+        (two metadata requests), not retried: a cluster that does not answer raises.
         """
         import re
 
         from confluent_kafka import TopicCollection
 
-        def describe() -> dict[str, str]:
-            names = set(topics)
-            if pattern:
-                matcher = re.compile(pattern)
-                names |= {t for t in self.topic_partitions() if matcher.fullmatch(t)}
-            existing = set(self.topic_partitions())
-            wanted = sorted(names & existing)
-            if not wanted:
-                return {}
-            futs = self._admin.describe_topics(TopicCollection(wanted),
-                                               request_timeout=self._attempt_timeout())
-            return {name: str(fut.result(timeout=self._attempt_timeout()).topic_id)
-                    for name, fut in futs.items()}
-
-        return self._retry(describe, "describe topics")
+        md = self._admin.list_topics(timeout=timeout_s)
+        existing = {name for name, t in md.topics.items() if t.error is None}
+        names = set(topics)
+        if pattern:
+            matcher = re.compile(pattern)
+            names |= {t for t in existing if matcher.fullmatch(t)}
+        wanted = sorted(names & existing)
+        if not wanted:
+            return {}
+        futs = self._admin.describe_topics(TopicCollection(wanted), request_timeout=timeout_s)
+        return {name: str(fut.result(timeout=timeout_s).topic_id) for name, fut in futs.items()}
 
     def retention_ms(self, topics: Iterable[str]) -> dict[str, int | None]:
         """Each topic's ``retention.ms`` (None: kept forever, -1 in Kafka) and compaction counted as none.
