@@ -132,3 +132,97 @@ def test_every_node_restarted_in_turn_under_acks_all_ends_exactly_once(cluster, 
     finally:
         p.stop()
     exactly_once(tmp_path / "rolled", cluster.bootstrap, [topic])
+
+
+def _java_hash(text: str) -> int:
+    """Java's ``String.hashCode`` (Kafka places a transactional id by it)."""
+    h = 0
+    for ch in text:
+        h = (31 * h + ord(ch)) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def _coordinator(cluster, txn_id: str) -> int:
+    """The node coordinating ``txn_id``: the leader of its ``__transaction_state`` partition."""
+    from connectors.kafka.embedded import BROKER_DEFAULTS
+
+    partitions = int(BROKER_DEFAULTS["transaction.state.log.num.partitions"])
+    return cluster.leader("__transaction_state", (_java_hash(txn_id) & 0x7FFFFFFF) % partitions)
+
+
+def test_the_transaction_coordinator_killed_mid_transaction_aborted_never_committed_once(
+    cluster, topic, daemon_on, tmp_path
+):
+    """A transactional producer whose coordinator's node dies inside a transaction: the records of the
+    transactions that committed are in the table once, those of aborted ones (by the producer, or by the
+    coordinator's failover) never."""
+    import threading
+
+    from confluent_kafka import KafkaException, Producer
+    from deltalake import DeltaTable
+
+    txn_id = f"tx-{uuid.uuid4().hex[:10]}"
+    committed: list[str] = []
+    stop, inside = threading.Event(), threading.Event()
+
+    def produce() -> None:
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": txn_id,
+                             "transaction.timeout.ms": 20000, "log_level": 0})
+        producer.init_transactions(60)
+        def finish(commit: bool) -> bool:
+            """Commit (or abort) the open transaction, asking again while the outcome is not known."""
+            while True:
+                try:
+                    if commit:
+                        producer.commit_transaction(60)
+                    else:
+                        producer.abort_transaction(60)
+                    return commit
+                except KafkaException as exc:
+                    err = exc.args[0]
+                    if err.retriable():
+                        continue  # the outcome is not known yet: the same call again
+                    if err.txn_requires_abort():
+                        producer.abort_transaction(60)
+                        return False
+                    raise
+
+        n = 0
+        while not stop.is_set():
+            values = [f"t{n}-{i}" for i in range(20)]
+            producer.begin_transaction()
+            try:
+                for v in values:
+                    producer.produce(topic, value=v.encode(), partition=n % PARTITIONS)
+                inside.set()
+                producer.flush(30)
+                time.sleep(0.05)
+                ok = True
+            except KafkaException:
+                ok = False
+            if finish(ok and n % 3 != 2):
+                committed.extend(values)
+            n += 1
+
+    thread = threading.Thread(target=produce, daemon=True)
+    thread.start()
+    try:
+        d = daemon_on(topic, [{"name": "tx", "source": "src", "sink_path": str(tmp_path / "tx")}])
+        wait_for(lambda: len(committed) >= 200, timeout=120, what="transactions committed")
+        node = wait_for(lambda: (c := _coordinator(cluster, txn_id)) > 0 and c, what="the coordinator")
+        inside.clear()
+        inside.wait(30)  # inside a transaction
+        cluster.kill(node)
+        wait_for(lambda: (c := _coordinator(cluster, txn_id)) not in (-1, node) and c, timeout=120,
+                 what="a new coordinator")
+        cluster.restart(node)
+        have = len(committed)
+        wait_for(lambda: len(committed) >= have + 200, timeout=180, what="transactions after the failover")
+    finally:
+        stop.set()
+        thread.join(120)
+    exactly_once(tmp_path / "tx", cluster.bootstrap, [topic])
+    values = DeltaTable(str(tmp_path / "tx")).to_pyarrow_table(columns=["value"]).column("value").to_pylist()
+    got = sorted(v.decode() for v in values)
+    assert got == sorted(committed)  # each committed record once, nothing of an aborted transaction
+    assert d.registry.get("tx").error is None
