@@ -306,8 +306,9 @@ class Daemon:
 
                 def for_timestamp(splits: list[str], ts_ms: int) -> dict[str, int]:  # as the attach did
                     return offsets_for_timestamp(admin, [(a.path, None) for a in archives], splits, ts_ms)
+            also = [spec.dead_letter_path] if spec.dead_letter_path else []  # each offset in one of two
             return verify_job(spec.sink_path, name, admin, bootstrap, options, start=spec.start, archive=held,
-                              for_timestamp=for_timestamp)
+                              for_timestamp=for_timestamp, also=also)
 
         return run
 

@@ -208,6 +208,7 @@ def verify_job(
     timeout_s: float = 600.0,
     archive: Mapping[str, Sequence[tuple[int, int]]] | None = None,
     for_timestamp: Callable[[list[str], int], dict[str, int]] | None = None,
+    also: Sequence[str] = (),
 ) -> VerifyResult:
     """Check a Kafka job's table against the log, offset by offset, up to the job's committed positions.
 
@@ -224,6 +225,10 @@ def verify_job(
     log as above. ``for_timestamp(splits, ts_ms)``: how the job resolved a timestamp start (default
     Kafka's ListOffsets; a job reading an archive: the archive's first offset at or after it below the log
     start, when it holds one).
+
+    ``also``: more tables of the job whose offsets count as its table's (its dead-letter table: every
+    offset is in exactly one of the two), below the committed positions only (a dead letter is committed
+    before the job's commit of its epoch, so one above them is not the job's yet).
 
     Nothing is loaded whole: the table is scanned in record batches of its three offset columns (one
     version, the one the positions come from) into one count per offset of ``[lo, hi)`` (a byte each,
@@ -268,13 +273,13 @@ def verify_job(
                 seen = found[s]
                 found[s] = low if seen is None else min(seen, low)
         lows = {s: (v if v is not None else positions[s][1]) for s, v in found.items()}
-    grouped = _scan_offsets(dt, batch_rows)
+    extra = [DeltaTable(path) for path in also if DeltaTable.is_deltatable(path)]
     for s in splits:
         hi = positions[s][1] if positions[s][1] >= 0 else lows[s]
         lo = min(lows[s], hi)
         tallies[s] = SplitTally(s, lo, hi, kafka_from=max(lo, firsts[s]))
         counts[s] = np.zeros(hi - lo, dtype=np.uint8)
-    for s, offs in grouped:
+    for s, offs in _scans(dt, extra, tallies, batch_rows):
         tally = tallies.get(s)
         if tally is None:  # a split the job's state does not know
             tallies[s] = tally = SplitTally(s, 0, 0)
@@ -325,6 +330,17 @@ def _tally_seen(tally: SplitTally, counts: Any, arr: Any) -> None:
     tally.note("missing", arr[seen == 0] + tally.lo, int((seen == 0).sum()))
     tally.note("duplicated", arr[seen > 1] + tally.lo, int((seen > 1).sum()))
     counts[arr] = 0
+
+
+def _scans(dt: Any, extra: Sequence[Any], tallies: Mapping[str, SplitTally],
+           batch_rows: int) -> Iterator[tuple[str, Any]]:
+    """The job's table's offsets, then those of its other tables below each split's committed position."""
+    yield from _scan_offsets(dt, batch_rows)
+    for other in extra:
+        for s, offs in _scan_offsets(other, batch_rows):
+            tally = tallies.get(s)
+            if tally is not None:
+                yield s, offs[offs < tally.hi]
 
 
 def _scan_offsets(dt: Any, batch_rows: int) -> Iterator[tuple[str, Any]]:
