@@ -94,7 +94,7 @@ docs: $(STAMP)
 ## SECURED=1: against the embedded broker's SASL_SSL mode (SCRAM, a private CA, ACLs on).
 CYCLES ?= 200
 chaos: $(STAMP) jars
-	$(PY) -m tests.chaos --cycles $(CYCLES) $(if $(SECURED),--secured)
+	$(PY) -m tests.chaos --cycles $(CYCLES) $(if $(SECURED),--secured) $(if $(CLUSTER),--cluster)
 
 ## Benchmarks print ratios against a baseline measured in the same run and merge their figures into
 ## bench/results/latest.json; BENCH_ARGS="--quick" is a smoke run, BENCH_ARGS="load" one module.

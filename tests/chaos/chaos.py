@@ -46,9 +46,12 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from source_backfill.testing.process import DaemonProcess, free_port
+
+if TYPE_CHECKING:
+    from connectors.kafka.cluster import EmbeddedCluster
 
 HISTORY = 200_000
 PARTITIONS = 4
@@ -138,6 +141,9 @@ class Summary:
     #: Kills that landed while the heavy job was lagging (skipping epochs), or failed past its bound.
     killed_lagging: int = 0
     killed_failed: int = 0
+    #: Cluster mode: brokers SIGKILLed (one at a time, the daemon killed after it, the broker restarted at
+    #: a later cycle's start or left down across a daemon restart).
+    broker_kills: int = 0
 
     @property
     def ok(self) -> bool:
@@ -155,7 +161,7 @@ class Summary:
                 f"skipped={self.skipped} rejoins={self.rejoins} bound_hits={self.bound_hits} "
                 f"beside_bound_hits={self.beside_bound_hits} retries={self.retries} "
                 f"killed_lagging={self.killed_lagging} killed_failed={self.killed_failed} "
-                f"seed={self.seed} "
+                f"broker_kills={self.broker_kills} seed={self.seed} "
                 f"seconds={self.seconds:.0f}")
 
 
@@ -454,11 +460,13 @@ def _count_log(log: Path, summary: Summary) -> None:
 
 def run_chaos(bootstrap: str, workdir: Path, cycles: int, seed: int | None = None,
               out: Callable[[str], None] = print, *, kafka: Mapping[str, str] | None = None,
-              security: Mapping[str, str] | None = None) -> Summary:
+              security: Mapping[str, str] | None = None, cluster: EmbeddedCluster | None = None) -> Summary:
     """Run ``cycles`` kill/restart cycles against ``bootstrap``; return what was found.
 
     A secured cluster: ``kafka``, the librdkafka settings of the suite's own clients (its producers,
-    admin and checks); ``security``, the daemon's sources' ``security`` section.
+    admin and checks); ``security``, the daemon's sources' ``security`` section. ``cluster``: the brokers
+    of ``bootstrap`` (topics replicated to each): in half the cycles a broker is SIGKILLed shortly before
+    the daemon (never two at once), and restarted at the start of a later cycle or left down across it.
     """
     from connectors.kafka.admin import KafkaAdmin
     from source_backfill.verify import check_exactly_once
@@ -472,10 +480,11 @@ def run_chaos(bootstrap: str, workdir: Path, cycles: int, seed: int | None = Non
     kafka = {k: v for k, v in (kafka or {}).items() if k != "bootstrap.servers"}
     admin = KafkaAdmin(bootstrap, kafka)
     topic = f"chaos-{uuid.uuid4().hex[:8]}"
-    admin.create_topic(topic, PARTITIONS)
+    replicas = 1 if cluster is None else len(cluster.nodes)
+    admin.create_topic(topic, PARTITIONS, replication_factor=replicas)
     producer = _Producer(bootstrap, topic, rate=200, kafka=kafka)
     slow_topic = f"{topic}-slow"
-    admin.create_topic(slow_topic, SLOW_PARTITIONS)
+    admin.create_topic(slow_topic, SLOW_PARTITIONS, replication_factor=replicas)
     slow = _Producer(bootstrap, slow_topic, rate=SLOW_RATE, partitions=SLOW_PARTITIONS, kafka=kafka)
     producer.fill(HISTORY)
     _archive(workdir / "archive", topic)  # the first ARCHIVED offsets of each partition, then gone
@@ -492,8 +501,12 @@ def run_chaos(bootstrap: str, workdir: Path, cycles: int, seed: int | None = Non
         grown = True
 
     daemon = _Daemon(workdir, bootstrap, topic, slow_topic, security)
+    down: int | None = None  # cluster mode: the broker killed and not restarted yet
     try:
         for cycle in range(1, cycles + 1):
+            if down is not None and rng.random() < 0.5:
+                cluster.restart(down)  # type: ignore[union-attr]
+                down = None
             daemon.start()
             daemon.wait_ready()
             ready_at = time.monotonic()
@@ -515,6 +528,13 @@ def run_chaos(bootstrap: str, workdir: Path, cycles: int, seed: int | None = Non
             archive_part = daemon.in_archive_part("deep")
             heavy = daemon.status("heavy")
             summary.skipped += daemon.counter("job_epochs_skipped_total", "heavy")
+            broker = ""
+            if cluster is not None and down is None and rng.random() < 0.5:
+                down = rng.choice(cluster.running())
+                cluster.kill(down)  # a leader of some partitions, maybe the controller: the daemon reads on
+                summary.broker_kills += 1
+                broker = f"; broker {down} killed"
+                time.sleep(rng.uniform(0.0, 3.0))
             daemon.kill()
             summary.mid_backfill += backfilling
             summary.mid_archive += archive_part
@@ -523,7 +543,10 @@ def run_chaos(bootstrap: str, workdir: Path, cycles: int, seed: int | None = Non
             summary.cycles = cycle
             summary.events.append(f"{event}; {lane}")
             out(f"chaos: cycle {cycle}/{cycles} killed {delay:.1f}s after ready ({event}; {lane}; "
-                f"heavy {heavy})")
+                f"heavy {heavy}{broker})")
+        if down is not None:
+            cluster.restart(down)  # type: ignore[union-attr]
+            down = None
         daemon.start()
         daemon.wait_ready()
         daemon.request("POST", "/jobs/deep/resume")
@@ -655,10 +678,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--secured", action="store_true",
                         help="against the embedded broker's SASL_SSL mode (SCRAM, a private CA, ACLs on)")
+    parser.add_argument("--cluster", action="store_true",
+                        help="against three embedded brokers, a broker SIGKILLed in half the cycles")
     args = parser.parse_args(argv)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="chaos-"))
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-    if args.secured:
+    if args.cluster:
+        from source_backfill.testing import kafka_cluster_of
+
+        with kafka_cluster_of(3) as cluster:
+            summary = run_chaos(cluster.bootstrap, workdir, args.cycles, args.seed, cluster=cluster)
+    elif args.secured:
         from source_backfill.testing import secured_kafka
 
         with secured_kafka("SASL_SSL") as broker:
