@@ -31,6 +31,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.jobs import backfill_seconds
+from tests.fixtures.avro import VERSIONS, record
+
 QUICK = os.environ.get("BENCH_QUICK") == "1"
 RECORDS = int(os.environ.get("BENCH_FORMATS_RECORDS", "20000" if QUICK else "1000000"))
 EVOLUTION_RECORDS = int(os.environ.get("BENCH_FORMATS_EVOLUTION_RECORDS", "20000" if QUICK else "1000000"))
@@ -45,18 +48,8 @@ WIDE = {"type": "record", "name": "Payment", "fields": [
     {"name": "channel", "type": "string"}, {"name": "approved", "type": "boolean"},
     {"name": "note", "type": ["null", "string"], "default": None}]}
 
-_BASE = [{"name": "id", "type": "long"}, {"name": "qty", "type": "int"}, {"name": "sku", "type": "string"}]
-#: v1 ⊂ v2 ⊂ v3 ⊂ v4: each adds a field with a default
-EVOLUTION = {
-    1: {"type": "record", "name": "Order", "fields": _BASE},
-    2: {"type": "record", "name": "Order", "fields": [*_BASE, {"name": "note", "type": ["null", "string"],
-                                                                "default": None}]},
-    3: {"type": "record", "name": "Order", "fields": [
-        *_BASE, {"name": "note", "type": ["null", "string"], "default": None},
-        {"name": "channel", "type": "string", "default": "web"}]},
-}
-EVOLUTION[4] = {"type": "record", "name": "Order", "fields": [
-    *EVOLUTION[3]["fields"], {"name": "amount", "type": ["null", "double"], "default": None}]}
+#: v1 ⊂ v2 ⊂ v3 ⊂ v4 of the tests' Avro fixture, each adding a field with a default
+EVOLUTION = {v: schema.avro() for v, schema in VERSIONS.items()}
 
 
 def _register(url: str, subject: str, schema: dict[str, Any]) -> int:
@@ -72,17 +65,6 @@ def _wide(i: int) -> dict[str, Any]:
             "currency": ("EUR", "USD", "GBP")[i % 3], "merchant": f"merchant-{i % 5_000:05d}",
             "city": ("Lisbon", "Porto", "Braga", "Faro")[i % 4], "channel": ("web", "app", "pos")[i % 3],
             "approved": i % 11 != 0, "note": None if i % 4 else f"batch {i // 1000}"}
-
-
-def _order(version: int, i: int) -> dict[str, Any]:
-    rec: dict[str, Any] = {"id": i, "qty": i % 7, "sku": f"sku-{i}"}
-    if version >= 2:
-        rec["note"] = None if i % 2 else f"note {i}"
-    if version >= 3:
-        rec["channel"] = "app" if i % 3 else "web"
-    if version >= 4:
-        rec["amount"] = i / 4
-    return rec
 
 
 class _Writer:
@@ -118,21 +100,6 @@ class _Writer:
         return n
 
 
-def _backfill_s(daemon: Any, spec: dict[str, Any]) -> float:
-    from source_backfill.config import JobSpec
-
-    name = spec["name"]
-    t = time.monotonic()
-    daemon.registry.create(JobSpec.model_validate(spec))
-    jobs = daemon.sources[spec["source"]].jobs
-    while name not in jobs or not jobs[name].backfill_done:
-        if daemon.registry.get(name).error is not None:
-            msg = f"{name} failed: {daemon.registry.get(name).error}"
-            raise RuntimeError(msg)
-        time.sleep(0.1)
-    return time.monotonic() - t
-
-
 def _decoding_cost(daemon: Any, work: Path) -> dict[str, float]:
     kinds = {
         "raw": {},
@@ -142,12 +109,12 @@ def _decoding_cost(daemon: Any, work: Path) -> dict[str, float]:
     times: dict[str, list[float]] = {k: [] for k in kinds}
     for kind, extra in kinds.items():  # warm-up, not timed
         warm = f"{kind}-warm"
-        _backfill_s(daemon, {"name": warm, "source": "wide", "sink_path": str(work / warm), **extra})
+        backfill_seconds(daemon, {"name": warm, "source": "wide", "sink_path": str(work / warm), **extra})
     for pair in range(PAIRS):
         for kind, extra in kinds.items():
             name = f"{kind}-{pair}"
             spec = {"name": name, "source": "wide", "sink_path": str(work / name), **extra}
-            took = _backfill_s(daemon, spec)
+            took = backfill_seconds(daemon, spec)
             times[kind].append(took)
             print(f"  round {pair + 1}: {kind} backfill {took:.1f} s ({RECORDS / took:,.0f} records/s)",
                   flush=True)
@@ -184,7 +151,7 @@ def _evolution(daemon: Any, bootstrap: str, registry: str, writer: _Writer, ids:
                 ids[4] = _register(registry, f"{writer.topic}-value", EVOLUTION[4])
                 version = 4
             batch = range(next_id[0], next_id[0] + 50)
-            writer.write(ids[version], EVOLUTION[version], (_order(version, i) for i in batch))
+            writer.write(ids[version], EVOLUTION[version], (record(version, i) for i in batch))
             for i in batch:
                 sent[i] = version
             next_id[0] += 50
@@ -219,7 +186,7 @@ def _evolution(daemon: Any, bootstrap: str, registry: str, writer: _Writer, ids:
     for row in rows:
         i = row["id"]
         version = sent.get(i) or (1 if i < third else 2 if i < 2 * third else 3)
-        want = resolve(reader, parse(EVOLUTION[version])).project(_order(version, i))
+        want = resolve(reader, parse(EVOLUTION[version])).project(record(version, i))
         wrong += any(row[k] != v for k, v in want.items())
     ok = report.ok and wrong == 0 and len(rows) == EVOLUTION_RECORDS + len(sent)
     v4 = sum(v == 4 for v in sent.values())
@@ -253,7 +220,7 @@ def main() -> dict[str, Any]:
         third = EVOLUTION_RECORDS // 3
         spans = ((1, range(third)), (2, range(third, 2 * third)), (3, range(2 * third, EVOLUTION_RECORDS)))
         for v, span in spans:
-            orders.write(ids[v], EVOLUTION[v], (_order(v, i) for i in span))
+            orders.write(ids[v], EVOLUTION[v], (record(v, i) for i in span))
         base = {"bootstrap_servers": broker.bootstrap, "trigger_interval_s": 1.0,
                 "starting_offsets": "latest", "schema_registry": {"url": registry}}
         settings = load_settings(

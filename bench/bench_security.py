@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.jobs import backfill_seconds
 from bench.records import fill
 
 QUICK = os.environ.get("BENCH_QUICK") == "1"
@@ -48,20 +49,6 @@ def _history(broker: Any, config: dict[str, str]) -> None:
     t = time.monotonic()
     fill(broker.bootstrap, TOPIC, RECORDS, PARTITIONS, config)
     print(f"  {broker.security}: {RECORDS:,} records in {time.monotonic() - t:.1f} s", flush=True)
-
-
-def _backfill_s(daemon: Any, source: str, name: str, work: Path) -> float:
-    from source_backfill.config import JobSpec
-
-    t = time.monotonic()
-    daemon.registry.create(JobSpec(name=name, source=source, sink_path=str(work / name)))
-    jobs = daemon.sources[source].jobs
-    while name not in jobs or not jobs[name].backfill_done:
-        if daemon.registry.get(name).error is not None:
-            msg = f"{name} failed: {daemon.registry.get(name).error}"
-            raise RuntimeError(msg)
-        time.sleep(0.1)
-    return time.monotonic() - t
 
 
 def main() -> dict[str, float]:
@@ -87,10 +74,13 @@ def main() -> dict[str, float]:
         try:
             times: dict[str, list[float]] = {"plain": [], "secured": []}
             for source in ("plain", "secured"):  # warm-up, not timed
-                _backfill_s(daemon, source, f"{source}-warm", work)
+                warm = f"{source}-warm"
+                backfill_seconds(daemon, {"name": warm, "source": source, "sink_path": str(work / warm)})
             for pair in range(PAIRS):
                 for source in ("plain", "secured"):
-                    took = _backfill_s(daemon, source, f"{source}-{pair}", work)
+                    name = f"{source}-{pair}"
+                    spec = {"name": name, "source": source, "sink_path": str(work / name)}
+                    took = backfill_seconds(daemon, spec)
                     times[source].append(took)
                     rate = RECORDS / took
                     print(f"  pair {pair + 1}: {source} backfill {took:.1f} s ({rate:,.0f} records/s)",

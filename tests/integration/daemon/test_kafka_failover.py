@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +20,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900
 
 PARTITIONS = 4
 
-
 @pytest.fixture(scope="module")
 def cluster():
     """The test kit's cluster (``source_backfill.testing.kafka_cluster_of``), one per module."""
@@ -29,7 +27,6 @@ def cluster():
 
     with kafka_cluster_of(3) as c:
         yield c
-
 
 @pytest.fixture
 def topic(cluster) -> str:
@@ -43,40 +40,21 @@ def topic(cluster) -> str:
         admin.close()
     return name
 
-
 @pytest.fixture
-def daemon_on(spark, cluster, tmp_path: Path):
-    from source_backfill.config import load_settings
-    from source_backfill.daemon import Daemon
-
-    started: list[Any] = []
+def daemon_on(daemon_factory, cluster):
+    """``daemon_on(topic, jobs)``: the suite's in-process daemon (``daemon_factory``) on the cluster."""
 
     def make(topic: str, jobs: list[dict[str, Any]]) -> Any:
-        settings = load_settings(
-            daemon={"state_root": str(tmp_path / "state"), "shutdown_timeout_s": 60},
-            api={"port": 0}, metrics={"port": None},
-            sources=[{"name": "src", "bootstrap_servers": cluster.bootstrap, "topics": [topic],
-                      "trigger_interval_s": INTERVAL_S}],
-            jobs=jobs,
-        )
-        daemon = Daemon(settings)
-        daemon.start()
-        started.append(daemon)
-        return daemon
+        return daemon_factory([topic], jobs, bootstrap_servers=cluster.bootstrap)
 
-    yield make
-    for daemon in started:
-        daemon.stop()
-
+    return make
 
 def _producer(cluster, topic: str) -> Producer:
     return Producer(cluster.bootstrap, topic, {"acks": "all", "enable.idempotence": "true"})
 
-
 def _new_leader(cluster, topic: str, partition: int, old: int) -> int:
     return wait_for(lambda: (leader := cluster.leader(topic, partition)) not in (-1, old) and leader,
                     timeout=120, what=f"a new leader of {topic}:{partition}")
-
 
 def test_the_leader_killed_mid_backfill_and_under_the_live_stream_ends_exactly_once(
     cluster, topic, daemon_on, tmp_path
@@ -113,7 +91,6 @@ def test_the_leader_killed_mid_backfill_and_under_the_live_stream_ends_exactly_o
         p.stop()
     exactly_once(tmp_path / "deep", cluster.bootstrap, [topic])
 
-
 def test_every_node_restarted_in_turn_under_acks_all_ends_exactly_once(cluster, topic, daemon_on, tmp_path):
     p = _producer(cluster, topic)
     p.send(20_000, PARTITIONS)
@@ -133,7 +110,6 @@ def test_every_node_restarted_in_turn_under_acks_all_ends_exactly_once(cluster, 
         p.stop()
     exactly_once(tmp_path / "rolled", cluster.bootstrap, [topic])
 
-
 def _java_hash(text: str) -> int:
     """Java's ``String.hashCode`` (Kafka places a transactional id by it)."""
     h = 0
@@ -141,14 +117,12 @@ def _java_hash(text: str) -> int:
         h = (31 * h + ord(ch)) & 0xFFFFFFFF
     return h - (1 << 32) if h & 0x80000000 else h
 
-
 def _coordinator(cluster, txn_id: str) -> int:
     """The node coordinating ``txn_id``: the leader of its ``__transaction_state`` partition."""
     from connectors.kafka.embedded import BROKER_DEFAULTS
 
     partitions = int(BROKER_DEFAULTS["transaction.state.log.num.partitions"])
     return cluster.leader("__transaction_state", (_java_hash(txn_id) & 0x7FFFFFFF) % partitions)
-
 
 def test_the_transaction_coordinator_killed_mid_transaction_aborted_never_committed_once(
     cluster, topic, daemon_on, tmp_path
