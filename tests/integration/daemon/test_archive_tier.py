@@ -201,6 +201,7 @@ def test_an_archive_holding_an_offset_twice_fails_its_job_and_copies_nothing_twi
     assert job_of(d, "dup") is None
 
 
+@pytest.mark.slow  # make test-slow (issue 46's budget); make test keeps the trusted archive's hand-over
 def test_a_live_job_s_growing_table_as_a_trusted_archive_hands_over_to_kafka_and_live_exactly(
     daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path
 ):
@@ -295,6 +296,7 @@ def test_an_archive_whose_gaps_are_kafka_s_transaction_markers_copies_each_commi
     assert result.ok and result.totals()["records"] == 2 * 100, result.summary()
 
 
+@pytest.mark.slow  # make test-slow (issue 46's budget); make test keeps one archive's hand-over (above)
 def test_two_archives_in_order_then_kafka_then_live_each_record_once(
     daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path
 ):

@@ -498,6 +498,7 @@ def test_history_read_failures_keep_live_committing_then_backfill_resumes_exactl
     exactly_once(tmp_path / "j", kafka_bootstrap, [topic])
 
 
+@pytest.mark.slow  # ~20 s, a writer that is not the default: make test-slow (issue 46's budget)
 def test_a_job_written_by_delta_spark_is_exactly_once(
     daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path
 ):
