@@ -3,7 +3,7 @@
 ``make docs`` runs it before ``mkdocs build``. It writes, into ``docs/reference/`` (git-ignored: they are
 built, never edited):
 
-* ``configuration.md``: every key of the configuration model (``source_backfill/config.py``), with its
+* ``configuration.md``: every key of the configuration model (``source_backfill/config/``), with its
   type, default, environment variable and its ``Field(description=...)``;
 * ``http-api.md`` and ``openapi.json``: the OpenAPI schema the daemon's API serves at ``/openapi.json``
   (the app built as the daemon builds it, with a token, over an empty registry), operation by operation,
@@ -155,7 +155,7 @@ def config_reference() -> str:
     from source_backfill.config import Settings
 
     out = [GENERATED, "", "# Configuration reference", "",
-           "Every key of the configuration model (`source_backfill/config.py`), generated from it. A key is "
+           "Every key of the configuration model (`source_backfill/config/`), generated from it. A key is "
            "set in the TOML file given to `source-backfill run --config FILE`, or by its environment "
            "variable "
            f"(`{ENV_PREFIX}<SECTION>__<KEY>`), which wins over the file; lists (`sources`, `jobs`) come from "

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from connectors.schema_registry.decode import SCHEMA_ID, columns, decode, undecodable
 from connectors.schema_registry.stage import DecodedBatch, decode_batch
 from source_backfill import metrics
-from source_backfill.config import DEAD_LETTER_SUFFIX
+from source_backfill.config import DEAD_LETTER_SUFFIX, AvroFormat
 from source_backfill.core.schema_evolution import Record, parse
 from source_backfill.errors import (
     ConfigError,
@@ -93,13 +93,18 @@ class JobDecoding:
         self.spec = spec
         self.client = client
         self.reader = reader
-        self.policy = spec.format.evolution
-        self.dead_letter = spec.format.on_decode_error == "dead_letter"
+        fmt = spec.format
+        if not isinstance(fmt, AvroFormat):
+            msg = f'job "{spec.name}" decodes nothing (format.value = "{fmt.value}")'
+            raise ConfigError(msg)
+        self.policy = fmt.evolution
+        self.dead_letter = fmt.on_decode_error == "dead_letter"
 
     @classmethod
     def open(cls, spec: JobSpec, source: SourceConfig) -> JobDecoding | None:
         """The job's decoding (None for ``raw``): its reader from its table, else from the registry."""
-        if spec.format.value == "raw":
+        fmt = spec.format
+        if not isinstance(fmt, AvroFormat):
             return None
         if source.schema_registry is None:  # the config's check_job_fits_source says so first
             msg = f'job "{spec.name}": format.value = "avro" needs sources[].schema_registry'
@@ -110,9 +115,9 @@ class JobDecoding:
             if saved is not None:
                 reader = parse(saved)
             else:
-                subject = spec.format.subject or f"{source.topics[0]}-value"
-                version = (client.latest(subject) if spec.format.reader_version is None
-                           else client.version(subject, spec.format.reader_version))
+                subject = fmt.subject or f"{source.topics[0]}-value"
+                version = (client.latest(subject) if fmt.reader_version is None
+                           else client.version(subject, fmt.reader_version))
                 reader = parse(version.schema)
                 logger.info('job reader schema job="%s" subject="%s" version=%d id=%d', spec.name, subject,
                             version.version, version.id)

@@ -205,7 +205,7 @@ def _load(monkeypatch, toml: Path, env: dict[str, str]) -> Any:
         if key.startswith("SOURCE_BACKFILL_"):
             if key in NOT_CONFIG:
                 continue
-            assert _config_field(key), f"{key} is not a setting of source_backfill/config.py"
+            assert _config_field(key), f"{key} is not a setting of source_backfill/config/"
             monkeypatch.setenv(key, value)
     return load_settings(toml)
 

@@ -18,7 +18,7 @@ def config_models() -> list[type[BaseModel]]:
     """Every pydantic model ``source_backfill.config`` defines (``Settings`` and what it nests)."""
     return [value for value in vars(config).values()
             if inspect.isclass(value) and issubclass(value, BaseModel)
-            and value.__module__ == config.__name__ and value.model_fields]
+            and value.__module__.startswith(config.__name__) and value.model_fields]
 
 
 def undescribed(models: list[type[BaseModel]]) -> list[str]:
