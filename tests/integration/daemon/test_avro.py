@@ -138,6 +138,10 @@ def test_undecodable_records_go_to_the_dead_letter_table_each_offset_in_exactly_
         admin.close()
     letters = DeltaTable(str(dead)).to_pyarrow_table().to_pylist()
     assert len(letters) == 12 + 2
+    from source_backfill import metrics
+    from tests.integration.daemon.conftest import metric_total
+
+    assert metric_total(metrics.DEAD_LETTERS, job="dl") >= 14  # a record read again counts again
     errors = sorted({r["error"].split(" ")[0] for r in letters})
     assert errors == ["its", "not", "schema"], errors  # a cut body, another magic byte, an unknown id
     assert any("unknown to the registry" in r["error"] for r in letters)

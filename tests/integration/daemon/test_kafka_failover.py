@@ -77,6 +77,14 @@ def test_the_leader_killed_mid_backfill_and_under_the_live_stream_ends_exactly_o
                           what="/health degraded")
         assert health["ok"] and health["ready"]
         assert any("under-replicated" in why for why in health["sources"]["src"]["degraded"])
+        from prometheus_client import REGISTRY
+
+        from source_backfill import metrics
+
+        gauge = metrics.KAFKA_PARTITIONS_UNDER_REPLICATED._name  # noqa: SLF001
+        assert (REGISTRY.get_sample_value(gauge, {"source": "src"}) or 0) >= 1
+        leaderless = metrics.KAFKA_PARTITIONS_NO_LEADER._name  # noqa: SLF001
+        assert REGISTRY.get_sample_value(leaderless, {"source": "src"}) == 0  # a new leader was elected
         cluster.restart(first)
         wait_for(lambda: finished(d, "deep"), timeout=300, what="the backfill finished")
         wait_for(lambda: d.health()["status"] == "ok", timeout=120, what="/health ok once in sync again")

@@ -34,6 +34,9 @@ ASSERTED_ELSEWHERE = {
     "job_failed": "daemon/test_isolation.py",
     "job_epochs_skipped_total": "daemon/test_lanes.py",
     "job_rejoins_total": "daemon/test_lanes.py",
+    "dead_letters_total": "daemon/test_avro.py (slow)",
+    "kafka_partitions_without_leader": "daemon/test_kafka_failover.py (slow)",
+    "kafka_partitions_under_replicated": "daemon/test_kafka_failover.py (slow)",
     "job_lag_seconds": "daemon/test_lanes.py",
     "job_step_duration_seconds": "daemon/test_lanes.py",
     "commit_conflicts_total": "daemon/test_table_faults.py",
@@ -142,7 +145,10 @@ def test_every_documented_metric_is_asserted_somewhere():
              "job_failed": "JOB_FAILED", "commit_conflicts_total": "COMMIT_CONFLICTS",
              "spark_work_timeouts_total": "SPARK_WORK_TIMEOUTS",
              "job_epochs_skipped_total": "JOB_EPOCHS_SKIPPED", "job_rejoins_total": "JOB_REJOINS",
-             "job_lag_seconds": "JOB_LAG_SECONDS", "job_step_duration_seconds": "JOB_STEP_DURATION"}
+             "job_lag_seconds": "JOB_LAG_SECONDS", "job_step_duration_seconds": "JOB_STEP_DURATION",
+             "dead_letters_total": "DEAD_LETTERS",
+             "kafka_partitions_without_leader": "KAFKA_PARTITIONS_NO_LEADER",
+             "kafka_partitions_under_replicated": "KAFKA_PARTITIONS_UNDER_REPLICATED"}
     for metric, where in ASSERTED_ELSEWHERE.items():
         path = tests / where.split(" ", 1)[0]
         text = path.read_text()  # the metric's constant, or its scraped name
