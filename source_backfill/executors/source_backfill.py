@@ -38,6 +38,7 @@ epoch reads it itself and the job finishes.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -77,7 +78,7 @@ from source_backfill.core import (
     split_id,
 )
 from source_backfill.core.columnar import SplitTable
-from source_backfill.core.latency import Latencies, LatencyWindow
+from source_backfill.core.latency import Latencies, LatencyWindow, merge
 from source_backfill.core.state_log import SnapshotPolicy
 from source_backfill.errors import (
     ArchiveError,
@@ -223,8 +224,11 @@ class SourceBackfillJob:
         self.history_tasks = 1
         #: The source's history slots its reads ahead take in turn (None: no turns, as in unit tests).
         self.gate: HistoryGate | None = None
-        #: The live latencies the job committed in its last epoch (empty: none), for the width governor.
-        self.epoch_latencies = Latencies.empty()
+        #: The live latencies the job committed since the width governor last took them (its lane's steps
+        #: end when they end: a slow job's may end between two of the source's epochs, and were lost when
+        #: each step started by clearing them).
+        self._unsteered: list[Latencies] = []
+        self._unsteered_lock = threading.Lock()
         #: History was copied in the job's last epoch (read in it, or a read ahead running or adopted).
         self.copying = False
         self._reads = ReadsAhead(spec.name, spark, self.sink, work=self.spark_work)
@@ -369,7 +373,6 @@ class SourceBackfillJob:
             logger.info('epoch already committed, skipped job="%s" epoch=%d', self.name, inp.epoch)
             return False
         t0 = time.monotonic()
-        self.epoch_latencies = Latencies.empty()
         if self.states is None:
             self.attach(inp)
         assert self.states is not None  # noqa: S101 - set by attach
@@ -596,7 +599,14 @@ class SourceBackfillJob:
             return
         self._metrics.latency(latencies)
         self.latency.add(time.monotonic(), latencies, kind)
-        self.epoch_latencies = latencies
+        with self._unsteered_lock:
+            self._unsteered.append(latencies)
+
+    def take_latencies(self) -> Latencies:
+        """The live latencies committed since the last call (the width governor's, after each epoch)."""
+        with self._unsteered_lock:
+            parts, self._unsteered = self._unsteered, []
+        return merge(parts) if parts else Latencies.empty()
 
     def _quiet(self, inp: EpochInput, plan: EpochPlan, ahead: Adopted) -> SplitTable | None:
         """The epoch's states when it has nothing to commit, else None.

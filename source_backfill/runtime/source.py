@@ -337,7 +337,7 @@ class LiveSource(JobHost[SourceBackfillJob]):
         share = self._share()  # what the running copies were started with, if the width held
         self.width.after_epoch(time.monotonic(), copying=any(job.copying for job in jobs),
                                at_width=all(job.copy_tasks <= {share} for job in jobs),
-                               finished=[job.epoch_latencies for job in jobs if job.backfill_done])
+                               finished=[job.take_latencies() for job in jobs if job.backfill_done])
         self._share_width()
 
     def _backfilling(self) -> list[SourceBackfillJob]:
