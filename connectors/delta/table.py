@@ -142,17 +142,12 @@ class SinkTable:
             return None
         return head
 
-    @property
-    def refusal(self) -> str | None:
-        """Why appends go through delta-rs (None: they may be written into the log here), as last loaded."""
-        return self._refusal
-
     def grow(self, schema: Any, properties: Mapping[str, str]) -> list[str]:
         """From the next commit on, the columns of ``schema`` the table lacks, and ``properties``; the added.
 
         Only additive (:func:`~connectors.delta.log_append.grown_schema`; else :class:`DeltaSinkError`).
         The rows written from now on have the grown columns; the commit that adds them carries the
-        table's new ``metaData`` (:meth:`append_direct`), so the columns appear with the first rows that
+        table's new ``metaData`` (:meth:`append_grown`), so the columns appear with the first rows that
         hold them. Nothing to add and the properties as they are: nothing changes.
         """
         output = to_arrow_schema(schema)

@@ -245,20 +245,13 @@ def decode_failure(job: str, exc: BaseException) -> DecodeFailedError | None:
 
 def dead_letter_schema() -> StructType:
     """The dead-letter table's columns: where the record was, the record as Kafka gave it, and why."""
-    from pyspark.sql.types import (
-        BinaryType,
-        IntegerType,
-        LongType,
-        StringType,
-        StructField,
-        StructType,
-        TimestampType,
-    )
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
 
+    from connectors.kafka.ranges import kafka_schema
+
+    kafka = {f.name: f for f in kafka_schema().fields}
     return StructType([
-        StructField("topic", StringType()), StructField("partition", IntegerType()),
-        StructField("offset", LongType()), StructField("timestamp", TimestampType()),
-        StructField("key", BinaryType()), StructField("value", BinaryType()),
+        *(kafka[name] for name in ("topic", "partition", "offset", "timestamp", "key", "value")),
         StructField("schema_id", LongType()), StructField("error", StringType()),
         StructField("epoch", LongType()), StructField("_change_type", StringType()),
     ])
