@@ -147,6 +147,13 @@ class SparkWorkTimeoutError(JobError):
     """A job's Spark work (an epoch's, or a read ahead's) ran past its deadline and was cancelled."""
 
 
+class AuthenticationError(SourceBackfillError):
+    """A bearer credential is not accepted (bad signature, expired, foreign issuer, unknown roles).
+
+    Its message is a short reason for the log and the 401, never the credential itself.
+    """
+
+
 class LaneStoppedError(SourceBackfillError):
     """A job's lane was stopped under its step (a drop, a retry, the daemon stopping).
 
