@@ -220,3 +220,9 @@ def test_the_issuer_serves_discovery(issuer):
 
     document = httpx.get(issuer.url + "/.well-known/openid-configuration").json()
     assert document["jwks_uri"] == issuer.jwks_url and document["issuer"] == issuer.issuer
+
+
+def test_a_ca_file_that_cannot_be_read_is_a_config_error(tmp_path):
+    settings = OidcSettings("https://idp", "aud", "https://idp/jwks", ca_file=str(tmp_path / "absent.pem"))
+    with pytest.raises(ConfigError, match="oidc.ca_file"):
+        OidcVerifier(settings)
