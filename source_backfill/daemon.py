@@ -81,6 +81,7 @@ class Daemon:
         from connectors.kafka.admin import KafkaAdmin
         from connectors.kafka.factory import connector_class, connector_for
         from connectors.kafka.security import librdkafka_options
+        from source_backfill.api.access import Authenticator
         from source_backfill.api.app import create_app, create_metrics_app
         from source_backfill.api.server import ApiServer
         from source_backfill.executors.spark_work import LEDGER_DIR, SparkWork, WorkLedger
@@ -95,6 +96,7 @@ class Daemon:
         from source_backfill.runtime.watchdog import JvmWatchdog
 
         cfg = self.settings
+        self.auth = Authenticator.from_config(cfg.api)  # first: a principals file that does not load stops it
         metrics.configure_per_split(cfg.metrics.per_split_policy())  # before any job publishes
         root = cfg.daemon.state_root
         root.mkdir(parents=True, exist_ok=True)
@@ -154,7 +156,7 @@ class Daemon:
         from source_backfill.runtime.verifications import Verifications
 
         app = create_app(
-            self.registry, cfg.api.token, health=self.health, guard_reads=cfg.api.guard_reads,
+            self.registry, health=self.health, guard_reads=cfg.api.guard_reads, auth=self.auth,
             max_body_bytes=cfg.api.max_body_bytes, allowed_hosts=cfg.api.served_hosts,
             verifications=Verifications(self._verify_work, lambda text: redact(text, root)),
             dry_run=self._dry_run,
@@ -164,6 +166,13 @@ class Daemon:
         threading.Thread(target=self._watch_lag, name="epoch-lag", daemon=True).start()
         threading.Thread(target=self._watch_history_rates, name="history-rates", daemon=True).start()
         logger.info('daemon started api="%s" sources=%d', self._api.url, len(self.sources))
+
+    def reload_credentials(self) -> bool:
+        """Read ``api.principals_file`` again (SIGHUP): rotated tokens take effect, no restart."""
+        auth = getattr(self, "auth", None)
+        loaded = auth.reload() if auth is not None else True
+        logger.info("credentials reloaded ok=%s", loaded)
+        return loaded
 
     def _server_limits(self) -> Any:
         """The API's connection limits (the metrics port gets the same)."""
@@ -479,6 +488,7 @@ def run_daemon(settings: Settings) -> int:
 
     signal.signal(signal.SIGTERM, _signal)
     signal.signal(signal.SIGINT, _signal)
+    signal.signal(signal.SIGHUP, lambda _signum, _frame: daemon.reload_credentials())
     daemon.start()
     signal.signal(signal.SIGINT, _signal)  # Spark's context replaced it with one raising KeyboardInterrupt
     try:

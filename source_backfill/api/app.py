@@ -26,8 +26,9 @@ from pydantic import SecretStr
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from source_backfill.api.access import Authenticator, authorize
 from source_backfill.api.body_limit import BodyLimit
-from source_backfill.api.context import ApiContext, DryRunHook, HealthHook, authorize
+from source_backfill.api.context import ApiContext, DryRunHook, HealthHook
 from source_backfill.api.guard import ControlPlaneGuard
 from source_backfill.api.models import ErrorBody
 from source_backfill.api.responses import Responses, error_response
@@ -80,11 +81,15 @@ def create_app(
     allowed_hosts: Iterable[str] = LOOPBACK_HOSTS,
     verifications: Verifications | None = None,
     dry_run: DryRunHook | None = None,
+    auth: Authenticator | None = None,
 ) -> FastAPI:
     """The control API over ``registry``.
 
     Mutating calls need ``Bearer <token>`` when ``token`` is set; with ``guard_reads`` the job reads and
-    ``/metrics`` need it too (the probes ``/health``, ``/ready`` and ``/live`` never do). Bodies over
+    ``/metrics`` need it too (the probes ``/health``, ``/ready`` and ``/live`` never do). ``auth`` (else
+    the token alone) says which credentials are accepted; with principals of namespaces
+    (:attr:`Authenticator.tenants`) reads are always guarded, each route by its rule
+    (:data:`~source_backfill.api.access.RULES`), and the probes name no job. Bodies over
     ``max_body_bytes`` are refused with 413 before they are read. A request naming a ``Host`` not in
     ``allowed_hosts`` is refused (421; not the probes ``/live`` and ``/ready``), and so is a mutation from
     another origin (403) or with a body that is not JSON (415): :class:`ControlPlaneGuard`.
@@ -98,18 +103,22 @@ def create_app(
     )
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.add_middleware(ControlPlaneGuard, allowed_hosts=tuple(allowed_hosts))  # added last: runs first
-    expected = token.get_secret_value().encode() if token is not None else None
-    page, script = ops.status_page(token_required=expected is not None)
-    app.state.api = ApiContext(registry=registry, token=expected, health=health, verifications=verifications,
+    if auth is None:
+        auth = Authenticator(token.get_secret_value().encode() if token is not None else None)
+    guard_reads = guard_reads or auth.tenants
+    page, script = ops.status_page(token_required=auth.configured)
+    app.state.api = ApiContext(registry=registry, auth=auth, health=health, verifications=verifications,
                                dry_run=dry_run, page=page, script=script)
     app.exception_handler(SourceBackfillError)(_our_error)
     app.exception_handler(RequestValidationError)(_invalid)
     app.exception_handler(HTTPException)(_http)
     app.exception_handler(Exception)(_bug)
 
-    # Without a token nothing is guarded, and the schema says so (no security scheme, no 401).
-    guard: list[DependsParam] = [Depends(authorize)] if expected is not None else []
+    # Without a credential nothing is guarded, and the schema says so (no security scheme, no 401).
+    guard: list[DependsParam] = [Depends(authorize)] if auth.configured else []
     unauthorized: Responses = {401: {"model": ErrorBody}} if guard else {}
+    if auth.tenants:
+        unauthorized[403] = {"model": ErrorBody, "description": "The principal's role is too low here."}
 
     def include(router: APIRouter, guarded: bool) -> None:
         app.include_router(router, dependencies=guard if guarded else [],

@@ -1,25 +1,25 @@
-"""What the routes are given: the daemon's parts (:class:`ApiContext`) and the bearer-token check.
+"""What the routes are given: the daemon's parts (:class:`ApiContext`).
 
 :func:`~source_backfill.api.app.create_app` stores one :class:`ApiContext` on ``app.state``; a route asks for
-it with a :data:`Context` parameter. :func:`authorize` is applied to whole routers by ``create_app`` when the
-daemon has a token (and only then, so a schema without a token names no security scheme and no 401).
+it with a :data:`Context` parameter. Who may call what is :mod:`source_backfill.api.access`.
 """
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import Depends, Request, status
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException
 
 from source_backfill.api.models import JobView
 from source_backfill.config import JobSpec
 from source_backfill.runtime.registry import JobRecord, JobRegistry
 from source_backfill.runtime.verifications import Verifications
+
+if TYPE_CHECKING:
+    from source_backfill.api.access import Authenticator
 
 #: Health report: ``ok``, ``ready``, ``live``, ``jvm_error``, ``sources`` ... (the daemon's, or none).
 HealthHook = Callable[[], dict[str, Any]]
@@ -32,8 +32,8 @@ class ApiContext:
     """The daemon's parts the routes use, as :func:`~source_backfill.api.app.create_app` was given them."""
 
     registry: JobRegistry
-    #: The bearer token's bytes; None: nothing is guarded.
-    token: bytes | None
+    #: The credentials the API accepts (none configured: nothing is guarded).
+    auth: Authenticator
     health: HealthHook | None
     #: None: the verify routes answer 503.
     verifications: Verifications | None
@@ -62,22 +62,3 @@ def api_context(request: Request) -> ApiContext:
 
 
 Context = Annotated[ApiContext, Depends(api_context)]
-
-bearer = HTTPBearer(auto_error=False, description="Needed on mutating calls when the daemon has a token.")
-
-
-def authorize(
-    context: Context,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
-) -> None:
-    """Let the request through with ``Bearer <token>``; else 401 (nothing to check without a token)."""
-    expected = context.token
-    if expected is None:
-        return
-    given = credentials.credentials.encode() if credentials is not None else b""
-    if credentials is None or not hmac.compare_digest(given, expected):  # an empty token opens nothing
-        raise HTTPException(
-            status.HTTP_401_UNAUTHORIZED,
-            "missing or wrong bearer token" if credentials is not None else "missing bearer token",
-            headers={"WWW-Authenticate": "Bearer"},
-        )

@@ -167,6 +167,8 @@ class JobView(BaseModel):
     """A job: its spec, accepted control state, and the progress the epoch loop last published."""
 
     name: str
+    #: The tenant the job belongs to (``default`` unless it names one).
+    namespace: str = "default"
     source: str
     sink_path: str
     start: StartSpec
@@ -237,6 +239,7 @@ class JobView(BaseModel):
             status = "failed"
         return cls(
             name=spec.name,
+            namespace=spec.namespace,
             source=spec.source,
             sink_path=spec.sink_path,
             start=spec.start,

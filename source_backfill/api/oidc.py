@@ -2,12 +2,13 @@
 
 :class:`OidcVerifier` takes a token to a :class:`~source_backfill.core.access.Principal` or refuses it
 with :class:`~source_backfill.errors.AuthenticationError`. Before any key is looked up, the header's
-``alg`` must be one of :attr:`OidcSettings.algorithms`, which admits asymmetric algorithms only: a token
+``alg`` must be one of ``api.oidc.algorithms`` (:class:`~source_backfill.config.OidcConfig`), which
+admits asymmetric algorithms only: a token
 ``alg: none``, or one re-signed with HMAC using the issuer's public key (which anyone may fetch) as the
 secret, is refused by name. The signature is checked with the key the header's ``kid`` names, then
 ``iss``, ``aud``, ``exp`` and ``nbf`` (``exp``, ``iss``, ``aud`` and ``sub`` must be there).
 
-The roles come from :attr:`OidcSettings.roles_claim`, ``{namespace: role}``. A token without that claim
+The roles come from ``api.oidc.roles_claim``, ``{namespace: role}``. A token without that claim
 is a principal holding no role: it authenticates (the log can say who asked) and may see nothing. A role
 or namespace that does not parse refuses the whole token, rather than granting the part that parsed.
 
@@ -25,19 +26,16 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 import jwt
 
+from source_backfill.config import OidcConfig
 from source_backfill.core.access import Principal, parse_roles
 from source_backfill.errors import AuthenticationError, ConfigError
 
 logger = logging.getLogger(__name__)
 
-#: The algorithms a token may be signed with: asymmetric ones, whose verifying key cannot sign.
-ASYMMETRIC_ALGORITHMS = frozenset({"RS256", "RS384", "RS512", "PS256", "PS384", "PS512",
-                                   "ES256", "ES384", "ES512", "EdDSA"})
 #: A kid the cached keys do not hold fetches them again at most this often.
 UNKNOWN_KID_REFETCH_S = 30.0
 #: How long fetching the keys may take.
@@ -50,56 +48,9 @@ _REASONS: tuple[tuple[type[jwt.PyJWTError], str], ...] = (
     (jwt.ExpiredSignatureError, "token expired"), (jwt.ImmatureSignatureError, "token not yet valid"),
     (jwt.InvalidAudienceError, "wrong audience"), (jwt.InvalidIssuerError, "wrong issuer"),
     (jwt.InvalidSignatureError, "bad signature"))
-_LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
 
 #: Fetches a URL's JSON document (the JWKS): the default is httpx; tests and embedders may pass another.
 Fetch = Callable[[str], Mapping[str, Any]]
-
-
-@dataclass(frozen=True)
-class OidcSettings:
-    """Which issuer's tokens are accepted, for which audience, and how they are read.
-
-    ``jwks_url`` is https (plain http only to a loopback host: whoever can change the keys in transit can
-    mint any token). ConfigError on an algorithm outside :data:`ASYMMETRIC_ALGORITHMS`.
-    """
-
-    issuer: str
-    audience: str
-    jwks_url: str
-    algorithms: tuple[str, ...] = ("RS256",)
-    roles_claim: str = "source_backfill_roles"
-    name_claim: str = "sub"
-    leeway_s: float = 30
-    jwks_ttl_s: float = 300
-    #: CA bundle to verify the JWKS server's certificate with; None: the system's.
-    ca_file: str | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "algorithms", tuple(self.algorithms))
-        for name in ("issuer", "audience", "roles_claim", "name_claim"):
-            if not getattr(self, name):
-                msg = f"oidc.{name} must not be empty"
-                raise ConfigError(msg)
-        url = urlsplit(self.jwks_url)
-        if not url.hostname or url.scheme not in ("http", "https") or (
-                url.scheme == "http" and url.hostname not in _LOOPBACK):
-            msg = f"oidc.jwks_url {self.jwks_url!r} must be an https URL (http only to a loopback host)"
-            raise ConfigError(msg)
-        if not self.algorithms:
-            msg = "oidc.algorithms must name at least one algorithm"
-            raise ConfigError(msg)
-        for alg in self.algorithms:
-            if alg.lower() == "none" or alg.upper().startswith("HS"):
-                msg = (f"oidc.algorithms: {alg!r} is refused: a token must be signed with the issuer's "
-                       "private key (none signs nothing; HS* would accept its public key as a secret)")
-                raise ConfigError(msg)
-            if alg not in ASYMMETRIC_ALGORITHMS:
-                msg = f"oidc.algorithms: unknown {alg!r} (one of {', '.join(sorted(ASYMMETRIC_ALGORITHMS))})"
-                raise ConfigError(msg)
-        if self.leeway_s < 0 or self.jwks_ttl_s <= 0:
-            msg = "oidc.leeway_s must be >= 0 and oidc.jwks_ttl_s > 0"
-            raise ConfigError(msg)
 
 
 @dataclass(frozen=True)
@@ -117,10 +68,10 @@ class OidcVerifier:
     ``fetch`` replaces the HTTP fetch of the keys; ``clock`` (monotonic seconds) the cache's clock.
     """
 
-    def __init__(self, settings: OidcSettings, fetch: Fetch | None = None,
+    def __init__(self, settings: OidcConfig, fetch: Fetch | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.settings = settings
-        self._fetch = fetch or _http_fetch(settings.ca_file)
+        self._fetch = fetch or _http_fetch(str(settings.ca_file) if settings.ca_file is not None else None)
         self._clock = clock
         self._lock = threading.Lock()
         self._keys: dict[str | None, _Key] = {}

@@ -49,6 +49,30 @@ def _verify_poll_s() -> float:
     return float(cli.VERIFY_POLL_S)
 
 
+def cmd_new_token(args: argparse.Namespace, out: IO[str]) -> int:
+    """``token``: a new random token, and its ``api.principals_file`` entry (the file holds its hash only)."""
+    from source_backfill.api.principals import new_token
+    from source_backfill.core.access import parse_roles
+
+    roles: dict[str, str] = {}
+    for given in args.role:
+        namespace, sep, role = given.partition("=")
+        if not sep:
+            msg = f"--role {given!r}: give NAMESPACE=ROLE, e.g. team-a=editor"
+            raise CliError(msg, EXIT_USAGE)
+        roles[namespace] = role
+    try:
+        parse_roles(roles)
+    except ValueError as exc:
+        msg = f"--role: {exc}"
+        raise CliError(msg, EXIT_USAGE) from exc
+    token, digest = new_token()
+    entry = {"name": args.name, "token_sha256": digest, "roles": roles}
+    out.write(f"token (give it to {args.name}; it is not stored anywhere): {token}\n")
+    out.write(f"entry for api.principals_file: {json.dumps(entry)}\n")
+    return EXIT_OK
+
+
 def cmd_run(args: argparse.Namespace, _out: IO[str]) -> int:
     """``run``: load the config and run the daemon until it stops; exit 2 on a bad config, 1 if it fails."""
     from source_backfill.config import load_settings

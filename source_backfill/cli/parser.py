@@ -13,6 +13,7 @@ from source_backfill.cli.commands import (
     cmd_jobs_list,
     cmd_jobs_repair,
     cmd_jobs_show,
+    cmd_new_token,
     cmd_run,
     cmd_status,
     cmd_verify,
@@ -176,6 +177,16 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("job", metavar="JOB", help="job name")
     verify.add_argument("--json", action="store_true", help="print the API's JSON of the finished run")
     verify.set_defaults(handler=cmd_verify)
+
+    token = sub.add_parser(
+        "token", help="make a token for a principal of api.principals_file",
+        description="Print a new random token and the principals-file entry that holds its SHA-256 (add "
+                    "the entry to the file, then SIGHUP the daemon; the token itself is stored nowhere).")
+    token.add_argument("name", metavar="PRINCIPAL", help="the principal's name (in the log)")
+    token.add_argument("--role", action="append", default=[], metavar="NAMESPACE=ROLE",
+                       help="a role in a namespace (viewer, operator, editor, admin; '*' for every "
+                            "namespace); repeatable")
+    token.set_defaults(handler=cmd_new_token)
 
     status = sub.add_parser("status", help="per-split backfill progress bars")
     _api_flags(status, top=False)

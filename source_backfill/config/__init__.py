@@ -7,12 +7,14 @@ value in the environment replaces the whole list.
 One model, one section per module (everything is imported from here): :mod:`.base` (the frozen base
 model, names, "off" values), :mod:`.starts` (where a job's history starts), :mod:`.kafka` (a Kafka
 source's width, archive, security and Schema Registry), :mod:`.sources`, :mod:`.jobs` (a job, its format,
-repairs, what it asks of its source), :mod:`.daemon` (Spark, the API, metrics, the process) and
+repairs, what it asks of its source), :mod:`.daemon` (Spark, the API, metrics, the process),
+:mod:`.access` (who may use the API) and
 :mod:`.settings` (all of it, loaded).
 """
 
 from __future__ import annotations
 
+from source_backfill.config.access import DEFAULT_NAMESPACE, OidcConfig
 from source_backfill.config.base import (
     EMBEDDED,
     MAX_TRANSFORM_CHARS,
@@ -69,6 +71,7 @@ __all__ = [
     "ArchiveConfig",
     "AvroFormat",
     "DEAD_LETTER_SUFFIX",
+    "DEFAULT_NAMESPACE",
     "DaemonConfig",
     "EMBEDDED",
     "EarliestStart",
@@ -84,6 +87,7 @@ __all__ = [
     "NAME_PATTERN",
     "Name",
     "OffsetsStart",
+    "OidcConfig",
     "RawFormat",
     "RepairSpec",
     "SECURITY_OPTIONS",

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
+from source_backfill.config.access import OidcConfig
 from source_backfill.config.base import _Frozen, _off_or
 
 if TYPE_CHECKING:
@@ -83,7 +84,14 @@ class ApiConfig(_Frozen):
         "whitespace stripped), so it is never on a command line. Exclusive with `token`."))
     guard_reads: bool = Field(default=False, description=(
         "The job reads and `/metrics` on the API port need the token too (`/health`, `/ready`, `/live` "
-        "never do; a separate `metrics.port` is not guarded)."))
+        "never do; a separate `metrics.port` is not guarded). Always on with `principals_file` or `oidc`."))
+    principals_file: Path | None = Field(default=None, description=(
+        "Principals with roles per namespace, each by its token's SHA-256 (a JSON or YAML file: "
+        "docs/security.md, \"Sharing one daemon\"); read at start and again on SIGHUP (a file that does not "
+        "load keeps the previous set). With it (or `oidc`) every route needs a credential and a principal "
+        "sees only its namespaces' jobs; `token` stays an admin of all."))
+    oidc: OidcConfig | None = Field(default=None, description=(
+        "Accept OIDC bearer tokens (JWT) of this issuer, their roles in a claim (`api.oidc.*`)."))
     max_body_bytes: int = Field(default=1 << 20, ge=1024, description=(
         "Larger request bodies get 413 before they are read."))
     allow_unauthenticated: bool = Field(default=False, description=(
@@ -157,17 +165,27 @@ class ApiConfig(_Frozen):
             raise ValueError(msg)
         return self
 
+    @property
+    def tenants(self) -> bool:
+        """Whether principals other than the one token are configured (roles per namespace)."""
+        return self.principals_file is not None or self.oidc is not None
+
+    @property
+    def guarded(self) -> bool:
+        """Whether any credential is configured (else every route is open, as on a laptop)."""
+        return self.token is not None or self.tenants
+
     @model_validator(mode="after")
     def _guarded_reads_need_a_token(self) -> ApiConfig:
-        if self.guard_reads and self.token is None:
-            msg = "api.guard_reads needs api.token or api.token_file"
+        if self.guard_reads and not self.guarded:
+            msg = "api.guard_reads needs api.token, api.token_file, api.principals_file or api.oidc"
             raise ValueError(msg)
         return self
 
     @model_validator(mode="after")
     def _no_open_api_on_the_network(self) -> ApiConfig:
         loopback = self.host in ("localhost", "::1") or self.host.startswith("127.")
-        if not loopback and self.token is None and not self.allow_unauthenticated:
+        if not loopback and not self.guarded and not self.allow_unauthenticated:
             msg = (f"api.host {self.host} is reachable from other machines but api.token is not set: set "
                    "a token (SOURCE_BACKFILL_API__TOKEN), or api.allow_unauthenticated = true")
             raise ValueError(msg)

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
+from source_backfill.config.access import DEFAULT_NAMESPACE
 from source_backfill.config.base import Name, TransformText, _Frozen, transform_text
 from source_backfill.config.sources import SourceConfig
 from source_backfill.config.starts import EarliestStart, StartSpec
@@ -71,7 +72,12 @@ FormatSpec = Annotated[
 class JobSpec(_Frozen):
     """A downstream job: backfill the source's history, then follow it live, into a Delta table."""
 
-    name: Name = Field(description="The job's name (in paths, metric labels and URLs).")
+    name: Name = Field(description=(
+        "The job's name (in paths, metric labels and URLs); a job of a namespace other than `default` is "
+        "named `<namespace>.<name>`, so that names never collide across namespaces."))
+    namespace: Name = Field(default=DEFAULT_NAMESPACE, description=(
+        "The tenant the job belongs to: a principal sees and steers it only with a role in this namespace "
+        "(`api.principals_file`, `api.oidc`). Jobs created before namespaces are in `default`."))
     source: Name = Field(description="The source the job reads (`sources[].name`).")
     sink_path: str = Field(min_length=1, description=(
         "The job's Delta table (a local path). It must lie inside `daemon.data_root` when that is set and "
@@ -122,6 +128,14 @@ class JobSpec(_Frozen):
     @classmethod
     def _transform_reads_source(cls, value: str | None) -> str | None:
         return transform_text(value)
+
+    @model_validator(mode="after")
+    def _named_in_its_namespace(self) -> JobSpec:
+        if self.namespace != DEFAULT_NAMESPACE and not self.name.startswith(f"{self.namespace}."):
+            msg = (f'job "{self.name}" is in namespace "{self.namespace}": name it '
+                   f'"{self.namespace}.<name>" (names are unique across namespaces)')
+            raise ValueError(msg)
+        return self
 
     @property
     def dead_letter_path(self) -> str | None:

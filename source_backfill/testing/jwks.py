@@ -7,7 +7,7 @@ can tell how often the keys were fetched. :meth:`JwksServer.token` signs a token
 key current::
 
     with JwksServer() as issuer:
-        settings = OidcSettings(issuer=issuer.issuer, audience=issuer.audience, jwks_url=issuer.jwks_url)
+        settings = OidcConfig(issuer=issuer.issuer, audience=issuer.audience, jwks_url=issuer.jwks_url)
         token = issuer.token(sub="alice", roles={"team-a": "editor"})
 """
 

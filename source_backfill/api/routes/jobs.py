@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, status
+from fastapi import APIRouter, Path, Query, Request, status
 from fastapi.responses import Response
 
+from source_backfill.api.access import principal_of, require
 from source_backfill.api.context import Context
 from source_backfill.api.models import DryRunView, JobView, PatchBody, RepairView
 from source_backfill.api.responses import (
@@ -21,7 +22,9 @@ from source_backfill.api.responses import (
     Responses,
     error_responses,
 )
-from source_backfill.config import NAME_PATTERN, JobSpec, RepairSpec
+from source_backfill.config import DEFAULT_NAMESPACE, NAME_PATTERN, JobSpec, RepairSpec
+from source_backfill.core.access import Role
+from source_backfill.errors import ConfigError, SourceNotFoundError
 
 JobName = Annotated[str, Path(pattern=NAME_PATTERN, description="The job's name.")]
 
@@ -35,9 +38,10 @@ _PLANNED: Responses = {
 
 
 @reads.get("/jobs", responses=HOST_ERRORS)
-def list_jobs(context: Context) -> list[JobView]:
-    """Every live job (not dropped), in creation order."""
-    return [context.view(r) for r in context.registry.list()]
+def list_jobs(request: Request, context: Context) -> list[JobView]:
+    """Every live job (not dropped) of the namespaces the caller holds a role in, in creation order."""
+    principal = principal_of(request)
+    return [context.view(r) for r in context.registry.list() if principal.sees(r.spec.namespace)]
 
 
 @reads.get("/jobs/{name}", responses=HOST_ERRORS | error_responses(404, 422))
@@ -49,12 +53,29 @@ def show_job(name: JobName, context: Context) -> JobView:
 @mutations.post("/jobs", status_code=status.HTTP_201_CREATED,
                 responses=MUTATION_ERRORS | BODY_ERRORS | _PLANNED)
 def create_job(
-    spec: JobSpec, response: Response, context: Context,
+    spec: JobSpec, request: Request, response: Response, context: Context,
     dry_run_: Annotated[bool, Query(alias="dry_run", description=(
         "Check everything a create checks and answer 200 with the plan (offsets per split, time at the "
         "rate limit and at the measured history rate, retention warnings); nothing is created"))] = False,
 ) -> JobView | DryRunView:
     """Register a job; it attaches to its source at the next epoch boundary (or, dry run, plan it)."""
+    principal = principal_of(request)
+    require(request, principal, Role.EDITOR, spec.namespace)
+    if context.auth.tenants and spec.namespace == DEFAULT_NAMESPACE and "." in spec.name:
+        # "team-a.x" in default would take a name of namespace team-a, and its create would learn of it
+        msg = (f'job "{spec.name}": a name with a "." is a namespace\'s ("<namespace>.<name>"); '
+               "name it without")
+        raise ConfigError(msg)
+    try:
+        return _create(spec, response, context, dry_run_)
+    except SourceNotFoundError:
+        if principal.is_admin:
+            raise
+        msg = f'unknown source "{spec.source}"'  # not the daemon's list of them
+        raise SourceNotFoundError(msg) from None
+
+
+def _create(spec: JobSpec, response: Response, context: Context, dry_run_: bool) -> JobView | DryRunView:
     if dry_run_:
         if context.dry_run is None:
             context.registry.check_create(spec)
@@ -82,13 +103,14 @@ def resume_job(name: JobName, context: Context) -> JobView:
 
 @mutations.patch("/jobs/{name}", status_code=status.HTTP_202_ACCEPTED,
                  responses=MUTATION_ERRORS | BODY_ERRORS)
-def patch_job(name: JobName, patch: PatchBody, context: Context) -> JobView:
+def patch_job(name: JobName, patch: PatchBody, request: Request, context: Context) -> JobView:
     """Change the job's history rate limit or its transform (or both).
 
-    Rate limit: rows/s; null unlimited; 0 reads none and loses nothing. Transform: checked like a
-    create's; it applies from the job's next epoch (null: identity).
+    Rate limit: rows/s; null unlimited; 0 reads none and loses nothing (operator). Transform: checked
+    like a create's; it applies from the job's next epoch (null: identity) (editor).
     """
     if "transform" in patch.model_fields_set:
+        require(request, principal_of(request), Role.EDITOR, context.registry.get(name).spec.namespace)
         context.registry.retransform(name, patch.transform)
     if "rate_limit" in patch.model_fields_set:
         context.registry.throttle(name, patch.rate_limit)

@@ -54,12 +54,26 @@ def get_ui_script(context: Context) -> Response:
 _UNHEALTHY: Responses = {503: {"description": "The daemon reports itself not ok."}, **HOST_ERRORS}
 
 
+def _probe_body(context: Context) -> dict[str, Any]:
+    """The daemon's health; with namespaces (tenants), each source's jobs as counts, not names.
+
+    The probes need no credential, so on a daemon shared by tenants they must not tell one tenant which
+    jobs another runs (or which failed).
+    """
+    body = context.health() if context.health is not None else {}
+    if context.auth.tenants:
+        for source in body.get("sources", {}).values():
+            for key, value in list(source.items()):
+                if key.endswith("jobs") and isinstance(value, list | dict):
+                    source[key] = len(value)
+    return body
+
+
 @unguarded.get("/health", tags=["daemon"], responses=_UNHEALTHY)
 def get_health(context: Context) -> JSONResponse:
     """Liveness and per-source epochs; 503 while the daemon reports itself not ok."""
     body: dict[str, Any] = {"ok": True}
-    if context.health is not None:
-        body.update(context.health())
+    body.update(_probe_body(context))
     body.setdefault("jobs", len(context.registry.list()))
     code = status.HTTP_200_OK if body.get("ok", True) else status.HTTP_503_SERVICE_UNAVAILABLE
     return JSONResponse(body, status_code=code)
@@ -68,7 +82,7 @@ def get_health(context: Context) -> JSONResponse:
 @unguarded.get("/ready", tags=["daemon"], responses={503: {"description": "Not ready yet, or unhealthy."}})
 def get_ready(context: Context) -> JSONResponse:
     """Readiness (Kubernetes): 200 once every source has run an epoch and is healthy, else 503."""
-    body = context.health() if context.health is not None else {"ready": True}
+    body = _probe_body(context) if context.health is not None else {"ready": True}
     ready = bool(body.get("ready", body.get("ok", True)))
     code = status.HTTP_200_OK if ready else status.HTTP_503_SERVICE_UNAVAILABLE
     return JSONResponse({"ready": ready, "sources": body.get("sources", {})}, status_code=code)

@@ -172,10 +172,27 @@ def fuzz(api: Served, method: str, path: str, headers: dict[str, str], **validat
     @given(case=cases(operation, path))
     def run(case):
         api.seed()
+        if (method, path) == ("POST", "/jobs"):
+            _named_in_its_namespace(case.body)
         response = case.call_and_validate(headers=headers, **validate)
         assert "Traceback" not in response.text
 
     run()
+
+
+def _named_in_its_namespace(body: object) -> None:
+    """A job of a namespace other than default is named ``<namespace>.<name>``: a rule relating two fields,
+    which JSON Schema cannot state (its refusal: tests/integration/api/test_tenants.py). A generated body
+    is made to keep it, so that every other rule of a create stays checked for schema-valid bodies."""
+    if not isinstance(body, dict) or not isinstance(body.get("name"), str):
+        return
+    namespace = body.get("namespace")
+    if not isinstance(namespace, str) or namespace == "default" or body["name"].startswith(f"{namespace}."):
+        return
+    if len(namespace) > 120:
+        body["namespace"] = "default"
+    else:
+        body["name"] = f"{namespace}.{body['name']}"[:128]
 
 
 def test_the_schema_lists_every_operation(guarded):

@@ -1,0 +1,79 @@
+"""Who may use the control API: principals from a token file, OIDC bearer tokens (issue 50, tenants).
+
+The single ``api.token`` (or ``api.token_file``) of earlier releases keeps working: it is an admin of every
+namespace. ``api.principals_file`` and ``api.oidc`` add principals with roles per namespace; with either
+set the daemon serves tenants: every read needs a credential too, a principal sees only the jobs of the
+namespaces it holds a role in, and the probes name no job.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from pydantic import Field, field_validator
+
+from source_backfill.config.base import _Frozen
+
+#: The namespace of a job that names none (and of every job created before namespaces).
+DEFAULT_NAMESPACE = "default"
+
+#: The algorithms a token may be signed with: asymmetric ones, whose verifying key cannot sign.
+ASYMMETRIC_ALGORITHMS = frozenset({"RS256", "RS384", "RS512", "PS256", "PS384", "PS512",
+                                   "ES256", "ES384", "ES512", "EdDSA"})
+_LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
+
+
+class OidcConfig(_Frozen):
+    """An OIDC issuer whose signed bearer tokens (JWT) the API accepts, verified against its JWKS."""
+
+    issuer: str = Field(min_length=1, description="The tokens' `iss`, exactly as the issuer writes it.")
+    audience: str = Field(min_length=1, description=(
+        "The `aud` a token must name (this daemon's client id at the issuer)."))
+    jwks_url: str = Field(description=(
+        "Where the issuer serves its signing keys (JWKS): https (plain http to a loopback host only); "
+        "cached `jwks_ttl_s`, fetched again for a key id not held (at most once per 30 s)."))
+    algorithms: list[str] = Field(default_factory=lambda: ["RS256"], description=(
+        "Signature algorithms accepted, asymmetric only (RS*, PS*, ES*, EdDSA): `none` and HS* are refused "
+        "at start, and a token whose header names another algorithm is refused before any key lookup."))
+    roles_claim: str = Field(default="source_backfill_roles", min_length=1, description=(
+        "The claim holding the principal's roles, `{namespace: role}` (`\"*\"` for every namespace; roles "
+        "`viewer`, `operator`, `editor`, `admin`). A token without it holds no role: every route says 403."))
+    name_claim: str = Field(default="sub", min_length=1, description=(
+        "The claim that names the principal (in the log)."))
+    leeway_s: float = Field(default=30.0, ge=0, le=300, description=(
+        "Clock skew allowed on `exp` and `nbf`."))
+    jwks_ttl_s: float = Field(default=300.0, gt=0, le=86_400, description="How long fetched keys are kept.")
+    ca_file: Path | None = Field(default=None, description=(
+        "A CA bundle (PEM) to verify the JWKS server's certificate with (a private CA); default: the "
+        "system's."))
+
+    @field_validator("jwks_url")
+    @classmethod
+    def _keys_over_tls(cls, value: str) -> str:
+        # whoever can change the keys in transit can mint any token
+        url = urlsplit(value)
+        if not url.hostname or url.scheme not in ("http", "https") or (
+                url.scheme == "http" and url.hostname not in _LOOPBACK):
+            msg = f"oidc.jwks_url {value!r} must be an https URL (http only to a loopback host)"
+            raise ValueError(msg)
+        return value
+
+    @field_validator("algorithms")
+    @classmethod
+    def _asymmetric_only(cls, value: list[str]) -> list[str]:
+        if not value:
+            msg = "oidc.algorithms must name at least one algorithm"
+            raise ValueError(msg)
+        for alg in value:
+            if alg.lower() == "none" or alg.upper().startswith("HS"):
+                msg = (f"oidc.algorithms: {alg!r} is refused: a token must be signed with the issuer's "
+                       "private key (none signs nothing; HS* would accept its public key as a secret)")
+                raise ValueError(msg)
+            if alg not in ASYMMETRIC_ALGORITHMS:
+                msg = f"oidc.algorithms: unknown {alg!r} (one of {', '.join(sorted(ASYMMETRIC_ALGORITHMS))})"
+                raise ValueError(msg)
+        return value
+
+
+__all__ = ["ASYMMETRIC_ALGORITHMS", "DEFAULT_NAMESPACE", "OidcConfig"]

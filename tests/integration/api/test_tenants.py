@@ -1,0 +1,269 @@
+"""Tenants: principals with roles per namespace, over a real API server (issue 50).
+
+The route x role x namespace matrix is generated from the app's routes: a route this file has no expected
+role for fails it, so a new route cannot ship without a rule. Each principal tries every route on a job of
+its own namespace and on one of another: a role too low is 403, a job of a namespace it holds no role in
+is 404 in the very words of a job that does not exist, no credential is 401.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.routing import APIRoute
+
+from source_backfill.api.access import Authenticator
+from source_backfill.api.app import create_app
+from source_backfill.api.oidc import OidcVerifier
+from source_backfill.api.principals import TokenPrincipals, hash_token
+from source_backfill.api.server import ApiServer
+from source_backfill.config import JobSpec, OidcConfig
+from source_backfill.runtime.registry import JobRegistry
+from source_backfill.testing.jwks import JwksServer
+
+pytestmark = pytest.mark.integration
+
+SOURCES = ["events", "orders"]
+ROLES = ("viewer", "operator", "editor", "admin")
+#: What each guarded route needs, as this test expects it (not read from the code's table).
+EXPECTED: dict[tuple[str, str], str] = {
+    ("GET", "/jobs"): "viewer",
+    ("GET", "/jobs/{name}"): "viewer",
+    ("POST", "/jobs"): "editor",
+    ("POST", "/jobs/{name}/pause"): "operator",
+    ("POST", "/jobs/{name}/resume"): "operator",
+    ("PATCH", "/jobs/{name}"): "operator",
+    ("POST", "/jobs/{name}/repair"): "operator",
+    ("POST", "/jobs/{name}/retry"): "operator",
+    ("DELETE", "/jobs/{name}"): "editor",
+    ("POST", "/jobs/{name}/verify"): "viewer",
+    ("GET", "/jobs/{name}/verify/{run_id}"): "viewer",
+    ("GET", "/metrics"): "all",  # a role held on "*": its series name every namespace's jobs
+}
+#: Never guarded: the probes name no job, the status page asks for a token itself.
+UNGUARDED = {"/health", "/ready", "/live", "/ui", "/ui.js"}
+#: Bodies that pass each route's own checks far enough to show the access decision was "yes".
+BODIES: dict[tuple[str, str], Any] = {
+    ("PATCH", "/jobs/{name}"): {"rate_limit": 5},
+    ("POST", "/jobs/{name}/repair"): {"from_offset": 0, "to_offset": 10},
+}
+
+
+def _token(name: str) -> str:
+    return f"token-of-{name}-{'x' * 24}"
+
+
+def _principals(path: Path) -> Path:
+    """team-a's viewer, operator, editor and admin; a dashboard viewing all; an admin of all."""
+    entries = [{"name": f"a-{role}", "token_sha256": hash_token(_token(f"a-{role}")),
+                "roles": {"team-a": role}} for role in ROLES]
+    entries += [
+        {"name": "dashboard", "token_sha256": hash_token(_token("dashboard")), "roles": {"*": "viewer"}},
+        {"name": "root", "token_sha256": hash_token(_token("root")), "roles": {"*": "admin"}},
+    ]
+    path.write_text(json.dumps({"principals": entries}))
+    return path
+
+
+class Tenants:
+    """A registry with a job in team-a and one in team-b, served with principals from a file."""
+
+    def __init__(self, tmp: Path, auth: Authenticator) -> None:
+        self.registry = JobRegistry(tmp / "state", SOURCES)
+        for ns in ("team-a", "team-b"):
+            self.registry.create(JobSpec(name=f"{ns}.j", namespace=ns, source="events",
+                                         sink_path=str(tmp / ns / "j")))
+        health = {"ok": True, "ready": True, "sources": {"events": {
+            "jobs": ["team-a.j", "team-b.j"], "failed_jobs": ["team-b.j"], "lagging_jobs": {"team-a.j": 3}}}}
+        self.app = create_app(self.registry, health=lambda: json.loads(json.dumps(health)), auth=auth)
+        self.server = ApiServer(self.app, "127.0.0.1", 0)
+        self.server.start()
+
+    def call(self, method: str, path: str, token: str | None, body: Any = None) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+        return httpx.request(method, self.server.url + path, headers=headers, json=body, timeout=10)
+
+    def close(self) -> None:
+        self.server.stop()
+        self.registry.close()
+
+
+@pytest.fixture
+def tenants(tmp_path: Path) -> Iterator[Any]:
+    made: list[Tenants] = []
+    principals = TokenPrincipals.from_file(_principals(tmp_path / "principals.json"))
+
+    def make(name: str = "t") -> Tenants:
+        t = Tenants(tmp_path / name, Authenticator(principals=principals))
+        made.append(t)
+        return t
+
+    yield make
+    for t in made:
+        t.close()
+
+
+def _guarded_routes(app: Any) -> list[tuple[str, str]]:
+    routes = [(method, r.path) for r in app.routes if isinstance(r, APIRoute) and r.path not in UNGUARDED
+              for method in sorted(r.methods)]
+    return sorted(routes, key=lambda mr: mr[0] == "DELETE")  # a drop last: the job stays for the others
+
+
+def _request(method: str, template: str, ns: str) -> tuple[str, Any]:
+    path = template.replace("{name}", f"{ns}.j").replace("{run_id}", "abc")
+    if (method, template) == ("POST", "/jobs"):
+        return path, {"name": f"{ns}.new", "namespace": ns, "source": "events", "sink_path": f"/t/{ns}/new"}
+    return path, BODIES.get((method, template))
+
+
+def test_every_route_has_an_expected_rule_and_the_code_has_one_too(tenants):
+    from source_backfill.api.access import RULES
+
+    routes = set(_guarded_routes(tenants().app))
+    assert routes - set(EXPECTED) == set(), "a route without an expected role in this test"
+    assert routes - set(RULES) == set(), "a route without an access rule"
+    assert {k: r.role.name.lower() if r.scope != "all" else "all" for k, r in RULES.items()} == EXPECTED
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_the_route_role_namespace_matrix(tenants, role):
+    t = tenants(role)
+    token = _token(f"a-{role}")
+    rank = ROLES.index(role)
+    missing = t.call("GET", "/jobs/team-b.none", token).json()
+    for method, template in _guarded_routes(t.app):
+        needed = EXPECTED[(method, template)]
+        # no credential, or a wrong one: 401 before anything else is decided
+        for bad in (None, "wrong-token", _token("a-viewer")[:-1]):
+            path, body = _request(method, template, "team-a")
+            assert t.call(method, path, bad, body).status_code == 401, (method, template, bad)
+        for ns in ("team-a", "team-b"):
+            path, body = _request(method, template, ns)
+            r = t.call(method, path, token, body)
+            where = (role, method, template, ns, r.status_code, r.text[:200])
+            if needed == "all":
+                assert r.status_code == 403, where  # team-a's roles are not every namespace's
+            elif ns == "team-b" and "{name}" in template:
+                # never told that team-b's job exists: the words of a job that does not
+                assert r.status_code == 404, where
+                assert r.json()["message"] == missing["message"].replace("team-b.none", "team-b.j"), where
+            elif ns == "team-b" and template == "/jobs" and method == "POST":
+                assert r.status_code == 403, where
+            elif ns == "team-b":  # GET /jobs: team-a's jobs only
+                assert r.status_code == 200 and [j["name"] for j in r.json()] == ["team-a.j"], where
+            elif rank >= ROLES.index(needed):
+                assert r.status_code not in (401, 403, 404), where
+            else:
+                assert r.status_code == 403, where
+                assert needed in r.json()["message"], where
+
+
+def test_the_transform_needs_an_editor_the_rate_limit_an_operator(tenants):
+    t = tenants()
+    change = {"transform": "SELECT * FROM {source}"}
+    assert t.call("PATCH", "/jobs/team-a.j", _token("a-operator"), change).status_code == 403
+    assert t.call("PATCH", "/jobs/team-a.j", _token("a-operator"), {"rate_limit": 1}).status_code == 202
+    assert t.call("PATCH", "/jobs/team-a.j", _token("a-editor"), change).status_code == 202
+
+
+def test_a_viewer_of_every_namespace_reads_all_and_changes_nothing(tenants):
+    t = tenants()
+    token = _token("dashboard")
+    assert [j["name"] for j in t.call("GET", "/jobs", token).json()] == ["team-a.j", "team-b.j"]
+    assert t.call("GET", "/metrics", token).status_code == 200
+    for method, template in _guarded_routes(t.app):
+        if EXPECTED[(method, template)] in ("operator", "editor"):
+            path, body = _request(method, template, "team-b")
+            assert t.call(method, path, token, body).status_code == 403, (method, template)
+    assert t.registry.get("team-b.j").paused is False and not t.registry.get("team-b.j").dropped
+
+
+def test_the_probes_name_no_job_and_errors_name_no_other_source(tenants):
+    t = tenants()
+    for path in ("/health", "/ready"):
+        text = t.call("GET", path, None).text
+        assert "team-" not in text, (path, text)
+    assert t.call("GET", "/health", None).json()["sources"]["events"] == {
+        "jobs": 2, "failed_jobs": 1, "lagging_jobs": 1}
+    body = {"name": "team-a.x", "namespace": "team-a", "source": "nope", "sink_path": "/t/team-a/x"}
+    r = t.call("POST", "/jobs", _token("a-editor"), body)
+    assert r.status_code == 404 and "orders" not in r.text and "events" not in r.text, r.text
+    assert "orders" in t.call("POST", "/jobs", _token("root"), body).text  # an admin of all is told
+
+
+def test_names_belong_to_their_namespace(tenants):
+    t = tenants()
+    # a team-a job named outside team-a's prefix, or a dotted name in default: refused (422), nothing made
+    for body in ({"name": "team-b.x", "namespace": "team-a"}, {"name": "x", "namespace": "team-a"},
+                 {"name": "team-a.x"}):
+        r = t.call("POST", "/jobs", _token("root"), {**body, "source": "events", "sink_path": "/t/x"})
+        assert r.status_code == 422, (body, r.text)
+    # the same short name in two namespaces is two jobs
+    r = t.call("POST", "/jobs", _token("a-editor"), {"name": "team-a.orders", "namespace": "team-a",
+                                                      "source": "events", "sink_path": "/t/team-a/orders"})
+    assert r.status_code == 201, r.text
+
+
+def test_a_rotated_token_is_refused_after_reload_and_a_broken_file_keeps_the_set(tmp_path, tenants):
+    t = tenants()
+    principals = t.app.state.api.auth.principals
+    old, new = _token("a-operator"), "the-new-operator-token-" + "y" * 20
+    assert t.call("POST", "/jobs/team-a.j/pause", old).status_code == 202
+    document = json.loads(principals.path.read_text())
+    for entry in document["principals"]:
+        if entry["name"] == "a-operator":
+            entry["token_sha256"] = hash_token(new)
+    principals.path.write_text(json.dumps(document))
+    assert t.app.state.api.auth.reload()
+    assert t.call("POST", "/jobs/team-a.j/resume", old).status_code == 401
+    assert t.call("POST", "/jobs/team-a.j/resume", new).status_code == 202
+    principals.path.write_text("{not json")
+    assert not t.app.state.api.auth.reload()
+    assert t.call("POST", "/jobs/team-a.j/pause", new).status_code == 202  # the previous set holds
+
+
+def test_oidc_tokens_by_a_real_issuer_get_their_roles_and_forged_ones_get_401(tmp_path):
+    with JwksServer() as issuer:
+        config = OidcConfig(issuer=issuer.issuer, audience=issuer.audience, jwks_url=issuer.jwks_url)
+        t = Tenants(tmp_path, Authenticator(oidc=OidcVerifier(config)))
+        try:
+            good = issuer.token(sub="alice", roles={"team-a": "operator"})
+            assert t.call("POST", "/jobs/team-a.j/pause", good).status_code == 202
+            assert t.call("GET", "/jobs/team-b.j", good).status_code == 404
+            assert t.call("DELETE", "/jobs/team-a.j", good).status_code == 403
+            forged = [
+                issuer.token(sub="alice", roles={"team-a": "admin"}, exp_in_s=-120),  # expired
+                issuer.token(sub="alice", roles={"team-a": "admin"}, nbf_in_s=600),  # not yet valid
+                issuer.token(sub="alice", roles={"team-a": "admin"}, aud="another-service"),
+                issuer.token(sub="alice", roles={"team-a": "admin"}, iss="https://evil.example.com"),
+                _resigned(good, "none", b""),  # alg: none
+                _resigned(good, "HS256", issuer.public_pem()),  # the public key as an HMAC secret
+            ]
+            for token in forged:
+                r = t.call("POST", "/jobs/team-a.j/resume", token)
+                assert r.status_code == 401 and token not in r.text, r.text
+        finally:
+            t.close()
+
+
+def _resigned(token: str, alg: str, secret: bytes) -> str:
+    """The token's claims, made admin of team-a, under ``alg`` (none: unsigned; HS256 keyed by ``secret``)."""
+    import base64
+    import hashlib
+    import hmac
+
+    def b64(data: bytes) -> str:
+        return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+    payload = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))
+    payload["source_backfill_roles"] = {"team-a": "admin"}
+    header = json.dumps({"alg": alg, "typ": "JWT"}).encode()
+    signing_input = f"{b64(header)}.{b64(json.dumps(payload).encode())}"
+    if alg == "none":
+        return f"{signing_input}."
+    return f"{signing_input}.{b64(hmac.new(secret, signing_input.encode(), hashlib.sha256).digest())}"
