@@ -158,8 +158,9 @@ def config_reference() -> str:
            "Every key of the configuration model (`source_backfill/config/`), generated from it. A key is "
            "set in the TOML file given to `source-backfill run --config FILE`, or by its environment "
            "variable "
-           f"(`{ENV_PREFIX}<SECTION>__<KEY>`), which wins over the file; lists (`sources`, `jobs`) come from "
-           "the file (a JSON value in the environment replaces the whole list). What the settings are for, "
+           f"(`{ENV_PREFIX}<SECTION>__<KEY>`), which wins over the file; lists (`sources`, `jobs`, "
+           "`namespaces`) come from the file (a JSON value in the environment replaces the whole list). What "
+           "the settings are for, "
            "with examples: [Configuration](../configuration.md).", ""]
     for section, field in Settings.model_fields.items():
         listed = _is_list(field.annotation)

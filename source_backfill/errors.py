@@ -135,6 +135,10 @@ class SourceNotFoundError(JobError):
     """No source with that name is configured."""
 
 
+class QuotaExceededError(JobError):
+    """A namespace's quota refuses a create (its jobs at most): nothing is created."""
+
+
 class DecodeFailedError(JobError):
     """A job's records cannot be decoded as it asks: fails that job alone.
 

@@ -202,6 +202,11 @@ KAFKA_PARTITIONS_UNDER_REPLICATED = Gauge(
     "Partitions of the source's topics with fewer in-sync replicas than replicas (a broker down or behind).",
     ["source"],
 )
+QUOTA_REFUSALS = Counter(
+    PREFIX + "quota_refusals",
+    "Creates a namespace's quota refused (namespaces[].max_jobs), by namespace and quota.",
+    ["namespace", "quota"],
+)
 DEAD_LETTERS = Counter(
     PREFIX + "dead_letters",
     "Records a job could not decode, merged into its dead-letter table (format.on_decode_error = "

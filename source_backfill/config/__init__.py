@@ -14,7 +14,7 @@ repairs, what it asks of its source), :mod:`.daemon` (Spark, the API, metrics, t
 
 from __future__ import annotations
 
-from source_backfill.config.access import DEFAULT_NAMESPACE, OidcConfig
+from source_backfill.config.access import DEFAULT_NAMESPACE, NamespaceConfig, OidcConfig
 from source_backfill.config.base import (
     EMBEDDED,
     MAX_TRANSFORM_CHARS,
@@ -86,6 +86,7 @@ __all__ = [
     "MetricsConfig",
     "NAME_PATTERN",
     "Name",
+    "NamespaceConfig",
     "OffsetsStart",
     "OidcConfig",
     "RawFormat",

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 
-from source_backfill.config.base import _Frozen
+from source_backfill.config.base import Name, _Frozen
 
 #: The namespace of a job that names none (and of every job created before namespaces).
 DEFAULT_NAMESPACE = "default"
@@ -76,4 +76,25 @@ class OidcConfig(_Frozen):
         return value
 
 
-__all__ = ["ASYMMETRIC_ALGORITHMS", "DEFAULT_NAMESPACE", "OidcConfig"]
+class NamespaceConfig(_Frozen):
+    """What one tenant's jobs may use: which sources they read, where their tables go, how many there are.
+
+    A namespace not declared (and ``default`` unless declared) binds nothing: any source, anywhere under
+    ``daemon.data_root``, any number of jobs.
+    """
+
+    name: Name = Field(description="The namespace (`jobs[].namespace`; its jobs are named `<name>.<job>`).")
+    sources: list[Name] | None = Field(default=None, description=(
+        "The sources its jobs may read; a create naming another is told the source does not exist (the "
+        "daemon's other sources are not listed). Unset: every source."))
+    max_jobs: int | None = Field(default=None, ge=0, description=(
+        "Live jobs at most (dropped ones not counted); a create past it is refused with 403 "
+        "`quota_exceeded`, also when creates race (counted under the registry's lock). Unset: no limit."))
+
+    @property
+    def folder(self) -> str:
+        """The folder of ``daemon.data_root`` its jobs' tables must lie in (when a data root is set)."""
+        return self.name
+
+
+__all__ = ["ASYMMETRIC_ALGORITHMS", "DEFAULT_NAMESPACE", "NamespaceConfig", "OidcConfig"]

@@ -17,6 +17,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from source_backfill.config.access import NamespaceConfig
 from source_backfill.config.daemon import ApiConfig, DaemonConfig, MetricsConfig, SparkConfig
 from source_backfill.config.jobs import JobSpec, check_job_fits_source
 from source_backfill.config.sources import SourceConfig
@@ -47,6 +48,9 @@ class Settings(BaseSettings):
     jobs: list[JobSpec] = Field(default_factory=list, description=(
         "Jobs the daemon starts with (`[[jobs]]`); jobs created through the API are kept in the mutation "
         "log."))
+    namespaces: list[NamespaceConfig] = Field(default_factory=list, description=(
+        "Tenants' namespaces (`[[namespaces]]`): the sources each may read, its folder of the data root, its "
+        "quota (docs: \"Sharing one daemon\")."))
 
     @model_validator(mode="after")
     def _references(self) -> Settings:
@@ -63,6 +67,15 @@ class Settings(BaseSettings):
                 msg = f'job "{job.name}" reads unknown source "{job.source}" (configured: {names})'
                 raise ValueError(msg)
             check_job_fits_source(job, self.source(job.source))
+        spaces = [n.name for n in self.namespaces]
+        if len(set(spaces)) != len(spaces):
+            msg = f"duplicate namespace names: {spaces}"
+            raise ValueError(msg)
+        for space in self.namespaces:
+            unknown = sorted(set(space.sources or ()) - set(names))
+            if unknown:
+                msg = f'namespace "{space.name}" names unknown sources {unknown} (configured: {names})'
+                raise ValueError(msg)
         return self
 
     def source(self, name: str) -> SourceConfig:

@@ -43,11 +43,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from source_backfill.config import JobSpec, RepairSpec
+from source_backfill import metrics
+from source_backfill.config import JobSpec, NamespaceConfig, RepairSpec
 from source_backfill.errors import (
     ConfigError,
     JobExistsError,
     JobNotFoundError,
+    QuotaExceededError,
+    SinkPathError,
     SourceNotFoundError,
     StateWriteError,
 )
@@ -95,9 +98,12 @@ class JobRegistry:
         protected_paths: Iterable[Path] = (),
         check_repair: Callable[[JobSpec, RepairSpec], None] | None = None,
         check_retransform: Callable[[JobSpec], None] | None = None,
+        namespaces: Iterable[NamespaceConfig] = (),
     ) -> None:
         self.state_root = Path(state_root)
         self.sources = frozenset(sources)
+        #: What each declared namespace's jobs may use (sources, folder, quota); others bind nothing.
+        self.namespaces = {n.name: n for n in namespaces}
         #: Checks a new job against its source (a mode or strategy its kind has not): ConfigError.
         self.check_spec = check_spec
         #: Checks a repair against the job (its source's kind, its table's columns): ConfigError.
@@ -186,8 +192,34 @@ class JobRegistry:
         if spec.source not in self.sources:
             msg = f'unknown source "{spec.source}" (configured: {sorted(self.sources)})'
             raise SourceNotFoundError(msg)
+        namespace = self.namespaces.get(spec.namespace)
+        if namespace is not None:
+            self._check_namespace(spec, namespace)
         for table in spec.tables:  # its dead-letter table too: no other table may overlap it either
             self._check_sink_path(table, spec.name)
+
+    def _check_namespace(self, spec: JobSpec, namespace: NamespaceConfig) -> None:
+        """The job keeps to its declared namespace: its sources, its folder of the data root, its quota.
+
+        Called under the lock, so two creates that race cannot both take a quota's last job.
+        """
+        if namespace.sources is not None and spec.source not in namespace.sources:
+            msg = f'unknown source "{spec.source}"'  # the namespace's to know of, not the daemon's others
+            raise SourceNotFoundError(msg)
+        if self.data_root is not None:
+            folder = self.data_root / namespace.folder
+            for table in spec.tables:
+                if not resolve(table).is_relative_to(folder):
+                    msg = (f"sink_path {table!r} is outside namespace {namespace.name!r}'s folder of the "
+                           f"data root (daemon.data_root/{namespace.folder}/)")
+                    raise SinkPathError(msg)
+        if namespace.max_jobs is not None:
+            live = sum(1 for r in self._jobs.values() if not r.dropped and r.spec.namespace == namespace.name)
+            if live >= namespace.max_jobs:
+                metrics.QUOTA_REFUSALS.labels(namespace.name, "max_jobs").inc()
+                msg = (f'namespace "{namespace.name}" holds {live} jobs, its quota '
+                       f"(max_jobs {namespace.max_jobs})")
+                raise QuotaExceededError(msg)
 
     def ensure(self, spec: JobSpec) -> JobRecord:
         """Create a job declared in the config file, unless it is registered already with the same spec.

@@ -24,7 +24,7 @@ from source_backfill.api.responses import (
 )
 from source_backfill.config import DEFAULT_NAMESPACE, NAME_PATTERN, JobSpec, RepairSpec
 from source_backfill.core.access import Role
-from source_backfill.errors import ConfigError, SourceNotFoundError
+from source_backfill.errors import ConfigError, SinkConflictError, SourceNotFoundError
 
 JobName = Annotated[str, Path(pattern=NAME_PATTERN, description="The job's name.")]
 
@@ -73,6 +73,11 @@ def create_job(
             raise
         msg = f'unknown source "{spec.source}"'  # not the daemon's list of them
         raise SourceNotFoundError(msg) from None
+    except SinkConflictError:
+        if principal.is_admin or not context.auth.tenants:
+            raise
+        msg = f"sink_path {spec.sink_path!r} overlaps the daemon's state or another job's table"  # not whose
+        raise SinkConflictError(msg) from None
 
 
 def _create(spec: JobSpec, response: Response, context: Context, dry_run_: bool) -> JobView | DryRunView:

@@ -73,8 +73,8 @@ def _principals(path: Path) -> Path:
 class Tenants:
     """A registry with a job in team-a and one in team-b, served with principals from a file."""
 
-    def __init__(self, tmp: Path, auth: Authenticator) -> None:
-        self.registry = JobRegistry(tmp / "state", SOURCES)
+    def __init__(self, tmp: Path, auth: Authenticator, **registry: Any) -> None:
+        self.registry = JobRegistry(tmp / "state", SOURCES, **registry)
         for ns in ("team-a", "team-b"):
             self.registry.create(JobSpec(name=f"{ns}.j", namespace=ns, source="events",
                                          sink_path=str(tmp / ns / "j")))
@@ -98,8 +98,8 @@ def tenants(tmp_path: Path) -> Iterator[Any]:
     made: list[Tenants] = []
     principals = TokenPrincipals.from_file(_principals(tmp_path / "principals.json"))
 
-    def make(name: str = "t") -> Tenants:
-        t = Tenants(tmp_path / name, Authenticator(principals=principals))
+    def make(name: str = "t", **registry: Any) -> Tenants:
+        t = Tenants(tmp_path / name, Authenticator(principals=principals), **registry)
         made.append(t)
         return t
 
@@ -108,9 +108,20 @@ def tenants(tmp_path: Path) -> Iterator[Any]:
         t.close()
 
 
+def _api_routes(routes: Any) -> Iterator[APIRoute]:
+    """Every operation the app serves, the included routers' too (FastAPI wraps each in one route)."""
+    for route in routes:
+        included = getattr(route, "original_router", None)
+        if included is not None:
+            yield from _api_routes(included.routes)
+        elif isinstance(route, APIRoute):
+            yield route
+
+
 def _guarded_routes(app: Any) -> list[tuple[str, str]]:
-    routes = [(method, r.path) for r in app.routes if isinstance(r, APIRoute) and r.path not in UNGUARDED
+    routes = [(method, r.path) for r in _api_routes(app.routes) if r.path not in UNGUARDED
               for method in sorted(r.methods)]
+    assert len(routes) >= len(EXPECTED), routes  # the walk found the routes (none: the test proves nothing)
     return sorted(routes, key=lambda mr: mr[0] == "DELETE")  # a drop last: the job stays for the others
 
 
@@ -135,7 +146,7 @@ def test_the_route_role_namespace_matrix(tenants, role):
     t = tenants(role)
     token = _token(f"a-{role}")
     rank = ROLES.index(role)
-    missing = t.call("GET", "/jobs/team-b.none", token).json()
+    missing = t.call("GET", "/jobs/team-b.none", token).json()["error"]
     for method, template in _guarded_routes(t.app):
         needed = EXPECTED[(method, template)]
         # no credential, or a wrong one: 401 before anything else is decided
@@ -151,7 +162,8 @@ def test_the_route_role_namespace_matrix(tenants, role):
             elif ns == "team-b" and "{name}" in template:
                 # never told that team-b's job exists: the words of a job that does not
                 assert r.status_code == 404, where
-                assert r.json()["message"] == missing["message"].replace("team-b.none", "team-b.j"), where
+                assert r.json()["error"] == {**missing, "message": missing["message"].replace(
+                    "team-b.none", "team-b.j")}, where
             elif ns == "team-b" and template == "/jobs" and method == "POST":
                 assert r.status_code == 403, where
             elif ns == "team-b":  # GET /jobs: team-a's jobs only
@@ -160,7 +172,7 @@ def test_the_route_role_namespace_matrix(tenants, role):
                 assert r.status_code not in (401, 403, 404), where
             else:
                 assert r.status_code == 403, where
-                assert needed in r.json()["message"], where
+                assert needed in r.json()["error"]["message"], where
 
 
 def test_the_transform_needs_an_editor_the_rate_limit_an_operator(tenants):
@@ -194,6 +206,12 @@ def test_the_probes_name_no_job_and_errors_name_no_other_source(tenants):
     r = t.call("POST", "/jobs", _token("a-editor"), body)
     assert r.status_code == 404 and "orders" not in r.text and "events" not in r.text, r.text
     assert "orders" in t.call("POST", "/jobs", _token("root"), body).text  # an admin of all is told
+    # a table inside another namespace's: refused without naming whose it is
+    inside = str(Path(t.registry.get("team-b.j").spec.sink_path) / "inner")
+    body = {"name": "team-a.x", "namespace": "team-a", "source": "events", "sink_path": inside}
+    r = t.call("POST", "/jobs", _token("a-editor"), body)
+    assert r.status_code == 409 and "team-b.j" not in r.json()["error"]["message"], r.text
+    assert "team-b.j" in t.call("POST", "/jobs", _token("root"), body).text
 
 
 def test_names_belong_to_their_namespace(tenants):
@@ -207,6 +225,52 @@ def test_names_belong_to_their_namespace(tenants):
     r = t.call("POST", "/jobs", _token("a-editor"), {"name": "team-a.orders", "namespace": "team-a",
                                                       "source": "events", "sink_path": "/t/team-a/orders"})
     assert r.status_code == 201, r.text
+
+
+def test_a_namespace_keeps_its_jobs_to_its_sources_and_its_folder(tenants, tmp_path):
+    from source_backfill.config import NamespaceConfig
+
+    root = tmp_path / "bound"
+    t = tenants("bound", data_root=root, namespaces=[NamespaceConfig(name="team-a", sources=["events"])])
+    token = _token("a-editor")
+
+    def create(name: str, source: str, sink: Path) -> httpx.Response:
+        return t.call("POST", "/jobs", token, {"name": f"team-a.{name}", "namespace": "team-a",
+                                                "source": source, "sink_path": str(sink)})
+
+    r = create("x", "orders", root / "team-a" / "x")  # a source the daemon has, not team-a's
+    assert r.status_code == 404 and r.json()["error"]["message"] == 'unknown source "orders"', r.text
+    r = create("x", "events", root / "team-b" / "x")  # another namespace's folder
+    assert r.status_code == 422 and "daemon.data_root/team-a/" in r.text, r.text
+    r = create("x", "events", root / "team-b" / "j" / "inner")  # inside team-b's table
+    assert r.status_code == 422 and "team-b.j" not in r.text, r.text
+    assert create("x", "events", root / "team-a" / "x").status_code == 201
+    r = create("y", "events", root / "team-a" / "x" / "inner")  # inside team-a's own table: named, its own
+    assert r.status_code == 409, r.text
+
+
+def test_a_jobs_quota_holds_when_creates_race(tenants):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from source_backfill import metrics
+    from source_backfill.config import NamespaceConfig
+
+    t = tenants("quota", namespaces=[NamespaceConfig(name="team-a", max_jobs=3)])  # team-a.j is one
+    before = metrics.QUOTA_REFUSALS.labels("team-a", "max_jobs")._value.get()  # noqa: SLF001
+
+    def create(i: int) -> int:
+        return t.call("POST", "/jobs", _token("a-editor"), {
+            "name": f"team-a.n{i}", "namespace": "team-a", "source": "events",
+            "sink_path": f"/t/quota/n{i}"}).status_code
+
+    with ThreadPoolExecutor(12) as pool:
+        codes = list(pool.map(create, range(12)))
+    assert sorted(codes) == [201] * 2 + [403] * 10, codes
+    assert sum(r.spec.namespace == "team-a" for r in t.registry.list()) == 3
+    assert metrics.QUOTA_REFUSALS.labels("team-a", "max_jobs")._value.get() - before == 10  # noqa: SLF001
+    # a drop frees a place; team-b, without a quota, is not held by team-a's
+    assert t.call("DELETE", "/jobs/team-a.j", _token("a-editor")).status_code == 202
+    assert create(99) == 201
 
 
 def test_a_rotated_token_is_refused_after_reload_and_a_broken_file_keeps_the_set(tmp_path, tenants):
