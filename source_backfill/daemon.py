@@ -105,7 +105,8 @@ class Daemon:
         self.registry = JobRegistry(root, [s.name for s in cfg.sources], data_root=cfg.daemon.data_root,
                                     check_spec=self._check_spec, protected_paths=tables,
                                     check_repair=self._check_repair,
-                                    check_retransform=self._check_retransform, namespaces=cfg.namespaces)
+                                    check_retransform=self._check_retransform, namespaces=cfg.namespaces,
+                                    audit=True)
         for spec in cfg.jobs:
             try:
                 self.registry.ensure(spec)

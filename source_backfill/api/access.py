@@ -62,6 +62,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/jobs/{name}/verify"): Rule(Role.VIEWER, "job"),
     ("GET", "/jobs/{name}/verify/{run_id}"): Rule(Role.VIEWER, "job"),
     ("GET", "/metrics"): Rule(Role.VIEWER, "all"),
+    ("GET", "/audit"): Rule(Role.VIEWER, "any"),
 }
 
 

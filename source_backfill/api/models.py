@@ -163,6 +163,22 @@ def split_fraction(stage: str, backfilled_offset: int | None, target_offset: int
     return max(0.0, min(1.0, done / (target_offset + 1)))
 
 
+class AuditView(BaseModel):
+    """An accepted mutation as the audit table holds it (``GET /audit``)."""
+
+    id: int
+    #: When it was accepted (ISO 8601, UTC).
+    at: str
+    kind: str
+    job: str
+    namespace: str
+    source: str
+    #: The principal that asked; null for the daemon's own (a job of the config file) and older lines.
+    by: str | None
+    #: What it changed, as JSON text (a rate limit, a transform, a repair's window).
+    detail: str
+
+
 class JobView(BaseModel):
     """A job: its spec, accepted control state, and the progress the epoch loop last published."""
 

@@ -99,6 +99,21 @@ def cmd_jobs_list(args: argparse.Namespace, out: IO[str]) -> int:
     return EXIT_OK
 
 
+def cmd_audit(args: argparse.Namespace, out: IO[str]) -> int:
+    """``audit``: the accepted mutations, oldest first: when, who, what, which job (or the API's JSON)."""
+    from urllib.parse import urlencode
+
+    query = urlencode({k: v for k, v in (("job", args.job), ("limit", args.limit)) if v is not None})
+    rows = _client(args).call("GET", f"/audit?{query}")
+    if args.json:
+        print(json.dumps(rows, indent=2), file=out)
+        return EXIT_OK
+    for r in rows:
+        detail = "" if r["detail"] in ("{}", "") else f" {r['detail']}"
+        print(f"{r['at']}  #{r['id']}  {r['by'] or '(daemon)'}  {r['kind']}  {r['job']}{detail}", file=out)
+    return EXIT_OK
+
+
 def cmd_jobs_create(args: argparse.Namespace, out: IO[str]) -> int:
     """``jobs create``: the request body from the flags; ``--dry-run`` prints the plan instead."""
     start: dict[str, Any] = {"kind": "earliest"}

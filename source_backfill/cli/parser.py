@@ -9,6 +9,7 @@ from typing import Any
 
 from source_backfill.cli.commands import (
     Handler,
+    cmd_audit,
     cmd_jobs_create,
     cmd_jobs_list,
     cmd_jobs_repair,
@@ -177,6 +178,16 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("job", metavar="JOB", help="job name")
     verify.add_argument("--json", action="store_true", help="print the API's JSON of the finished run")
     verify.set_defaults(handler=cmd_verify)
+
+    audit = sub.add_parser(
+        "audit", help="who changed which job, when (the accepted mutations, oldest first)",
+        description="Print the daemon's audit table: one line per accepted mutation (when, its id, the "
+                    "principal, what, which job), of the namespaces your token holds a role in.")
+    _api_flags(audit, top=False)
+    audit.add_argument("--job", metavar="JOB", help="only this job's")
+    audit.add_argument("--limit", type=int, metavar="N", help="the last N (default 100)")
+    audit.add_argument("--json", action="store_true", help="print the API's JSON")
+    audit.set_defaults(handler=cmd_audit)
 
     token = sub.add_parser(
         "token", help="make a token for a principal of api.principals_file",

@@ -4,7 +4,8 @@ One JSON object a line, each with the format version ``v`` (:data:`LOG_VERSION`;
 does not know) and a ``type``:
 
 - ``mutation``: an accepted command (:class:`Mutation`: id, kind, job, source, spec, rate limit, a
-  repair's window) and when it was accepted; ids increase with log order;
+  repair's window, ``by``: the principal that asked, absent in lines of releases before tenants) and when
+  it was accepted; ids increase with log order;
 - ``applied``: the ids the epoch loop applied, at which epoch; a compacted log's last one also carries
   ``next_id`` (ids of removed lines are never handed out again);
 - ``failed``: a job's failure and its error.
@@ -63,6 +64,9 @@ class Mutation:
     rate_limit: float | None = None
     #: The window to replace (``repair`` only).
     repair: RepairSpec | None = None
+    #: The principal that asked (the API's); ``None``: the daemon itself (a job of the config file), or a
+    #: line written before principals were recorded.
+    by: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,6 +321,7 @@ def mutation_line(m: Mutation, at: datetime) -> dict[str, Any]:
         "spec": m.spec.model_dump(mode="json") if m.spec is not None else None,
         "rate_limit": m.rate_limit,
         **({"repair": m.repair.model_dump(mode="json")} if m.repair is not None else {}),
+        **({"by": m.by} if m.by is not None else {}),
         "at": at.isoformat(),
     }
 
@@ -343,8 +348,12 @@ def parse_mutation(entry: dict[str, Any]) -> tuple[Mutation, datetime]:
     if not isinstance(mid, int) or isinstance(mid, bool):
         msg = f"id must be an integer, got {mid!r}"
         raise ValueError(msg)
+    by = entry.get("by")
+    if by is not None and not isinstance(by, str):
+        msg = f"by must be a principal's name, got {by!r}"
+        raise ValueError(msg)
     m = Mutation(id=mid, kind=kind, job=str(entry["job"]), source=str(entry["source"]), spec=spec,
-                 rate_limit=None if rate is None else float(rate), repair=repair)
+                 rate_limit=None if rate is None else float(rate), repair=repair, by=by)
     return m, datetime.fromisoformat(entry["at"])
 
 

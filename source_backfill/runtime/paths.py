@@ -65,7 +65,7 @@ def state_paths(state_root: Path, sources: Iterable[str], log_name: str) -> list
     root = Path(state_root)
     found = [("the state root", root), ("the mutation log", root / log_name),
              ("the streaming checkpoints", root / "sources"),
-             ("the embedded broker's log folder", root / "kafka")]
+             ("the embedded broker's log folder", root / "kafka"), ("the audit table", root / "audit")]
     found += [(f'source "{s}"\'s checkpoint', root / "sources" / s / "checkpoint") for s in sorted(sources)]
     return [(what, resolve(p)) for what, p in found]
 

@@ -44,7 +44,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from source_backfill import metrics
-from source_backfill.config import JobSpec, NamespaceConfig, RepairSpec
+from source_backfill.config import DEFAULT_NAMESPACE, JobSpec, NamespaceConfig, RepairSpec
 from source_backfill.errors import (
     ConfigError,
     JobExistsError,
@@ -54,6 +54,7 @@ from source_backfill.errors import (
     SourceNotFoundError,
     StateWriteError,
 )
+from source_backfill.runtime.audit import AuditTable
 from source_backfill.runtime.job_record import JobRecord
 from source_backfill.runtime.log_compaction import LogCompactor
 from source_backfill.runtime.mutation_log import (
@@ -99,6 +100,7 @@ class JobRegistry:
         check_repair: Callable[[JobSpec, RepairSpec], None] | None = None,
         check_retransform: Callable[[JobSpec], None] | None = None,
         namespaces: Iterable[NamespaceConfig] = (),
+        audit: bool = False,
     ) -> None:
         self.state_root = Path(state_root)
         self.sources = frozenset(sources)
@@ -122,7 +124,18 @@ class JobRegistry:
             make_private_dir(self.state_root)
         except PermissionError as exc:  # not ours to chmod: it still works, but others may read it
             logger.warning('state root mode not narrowed to 0700 path="%s" error="%s"', self.state_root, exc)
-        self._next_id = self._log.open(self._apply_entry)
+        #: Every accepted mutation copied to ``state_root/audit`` by id (the daemon's registry has one).
+        self._audit = AuditTable(self.state_root) if audit else None
+        accepted: builtins.list[tuple[Mutation, datetime, str]] = []
+
+        def replay(entry: LogEntry) -> None:
+            self._apply_entry(entry)
+            if isinstance(entry, Accepted):
+                accepted.append((entry.mutation, entry.at, self._namespace_of(entry.mutation)))
+
+        self._next_id = self._log.open(replay)
+        if self._audit is not None:  # before any compaction: a line whose row a crash cut is still here
+            self._audit.catch_up(accepted)
         self._compactor = LogCompactor(self._log, self._state_of)
         self._maybe_compact()
         for record in self._jobs.values():
@@ -164,12 +177,12 @@ class JobRegistry:
             self._log.close()
 
     # -- API side ---------------------------------------------------------------------------------------
-    def create(self, spec: JobSpec) -> JobRecord:
+    def create(self, spec: JobSpec, *, by: str | None = None) -> JobRecord:
         """Register a new job; JobExistsError if its name is live, SourceNotFoundError for a bad source."""
         self.check_create(spec)
         with self._lock:
             self._check_new(spec)  # again under the lock: another create may have taken the name or path
-            self._record("create", spec.name, spec.source, spec=spec, rate_limit=spec.rate_limit)
+            self._record("create", spec.name, spec.source, spec=spec, rate_limit=spec.rate_limit, by=by)
             return self._jobs[spec.name]
 
     def check_create(self, spec: JobSpec) -> None:
@@ -241,23 +254,23 @@ class JobRegistry:
                 raise ConfigError(msg)
             return current
 
-    def pause(self, name: str) -> JobRecord:
+    def pause(self, name: str, *, by: str | None = None) -> JobRecord:
         """Stop reading history for the job (its live rows keep flowing); no-op if already paused."""
         with self._lock:
             record = self._live(name)
             if not record.paused:
-                self._record("pause", name, record.source)
+                self._record("pause", name, record.source, by=by)
             return self._jobs[name]
 
-    def resume(self, name: str) -> JobRecord:
+    def resume(self, name: str, *, by: str | None = None) -> JobRecord:
         """Read history again after :meth:`pause`; no-op if not paused."""
         with self._lock:
             record = self._live(name)
             if record.paused:
-                self._record("resume", name, record.source)
+                self._record("resume", name, record.source, by=by)
             return self._jobs[name]
 
-    def throttle(self, name: str, rate_limit: float | None) -> JobRecord:
+    def throttle(self, name: str, rate_limit: float | None, *, by: str | None = None) -> JobRecord:
         """Set the job's history rate limit in rows/s (``None`` unlimited, ``0`` read none, lose nothing)."""
         if rate_limit is not None and (not math.isfinite(rate_limit) or rate_limit < 0):
             msg = f"rate_limit must be a finite number >= 0 or None, got {rate_limit!r}"
@@ -265,17 +278,17 @@ class JobRegistry:
         with self._lock:
             record = self._live(name)
             if record.rate_limit != rate_limit:
-                self._record("throttle", name, record.source, rate_limit=rate_limit)
+                self._record("throttle", name, record.source, rate_limit=rate_limit, by=by)
             return self._jobs[name]
 
-    def drop(self, name: str) -> JobRecord:
+    def drop(self, name: str, *, by: str | None = None) -> JobRecord:
         """Detach the job at the next epoch boundary (its table is left as is); the name becomes free."""
         with self._lock:
             record = self._live(name)
-            self._record("drop", name, record.source)
+            self._record("drop", name, record.source, by=by)
             return self._jobs[name]
 
-    def retry(self, name: str) -> JobRecord:
+    def retry(self, name: str, *, by: str | None = None) -> JobRecord:
         """Run a failed job again: its error is cleared and the epoch loop rebuilds it from its table.
 
         A job that has not failed is left as it is (no mutation).
@@ -283,10 +296,10 @@ class JobRegistry:
         with self._lock:
             record = self._live(name)
             if record.error is not None:
-                self._record("retry", name, record.source)
+                self._record("retry", name, record.source, by=by)
             return self._jobs[name]
 
-    def retransform(self, name: str, transform: str | None) -> JobRecord:
+    def retransform(self, name: str, transform: str | None, *, by: str | None = None) -> JobRecord:
         """Change the job's transform from its next epoch on (``None``: identity), checked like a create's.
 
         The new transform must pass the transform check and give the job's table the columns it has
@@ -303,10 +316,10 @@ class JobRegistry:
         with self._lock:
             record = self._live(name)
             if record.spec.transform != transform:
-                self._record("retransform", name, record.source, spec=spec)
+                self._record("retransform", name, record.source, spec=spec, by=by)
             return self._jobs[name]
 
-    def repair(self, name: str, repair: RepairSpec) -> tuple[JobRecord, int]:
+    def repair(self, name: str, repair: RepairSpec, *, by: str | None = None) -> tuple[JobRecord, int]:
         """Accept a repair of the job's rows in ``repair``'s window; its id (the mutation's) with the job.
 
         Checked first (:attr:`check_repair`: a Kafka job whose table keeps the partition and offset
@@ -317,7 +330,7 @@ class JobRegistry:
             self.check_repair(record.spec, repair)
         with self._lock:
             record = self._live(name)
-            m = self._record("repair", name, record.source, repair=repair)
+            m = self._record("repair", name, record.source, repair=repair, by=by)
             return self._jobs[name], m.id
 
     def publish_repair(self, name: str, outcome: dict[str, Any]) -> None:
@@ -473,15 +486,20 @@ class JobRegistry:
 
     def _record(
         self, kind: MutationKind, job: str, source: str, *, spec: JobSpec | None = None,
-        rate_limit: float | None = None, repair: RepairSpec | None = None,
+        rate_limit: float | None = None, repair: RepairSpec | None = None, by: str | None = None,
     ) -> Mutation:
-        """Append + fsync the mutation, then let it take effect in the table and the queue (lock held)."""
+        """Append + fsync the mutation, then let it take effect in the table and the queue (lock held).
+
+        ``by``: the principal that asked (the API's), recorded in the line and copied to the audit table.
+        """
         mutation = Mutation(id=self._next_id, kind=kind, job=job, source=source, spec=spec,
-                            rate_limit=rate_limit, repair=repair)
+                            rate_limit=rate_limit, repair=repair, by=by)
         now = datetime.now(UTC)
         self._log.append_mutation(mutation, now)
         self._next_id += 1
         self._apply_mutation(mutation, now)
+        if self._audit is not None:
+            self._audit.record(mutation, now, self._namespace_of(mutation))
         logger.info('mutation accepted id=%d kind="%s" job="%s" source="%s"', mutation.id, kind, job, source)
         wake = self._wakers.get(source)
         if wake is not None:
@@ -491,8 +509,24 @@ class JobRegistry:
 
     # -- compaction ---------------------------------------------------------------------------------------
     def _maybe_compact(self) -> None:
-        """Compact when the log holds more than twice the lines the state needs plus COMPACT_SLACK."""
+        """Compact when the log holds more than twice the lines the state needs plus COMPACT_SLACK.
+
+        Not while audit rows are pending: their lines are what a retry copies from after a crash.
+        """
+        if self._audit is not None and self._audit.pending:
+            return
         self._compactor.maybe(4 * len(self._jobs) + len(self._unapplied) + 1)
+
+    def _namespace_of(self, mutation: Mutation) -> str:
+        if mutation.spec is not None:
+            return mutation.spec.namespace
+        record = self._jobs.get(mutation.job)
+        return record.spec.namespace if record is not None else DEFAULT_NAMESPACE
+
+    def audit_rows(self) -> builtins.list[dict[str, Any]]:
+        """The audit table's rows, by id (none without an audit table)."""
+        with self._lock:
+            return self._audit.rows() if self._audit is not None else []
 
     def compact(self) -> bool:
         """Rewrite the log as the lines that replay to the current state; False if it was left as it is.

@@ -144,11 +144,17 @@ class Summary:
     #: Cluster mode: brokers SIGKILLed (one at a time, the daemon killed after it, the broker restarted at
     #: a later cycle's start or left down across a daemon restart).
     broker_kills: int = 0
+    #: The audit table's rows at the end, and the accepted mutation ids it lacks or holds twice (every
+    #: id from 1 to the highest the mutation log accepted must be there once).
+    audit_rows: int = 0
+    audit_missing: int = 0
+    audit_duplicated: int = 0
 
     @property
     def ok(self) -> bool:
-        """Exactly once in every table."""
-        return self.missing == self.duplicated == self.unexpected == 0
+        """Exactly once in every table, the audit table's included."""
+        return self.missing == self.duplicated == self.unexpected == self.audit_missing == \
+            self.audit_duplicated == 0
 
     def line(self) -> str:
         """The one summary line the suite prints."""
@@ -161,7 +167,9 @@ class Summary:
                 f"skipped={self.skipped} rejoins={self.rejoins} bound_hits={self.bound_hits} "
                 f"beside_bound_hits={self.beside_bound_hits} retries={self.retries} "
                 f"killed_lagging={self.killed_lagging} killed_failed={self.killed_failed} "
-                f"broker_kills={self.broker_kills} seed={self.seed} "
+                f"broker_kills={self.broker_kills} audit_rows={self.audit_rows} "
+                f"audit_missing={self.audit_missing} audit_duplicated={self.audit_duplicated} "
+                f"seed={self.seed} "
                 f"seconds={self.seconds:.0f}")
 
 
@@ -589,9 +597,30 @@ def run_chaos(bootstrap: str, workdir: Path, cycles: int, seed: int | None = Non
         slow.stop()
         daemon.stop()
         _count_log(daemon.log, summary)
+    _check_audit(workdir / "state", summary)
     summary.seconds = time.monotonic() - t0
     out("chaos: " + summary.line())
     return summary
+
+
+def _check_audit(state: Path, summary: Summary) -> None:
+    """Every mutation id the log accepted (1 to the highest, also those compaction removed since) is one
+    row of the audit table, whatever the kills between a mutation's line and its row."""
+    import json
+
+    from source_backfill.runtime.audit import AuditTable
+
+    highest = 0
+    for line in (state / "mutations.jsonl").read_text().splitlines():
+        entry = json.loads(line) if line.strip() else {}
+        if entry.get("type") == "mutation":
+            highest = max(highest, entry["id"])
+        elif entry.get("next_id") is not None:  # a compacted log's mark: ids below it were handed out
+            highest = max(highest, entry["next_id"] - 1)
+    ids = [r["id"] for r in AuditTable(state).rows()]
+    summary.audit_rows = len(ids)
+    summary.audit_missing = len(set(range(1, highest + 1)) - set(ids))
+    summary.audit_duplicated = len(ids) - len(set(ids))
 
 
 def _archive(path: Path, topic: str) -> None:

@@ -14,7 +14,7 @@ from fastapi.responses import Response
 
 from source_backfill.api.access import principal_of, require
 from source_backfill.api.context import Context
-from source_backfill.api.models import DryRunView, JobView, PatchBody, RepairView
+from source_backfill.api.models import AuditView, DryRunView, JobView, PatchBody, RepairView
 from source_backfill.api.responses import (
     BODY_ERRORS,
     HOST_ERRORS,
@@ -44,6 +44,23 @@ def list_jobs(request: Request, context: Context) -> list[JobView]:
     return [context.view(r) for r in context.registry.list() if principal.sees(r.spec.namespace)]
 
 
+@reads.get("/audit", tags=["daemon"], responses=HOST_ERRORS | error_responses(422))
+def list_audit(
+    request: Request, context: Context,
+    job: Annotated[str | None, Query(pattern=NAME_PATTERN, description="Only this job's.")] = None,
+    limit: Annotated[int, Query(ge=1, le=10_000, description="The last this many.")] = 100,
+) -> list[AuditView]:
+    """Accepted mutations, oldest first: who asked what of which job, when (of the caller's namespaces).
+
+    One row per accepted mutation id, also across crashes (``state_root/audit``); refused requests are in
+    the daemon's log, not here.
+    """
+    principal = principal_of(request)
+    rows = [r for r in context.registry.audit_rows()
+            if principal.sees(r["namespace"]) and (job is None or r["job"] == job)]
+    return [AuditView(**r) for r in rows[-limit:]]
+
+
 @reads.get("/jobs/{name}", responses=HOST_ERRORS | error_responses(404, 422))
 def show_job(name: JobName, context: Context) -> JobView:
     """The job's state, rows and ETA, and per split: stage, backfilled offset, target, rows, lag."""
@@ -67,7 +84,7 @@ def create_job(
                "name it without")
         raise ConfigError(msg)
     try:
-        return _create(spec, response, context, dry_run_)
+        return _create(spec, response, context, dry_run_, principal.name)
     except SourceNotFoundError:
         if principal.is_admin:
             raise
@@ -80,7 +97,9 @@ def create_job(
         raise SinkConflictError(msg) from None
 
 
-def _create(spec: JobSpec, response: Response, context: Context, dry_run_: bool) -> JobView | DryRunView:
+def _create(
+    spec: JobSpec, response: Response, context: Context, dry_run_: bool, by: str,
+) -> JobView | DryRunView:
     if dry_run_:
         if context.dry_run is None:
             context.registry.check_create(spec)
@@ -89,21 +108,21 @@ def _create(spec: JobSpec, response: Response, context: Context, dry_run_: bool)
             plan = context.dry_run(spec)
         response.status_code = status.HTTP_200_OK
         return DryRunView(job=spec, **plan)
-    record = context.registry.create(spec)
+    record = context.registry.create(spec, by=by)
     response.headers["Location"] = f"/jobs/{record.name}"
     return context.view(record)
 
 
 @mutations.post("/jobs/{name}/pause", status_code=status.HTTP_202_ACCEPTED, responses=MUTATION_ERRORS)
-def pause_job(name: JobName, context: Context) -> JobView:
+def pause_job(name: JobName, request: Request, context: Context) -> JobView:
     """Stop reading history for the job (its live rows keep flowing)."""
-    return context.view(context.registry.pause(name))
+    return context.view(context.registry.pause(name, by=principal_of(request).name))
 
 
 @mutations.post("/jobs/{name}/resume", status_code=status.HTTP_202_ACCEPTED, responses=MUTATION_ERRORS)
-def resume_job(name: JobName, context: Context) -> JobView:
+def resume_job(name: JobName, request: Request, context: Context) -> JobView:
     """Read history again."""
-    return context.view(context.registry.resume(name))
+    return context.view(context.registry.resume(name, by=principal_of(request).name))
 
 
 @mutations.patch("/jobs/{name}", status_code=status.HTTP_202_ACCEPTED,
@@ -116,31 +135,31 @@ def patch_job(name: JobName, patch: PatchBody, request: Request, context: Contex
     """
     if "transform" in patch.model_fields_set:
         require(request, principal_of(request), Role.EDITOR, context.registry.get(name).spec.namespace)
-        context.registry.retransform(name, patch.transform)
+        context.registry.retransform(name, patch.transform, by=principal_of(request).name)
     if "rate_limit" in patch.model_fields_set:
-        context.registry.throttle(name, patch.rate_limit)
+        context.registry.throttle(name, patch.rate_limit, by=principal_of(request).name)
     return context.view(context.registry.get(name))
 
 
 @mutations.post("/jobs/{name}/repair", status_code=status.HTTP_202_ACCEPTED,
                 responses=MUTATION_ERRORS | BODY_ERRORS)
-def repair_job(name: JobName, repair: RepairSpec, context: Context) -> RepairView:
+def repair_job(name: JobName, repair: RepairSpec, request: Request, context: Context) -> RepairView:
     """Replace the job's rows of a window with a fresh copy (the job's current transform) in one commit.
 
     Accepted durably; it runs at the job's next epoch boundary where it can (its splits Finished), and
     ``GET /jobs/{name}`` shows it (``repairs``) until done or failed.
     """
-    _, repair_id = context.registry.repair(name, repair)
+    _, repair_id = context.registry.repair(name, repair, by=principal_of(request).name)
     return RepairView(id=repair_id, state="pending", window=repair.model_dump(mode="json"))
 
 
 @mutations.post("/jobs/{name}/retry", status_code=status.HTTP_202_ACCEPTED, responses=MUTATION_ERRORS)
-def retry_job(name: JobName, context: Context) -> JobView:
+def retry_job(name: JobName, request: Request, context: Context) -> JobView:
     """Run a failed job again: rebuilt from its table at the next epoch (no-op unless it failed)."""
-    return context.view(context.registry.retry(name))
+    return context.view(context.registry.retry(name, by=principal_of(request).name))
 
 
 @mutations.delete("/jobs/{name}", status_code=status.HTTP_202_ACCEPTED, responses=MUTATION_ERRORS)
-def drop_job(name: JobName, context: Context) -> JobView:
+def drop_job(name: JobName, request: Request, context: Context) -> JobView:
     """Detach the job at the next epoch boundary; its table is left as it is."""
-    return context.view(context.registry.drop(name))
+    return context.view(context.registry.drop(name, by=principal_of(request).name))

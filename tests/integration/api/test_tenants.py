@@ -44,6 +44,7 @@ EXPECTED: dict[tuple[str, str], str] = {
     ("POST", "/jobs/{name}/verify"): "viewer",
     ("GET", "/jobs/{name}/verify/{run_id}"): "viewer",
     ("GET", "/metrics"): "all",  # a role held on "*": its series name every namespace's jobs
+    ("GET", "/audit"): "viewer",  # its rows of the principal's namespaces
 }
 #: Never guarded: the probes name no job, the status page asks for a token itself.
 UNGUARDED = {"/health", "/ready", "/live", "/ui", "/ui.js"}
@@ -99,7 +100,7 @@ def tenants(tmp_path: Path) -> Iterator[Any]:
     principals = TokenPrincipals.from_file(_principals(tmp_path / "principals.json"))
 
     def make(name: str = "t", **registry: Any) -> Tenants:
-        t = Tenants(tmp_path / name, Authenticator(principals=principals), **registry)
+        t = Tenants(tmp_path / name, Authenticator(principals=principals), **{"audit": True, **registry})
         made.append(t)
         return t
 
@@ -166,6 +167,8 @@ def test_the_route_role_namespace_matrix(tenants, role):
                     "team-b.none", "team-b.j")}, where
             elif ns == "team-b" and template == "/jobs" and method == "POST":
                 assert r.status_code == 403, where
+            elif ns == "team-b" and template == "/audit":  # team-a's rows only
+                assert r.status_code == 200 and {a["namespace"] for a in r.json()} <= {"team-a"}, where
             elif ns == "team-b":  # GET /jobs: team-a's jobs only
                 assert r.status_code == 200 and [j["name"] for j in r.json()] == ["team-a.j"], where
             elif rank >= ROLES.index(needed):
@@ -271,6 +274,19 @@ def test_a_jobs_quota_holds_when_creates_race(tenants):
     # a drop frees a place; team-b, without a quota, is not held by team-a's
     assert t.call("DELETE", "/jobs/team-a.j", _token("a-editor")).status_code == 202
     assert create(99) == 201
+
+
+def test_the_audit_shows_who_changed_what_in_the_callers_namespaces_only(tenants):
+    t = tenants()
+    assert t.call("POST", "/jobs/team-a.j/pause", _token("a-operator")).status_code == 202
+    assert t.call("POST", "/jobs/team-b.j/pause", _token("root")).status_code == 202
+    assert t.call("DELETE", "/jobs/team-a.j", _token("a-editor")).status_code == 202
+    mine = t.call("GET", "/audit", _token("a-viewer")).json()
+    assert [(r["kind"], r["job"], r["by"]) for r in mine] == [
+        ("create", "team-a.j", None), ("pause", "team-a.j", "a-operator"), ("drop", "team-a.j", "a-editor")]
+    every = t.call("GET", "/audit?limit=2", _token("root")).json()
+    assert [(r["id"], r["by"]) for r in every] == [(4, "root"), (5, "a-editor")]
+    assert t.call("GET", "/audit?job=team-b.j", _token("a-viewer")).json() == []  # not its to see
 
 
 def test_a_rotated_token_is_refused_after_reload_and_a_broken_file_keeps_the_set(tmp_path, tenants):
