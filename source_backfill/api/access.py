@@ -61,7 +61,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("DELETE", "/jobs/{name}"): Rule(Role.EDITOR, "job"),
     ("POST", "/jobs/{name}/verify"): Rule(Role.VIEWER, "job"),
     ("GET", "/jobs/{name}/verify/{run_id}"): Rule(Role.VIEWER, "job"),
-    ("GET", "/metrics"): Rule(Role.VIEWER, "all"),
+    ("GET", "/metrics"): Rule(Role.VIEWER, "any"),  # a role on "*": every series; else its jobs' (the route)
     ("GET", "/audit"): Rule(Role.VIEWER, "any"),
 }
 

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from importlib import resources
 from typing import Any
 
-from fastapi import APIRouter, status
+from fastapi import APIRouter, Request, status
 from fastapi.responses import HTMLResponse, JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from prometheus_client.metrics_core import Metric
 
 from source_backfill import metrics  # noqa: F401 - importing registers every metric with prometheus_client
+from source_backfill.api.access import principal_of
 from source_backfill.api.context import Context
 from source_backfill.api.responses import HOST_ERRORS, Responses
+from source_backfill.core.access import ALL_NAMESPACES, Role
 
 #: The status page's headers: its own script and API only, no inline script (a job's data that slipped into
 #: the markup would not run), not framed, no referrer.
@@ -97,6 +101,50 @@ def get_live(context: Context) -> JSONResponse:
 
 
 @reads.get("/metrics", tags=["daemon"], response_class=Response, responses=HOST_ERRORS)
-def get_metrics() -> Response:
-    """Prometheus metrics (text exposition format)."""
-    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+def get_metrics(request: Request, context: Context) -> Response:
+    """Prometheus metrics (text exposition format).
+
+    A principal without a role on every namespace gets its namespaces' jobs' series, and those that name
+    no job, source or namespace.
+    """
+    principal = principal_of(request)
+    if principal.may(Role.VIEWER, ALL_NAMESPACES):
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+    visible = {r.name for r in context.registry.list() if principal.sees(r.spec.namespace)}
+    return Response(generate_latest(_Visible(visible, principal.sees)), media_type=CONTENT_TYPE_LATEST)
+
+
+class _Visible:
+    """The default registry's series a tenant may see, by allow-list on their labels.
+
+    A series is kept when its ``job`` is one of the principal's jobs and its ``namespace`` one of its
+    namespaces; one labelled by a source (or anything else that names what another tenant runs) is not.
+    """
+
+    def __init__(self, jobs: set[str], sees: Callable[[str], bool]) -> None:
+        self.jobs = jobs
+        self.sees = sees
+
+    def _keep(self, labels: dict[str, str]) -> bool:
+        for key, value in labels.items():
+            if key == "job" and value not in self.jobs:
+                return False
+            if key == "namespace" and not self.sees(value):
+                return False
+            if key not in _TENANT_LABELS:
+                return False
+        return True
+
+    def collect(self) -> Iterator[Metric]:
+        """Each metric with the samples kept (metrics left with none are left out)."""
+        for metric in REGISTRY.collect():
+            samples = [s for s in metric.samples if self._keep(s.labels)]
+            if samples:
+                kept = Metric(metric.name, metric.documentation, metric.type, metric.unit)
+                kept.samples = samples
+                yield kept
+
+
+#: Labels a tenant's series may carry (besides which job and namespace): what its own jobs do.
+_TENANT_LABELS = frozenset({"job", "namespace", "split", "le", "stage", "outcome", "tier", "change",
+                            "error_type", "quota", "kind"})

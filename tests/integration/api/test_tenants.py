@@ -43,7 +43,7 @@ EXPECTED: dict[tuple[str, str], str] = {
     ("DELETE", "/jobs/{name}"): "editor",
     ("POST", "/jobs/{name}/verify"): "viewer",
     ("GET", "/jobs/{name}/verify/{run_id}"): "viewer",
-    ("GET", "/metrics"): "all",  # a role held on "*": its series name every namespace's jobs
+    ("GET", "/metrics"): "viewer",  # its namespaces' jobs' series only (a role on "*": every series)
     ("GET", "/audit"): "viewer",  # its rows of the principal's namespaces
 }
 #: Never guarded: the probes name no job, the status page asks for a token itself.
@@ -139,7 +139,7 @@ def test_every_route_has_an_expected_rule_and_the_code_has_one_too(tenants):
     routes = set(_guarded_routes(tenants().app))
     assert routes - set(EXPECTED) == set(), "a route without an expected role in this test"
     assert routes - set(RULES) == set(), "a route without an access rule"
-    assert {k: r.role.name.lower() if r.scope != "all" else "all" for k, r in RULES.items()} == EXPECTED
+    assert {k: r.role.name.lower() for k, r in RULES.items()} == EXPECTED
 
 
 @pytest.mark.parametrize("role", ROLES)
@@ -158,15 +158,15 @@ def test_the_route_role_namespace_matrix(tenants, role):
             path, body = _request(method, template, ns)
             r = t.call(method, path, token, body)
             where = (role, method, template, ns, r.status_code, r.text[:200])
-            if needed == "all":
-                assert r.status_code == 403, where  # team-a's roles are not every namespace's
-            elif ns == "team-b" and "{name}" in template:
+            if ns == "team-b" and "{name}" in template:
                 # never told that team-b's job exists: the words of a job that does not
                 assert r.status_code == 404, where
                 assert r.json()["error"] == {**missing, "message": missing["message"].replace(
                     "team-b.none", "team-b.j")}, where
             elif ns == "team-b" and template == "/jobs" and method == "POST":
                 assert r.status_code == 403, where
+            elif ns == "team-b" and template == "/metrics":  # team-a's series only
+                assert r.status_code == 200 and "team-b" not in r.text, where
             elif ns == "team-b" and template == "/audit":  # team-a's rows only
                 assert r.status_code == 200 and {a["namespace"] for a in r.json()} <= {"team-a"}, where
             elif ns == "team-b":  # GET /jobs: team-a's jobs only
@@ -274,6 +274,22 @@ def test_a_jobs_quota_holds_when_creates_race(tenants):
     # a drop frees a place; team-b, without a quota, is not held by team-a's
     assert t.call("DELETE", "/jobs/team-a.j", _token("a-editor")).status_code == 202
     assert create(99) == 201
+
+
+def test_metrics_show_a_tenant_its_own_jobs_series_and_every_series_to_a_viewer_of_all(tenants):
+    from source_backfill import metrics
+
+    t = tenants()
+    for job in ("team-a.j", "team-b.j"):
+        metrics.JOB_FAILED.labels(job).set(0)
+        metrics.JOB_REJOINS.labels(job).inc()
+    metrics.QUOTA_REFUSALS.labels("team-b", "max_jobs").inc()
+    metrics.EPOCH_LAG.labels("events").set(1.5)
+    mine = t.call("GET", "/metrics", _token("a-viewer")).text
+    assert 'job="team-a.j"' in mine and "job_rejoins_total" in mine
+    assert "team-b" not in mine and 'source="events"' not in mine  # another tenant's jobs, the sources
+    every = t.call("GET", "/metrics", _token("dashboard")).text
+    assert 'job="team-b.j"' in every and 'namespace="team-b"' in every and 'source="events"' in every
 
 
 def test_the_audit_shows_who_changed_what_in_the_callers_namespaces_only(tenants):
