@@ -95,6 +95,8 @@ def cmd_run(args: argparse.Namespace, _out: IO[str]) -> int:
 def cmd_jobs_list(args: argparse.Namespace, out: IO[str]) -> int:
     """``jobs list``: one row per job (or the API's JSON)."""
     jobs = _client(args).call("GET", "/jobs")
+    if args.namespace is not None:
+        jobs = [j for j in jobs if j.get("namespace", "default") == args.namespace]
     print(json.dumps(jobs, indent=2) if args.json else render_table(jobs), file=out)
     return EXIT_OK
 
@@ -127,6 +129,10 @@ def cmd_jobs_create(args: argparse.Namespace, out: IO[str]) -> int:
     # (joined, not normalized: a '..' after a symlink is the daemon's to resolve, as its path rules do)
     sink = args.sink if os.path.isabs(args.sink) else os.path.join(os.getcwd(), args.sink)  # noqa: PTH118
     body: dict[str, Any] = {"name": args.name, "source": args.source, "sink_path": sink, "start": start}
+    if args.namespace is not None:  # its jobs are named NS.<name>: given without, the prefix is added
+        body["namespace"] = args.namespace
+        if not args.name.startswith(f"{args.namespace}."):
+            body["name"] = f"{args.namespace}.{args.name}"
     if args.rate_limit is not None:
         body["rate_limit"] = args.rate_limit
     if args.max_rows_per_epoch is not None:

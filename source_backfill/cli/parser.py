@@ -116,10 +116,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(handler=handler)
         return p
 
-    p = action("list", "list every job", cmd_jobs_list, job=False)
+    p = action("list", "list every job (your token's namespaces')", cmd_jobs_list, job=False)
     p.add_argument("--json", action="store_true", help="print the API's JSON")
+    p.add_argument("--namespace", metavar="NS", help="only this namespace's jobs")
     p = action("create", "create a job (it attaches at the next epoch boundary)", cmd_jobs_create)
     p.add_argument("--source", required=True, help="name of a configured source")
+    p.add_argument("--namespace", metavar="NS",
+                   help="the job's namespace (its name is then NS.<name>); default: default")
     p.add_argument("--sink", required=True, metavar="PATH",
                    help="Delta table path of the job's output (a relative one is taken from this "
                    "command's working directory)")

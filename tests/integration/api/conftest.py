@@ -32,7 +32,7 @@ class LiveApi:
 
 @pytest.fixture
 def live_api(tmp_path: Path) -> Iterator[LiveApi]:
-    registry = JobRegistry(tmp_path / "state", SOURCES)
+    registry = JobRegistry(tmp_path / "state", SOURCES, audit=True)  # as the daemon keeps it
     health = {"ok": True, "sources": {"events": {"last_epoch": 7}}}
     server = ApiServer(create_app(registry, SecretStr(TOKEN), health=lambda: dict(health)), "127.0.0.1", 0)
     server.start()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -332,3 +333,20 @@ def test_a_transform_changed_and_a_repair_accepted_waited_for_and_shown(run, liv
     assert code == 1 and "empty" in err
     code, _, err = run("jobs", "repair", "r", "--offsets", "1", "2", "--timestamps", "1", "2")
     assert code == 2
+
+
+def test_namespaces_and_the_audit_from_the_cli(run, live_api) -> None:
+    code, out, err = run("jobs", "create", "orders", "--namespace", "team-a", "--source", "events",
+                         "--sink", "/t/team-a/orders")  # named team-a.orders
+    assert (code, err) == (0, ""), err
+    assert live_api.registry.get("team-a.orders").spec.namespace == "team-a"
+    assert run("jobs", "create", "plain", "--source", "events", "--sink", "/t/plain")[0] == 0
+    code, out, _ = run("jobs", "list", "--namespace", "team-a", "--json")
+    assert code == 0 and [j["name"] for j in json.loads(out)] == ["team-a.orders"]
+    assert run("jobs", "pause", "plain")[0] == 0
+    code, out, _ = run("audit", "--job", "plain")
+    lines = out.strip().splitlines()
+    assert code == 0 and len(lines) == 2, out  # the legacy token is the admin principal
+    assert "  admin  create  plain" in lines[0] and "  admin  pause  plain" in lines[1], out
+    code, out, _ = run("audit", "--limit", "1", "--json")
+    assert code == 0 and [r["kind"] for r in json.loads(out)] == ["pause"]
