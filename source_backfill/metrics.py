@@ -204,7 +204,7 @@ KAFKA_PARTITIONS_UNDER_REPLICATED = Gauge(
 )
 QUOTA_REFUSALS = Counter(
     PREFIX + "quota_refusals",
-    "Creates a namespace's quota refused (namespaces[].max_jobs), by namespace and quota.",
+    "Requests a namespace's quota refused (namespaces[].max_jobs, max_rate_limit), by namespace and quota.",
     ["namespace", "quota"],
 )
 DEAD_LETTERS = Counter(

@@ -91,6 +91,11 @@ class NamespaceConfig(_Frozen):
         "Live jobs at most (dropped ones not counted); a create past it is refused with 403 "
         "`quota_exceeded`, also when creates race (counted under the registry's lock). Unset: no limit."))
 
+    max_rate_limit: float | None = Field(default=None, gt=0, allow_inf_nan=False, description=(
+        "The highest history rate limit (rows/s) a job of it may have: a create or `PATCH` asking more, or "
+        "unlimited, is refused with 403 `quota_exceeded` (so a job must name its `rate_limit`). Unset: no "
+        "ceiling."))
+
     @property
     def folder(self) -> str:
         """The folder of ``daemon.data_root`` its jobs' tables must lie in (when a data root is set)."""

@@ -86,6 +86,17 @@ logger = logging.getLogger(__name__)
 REPAIRS_KEPT = 20
 
 
+def _check_rate_ceiling(namespace: NamespaceConfig, rate_limit: float | None) -> None:
+    """QuotaExceededError when a job of ``namespace`` would copy history faster than its ceiling allows."""
+    ceiling = namespace.max_rate_limit
+    if ceiling is not None and (rate_limit is None or rate_limit > ceiling):
+        metrics.QUOTA_REFUSALS.labels(namespace.name, "max_rate_limit").inc()
+        asked = "unlimited" if rate_limit is None else f"{rate_limit:g} rows/s"
+        msg = (f'namespace "{namespace.name}" copies history at most {ceiling:g} rows/s per job '
+               f"(max_rate_limit); asked {asked}")
+        raise QuotaExceededError(msg)
+
+
 # -- the registry ---------------------------------------------------------------------------------------
 class JobRegistry:
     """The job table, the durable mutation log and the queue of unapplied mutations; thread-safe."""
@@ -226,6 +237,7 @@ class JobRegistry:
                     msg = (f"sink_path {table!r} is outside namespace {namespace.name!r}'s folder of the "
                            f"data root (daemon.data_root/{namespace.folder}/)")
                     raise SinkPathError(msg)
+        _check_rate_ceiling(namespace, spec.rate_limit)
         if namespace.max_jobs is not None:
             live = sum(1 for r in self._jobs.values() if not r.dropped and r.spec.namespace == namespace.name)
             if live >= namespace.max_jobs:
@@ -277,6 +289,9 @@ class JobRegistry:
             raise ConfigError(msg)
         with self._lock:
             record = self._live(name)
+            namespace = self.namespaces.get(record.spec.namespace)
+            if namespace is not None:
+                _check_rate_ceiling(namespace, rate_limit)
             if record.rate_limit != rate_limit:
                 self._record("throttle", name, record.source, rate_limit=rate_limit, by=by)
             return self._jobs[name]

@@ -305,6 +305,24 @@ def test_the_audit_shows_who_changed_what_in_the_callers_namespaces_only(tenants
     assert t.call("GET", "/audit?job=team-b.j", _token("a-viewer")).json() == []  # not its to see
 
 
+def test_a_rate_ceiling_refuses_faster_or_unlimited_history_at_create_and_patch(tenants):
+    from source_backfill.config import NamespaceConfig
+
+    t = tenants("ceiling", namespaces=[NamespaceConfig(name="team-c", max_rate_limit=100)])
+    body = {"name": "team-c.y", "namespace": "team-c", "source": "events", "sink_path": "/t/ceiling/y"}
+    for rate in (None, 101):
+        r = t.call("POST", "/jobs", _token("root"), {**body, "rate_limit": rate})
+        assert r.status_code == 403 and r.json()["error"]["type"] == "quota_exceeded", r.text
+    assert t.call("POST", "/jobs", _token("root"), {**body, "rate_limit": 100}).status_code == 201
+    for rate in (None, 500):
+        r = t.call("PATCH", "/jobs/team-c.y", _token("root"), {"rate_limit": rate})
+        assert r.status_code == 403 and "max_rate_limit" in r.text, r.text
+    assert t.call("PATCH", "/jobs/team-c.y", _token("root"), {"rate_limit": 0}).status_code == 202
+    assert t.registry.get("team-c.y").rate_limit == 0
+    # team-a, without a ceiling, is not held by team-c's
+    assert t.call("PATCH", "/jobs/team-a.j", _token("a-operator"), {"rate_limit": None}).status_code == 202
+
+
 def test_a_rotated_token_is_refused_after_reload_and_a_broken_file_keeps_the_set(tmp_path, tenants):
     t = tenants()
     principals = t.app.state.api.auth.principals
