@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import hmac
 import logging
+import re
+import uuid
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
@@ -27,6 +29,7 @@ from source_backfill.api.principals import TokenPrincipals
 from source_backfill.config import ApiConfig
 from source_backfill.core.access import ADMIN_PRINCIPAL, ALL_NAMESPACES, Principal, Role
 from source_backfill.errors import AuthenticationError, JobNotFoundError
+from source_backfill.runtime.mutation_log import Actor
 
 logger = logging.getLogger(__name__)
 
@@ -115,6 +118,25 @@ class Authenticator:
 bearer = HTTPBearer(auto_error=False, description="Needed on mutating calls when the daemon has a token.")
 
 
+#: An ``X-Request-Id`` a client may give (else one is made): short, and nothing a log line could misread.
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+
+
+def request_id_of(request: Request) -> str:
+    """The request's id: its ``X-Request-Id`` when well-formed, else one made for it (kept per request)."""
+    found: str | None = getattr(request.state, "request_id", None)
+    if found is None:
+        given = request.headers.get("x-request-id", "")
+        found = given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex[:16]
+        request.state.request_id = found
+    return found
+
+
+def actor_of(request: Request) -> Actor:
+    """Who asks for a mutation (``by=`` of the registry): the principal and the request's id."""
+    return Actor(principal_of(request).name, request_id_of(request))
+
+
 def principal_of(request: Request) -> Principal:
     """Who :func:`authorize` let through; :data:`ANONYMOUS` on a route nothing guards."""
     principal: Principal = getattr(request.state, "principal", ANONYMOUS)
@@ -159,8 +181,9 @@ def authorize(
         raise HTTPException(status.HTTP_403_FORBIDDEN, f'principal "{principal.name}" holds no role')
     request.state.principal = principal
     if request.method not in ("GET", "HEAD"):
-        logger.info('request authorized principal="%s" via="%s" method="%s" path=%r', principal.name,
-                    principal.source, request.method, request.url.path)
+        logger.info('request authorized principal="%s" via="%s" method="%s" path=%r request_id="%s"',
+                    principal.name, principal.source, request.method, request.url.path,
+                    request_id_of(request))
     return principal
 
 
@@ -176,6 +199,6 @@ def require(request: Request, principal: Principal, role: Role, namespace: str) 
 
 def _refused(request: Request, principal: Principal | None, reason: str) -> None:
     client = request.client.host if request.client is not None else "?"
-    logger.info('request refused principal="%s" reason="%s" method="%s" path=%r client="%s"',
+    logger.info('request refused principal="%s" reason="%s" method="%s" path=%r client="%s" request_id="%s"',
                 principal.name if principal is not None else "-", reason, request.method,
-                request.url.path, client)
+                request.url.path, client, request_id_of(request))

@@ -175,6 +175,8 @@ class AuditView(BaseModel):
     source: str
     #: The principal that asked; null for the daemon's own (a job of the config file) and older lines.
     by: str | None
+    #: The API request that asked (its ``X-Request-Id``, given or made); null for the daemon's own.
+    request_id: str | None = None
     #: What it changed, as JSON text (a rate limit, a transform, a repair's window).
     detail: str
 

@@ -31,7 +31,8 @@ AUDIT_DIR = "audit"
 #: The audit table's columns.
 SCHEMA = pa.schema([
     ("id", pa.int64()), ("at", pa.string()), ("kind", pa.string()), ("job", pa.string()),
-    ("namespace", pa.string()), ("source", pa.string()), ("by", pa.string()), ("detail", pa.string()),
+    ("namespace", pa.string()), ("source", pa.string()), ("by", pa.string()), ("request_id", pa.string()),
+    ("detail", pa.string()),
 ])
 
 
@@ -111,4 +112,5 @@ def _row(m: Mutation, at: datetime, namespace: str) -> dict[str, Any]:
     if m.repair is not None:
         detail["repair"] = m.repair.model_dump(mode="json", exclude_none=True)
     return {"id": m.id, "at": at.isoformat(), "kind": m.kind, "job": m.job, "namespace": namespace,
-            "source": m.source, "by": m.by, "detail": json.dumps(detail, separators=(",", ":"))}
+            "source": m.source, "by": m.by, "request_id": m.request_id,
+            "detail": json.dumps(detail, separators=(",", ":"))}

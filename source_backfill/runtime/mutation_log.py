@@ -67,6 +67,20 @@ class Mutation:
     #: The principal that asked (the API's); ``None``: the daemon itself (a job of the config file), or a
     #: line written before principals were recorded.
     by: str | None = None
+    #: The API request that asked (its ``X-Request-Id``, given or made), to find it in the daemon's log.
+    request_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Actor:
+    """Who asked for a mutation: the principal's name and the request's id (the API's)."""
+
+    principal: str
+    request_id: str | None = None
+
+
+#: ``by=`` of the registry's mutations: an :class:`Actor`, or a principal's name alone.
+By = Actor | str
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,6 +336,7 @@ def mutation_line(m: Mutation, at: datetime) -> dict[str, Any]:
         "rate_limit": m.rate_limit,
         **({"repair": m.repair.model_dump(mode="json")} if m.repair is not None else {}),
         **({"by": m.by} if m.by is not None else {}),
+        **({"request_id": m.request_id} if m.request_id is not None else {}),
         "at": at.isoformat(),
     }
 
@@ -348,12 +363,13 @@ def parse_mutation(entry: dict[str, Any]) -> tuple[Mutation, datetime]:
     if not isinstance(mid, int) or isinstance(mid, bool):
         msg = f"id must be an integer, got {mid!r}"
         raise ValueError(msg)
-    by = entry.get("by")
-    if by is not None and not isinstance(by, str):
-        msg = f"by must be a principal's name, got {by!r}"
+    by, request_id = entry.get("by"), entry.get("request_id")
+    if any(v is not None and not isinstance(v, str) for v in (by, request_id)):
+        msg = f"by and request_id must be strings, got {by!r}, {request_id!r}"
         raise ValueError(msg)
     m = Mutation(id=mid, kind=kind, job=str(entry["job"]), source=str(entry["source"]), spec=spec,
-                 rate_limit=None if rate is None else float(rate), repair=repair, by=by)
+                 rate_limit=None if rate is None else float(rate), repair=repair, by=by,
+                 request_id=request_id)
     return m, datetime.fromisoformat(entry["at"])
 
 

@@ -60,7 +60,9 @@ from source_backfill.runtime.log_compaction import LogCompactor
 from source_backfill.runtime.mutation_log import (
     LOG_NAME,
     Accepted,
+    Actor,
     Applied,
+    By,
     LogEntry,
     Mutation,
     MutationKind,
@@ -188,7 +190,7 @@ class JobRegistry:
             self._log.close()
 
     # -- API side ---------------------------------------------------------------------------------------
-    def create(self, spec: JobSpec, *, by: str | None = None) -> JobRecord:
+    def create(self, spec: JobSpec, *, by: By | None = None) -> JobRecord:
         """Register a new job; JobExistsError if its name is live, SourceNotFoundError for a bad source."""
         self.check_create(spec)
         with self._lock:
@@ -266,7 +268,7 @@ class JobRegistry:
                 raise ConfigError(msg)
             return current
 
-    def pause(self, name: str, *, by: str | None = None) -> JobRecord:
+    def pause(self, name: str, *, by: By | None = None) -> JobRecord:
         """Stop reading history for the job (its live rows keep flowing); no-op if already paused."""
         with self._lock:
             record = self._live(name)
@@ -274,7 +276,7 @@ class JobRegistry:
                 self._record("pause", name, record.source, by=by)
             return self._jobs[name]
 
-    def resume(self, name: str, *, by: str | None = None) -> JobRecord:
+    def resume(self, name: str, *, by: By | None = None) -> JobRecord:
         """Read history again after :meth:`pause`; no-op if not paused."""
         with self._lock:
             record = self._live(name)
@@ -282,7 +284,7 @@ class JobRegistry:
                 self._record("resume", name, record.source, by=by)
             return self._jobs[name]
 
-    def throttle(self, name: str, rate_limit: float | None, *, by: str | None = None) -> JobRecord:
+    def throttle(self, name: str, rate_limit: float | None, *, by: By | None = None) -> JobRecord:
         """Set the job's history rate limit in rows/s (``None`` unlimited, ``0`` read none, lose nothing)."""
         if rate_limit is not None and (not math.isfinite(rate_limit) or rate_limit < 0):
             msg = f"rate_limit must be a finite number >= 0 or None, got {rate_limit!r}"
@@ -296,14 +298,14 @@ class JobRegistry:
                 self._record("throttle", name, record.source, rate_limit=rate_limit, by=by)
             return self._jobs[name]
 
-    def drop(self, name: str, *, by: str | None = None) -> JobRecord:
+    def drop(self, name: str, *, by: By | None = None) -> JobRecord:
         """Detach the job at the next epoch boundary (its table is left as is); the name becomes free."""
         with self._lock:
             record = self._live(name)
             self._record("drop", name, record.source, by=by)
             return self._jobs[name]
 
-    def retry(self, name: str, *, by: str | None = None) -> JobRecord:
+    def retry(self, name: str, *, by: By | None = None) -> JobRecord:
         """Run a failed job again: its error is cleared and the epoch loop rebuilds it from its table.
 
         A job that has not failed is left as it is (no mutation).
@@ -314,7 +316,7 @@ class JobRegistry:
                 self._record("retry", name, record.source, by=by)
             return self._jobs[name]
 
-    def retransform(self, name: str, transform: str | None, *, by: str | None = None) -> JobRecord:
+    def retransform(self, name: str, transform: str | None, *, by: By | None = None) -> JobRecord:
         """Change the job's transform from its next epoch on (``None``: identity), checked like a create's.
 
         The new transform must pass the transform check and give the job's table the columns it has
@@ -334,7 +336,7 @@ class JobRegistry:
                 self._record("retransform", name, record.source, spec=spec, by=by)
             return self._jobs[name]
 
-    def repair(self, name: str, repair: RepairSpec, *, by: str | None = None) -> tuple[JobRecord, int]:
+    def repair(self, name: str, repair: RepairSpec, *, by: By | None = None) -> tuple[JobRecord, int]:
         """Accept a repair of the job's rows in ``repair``'s window; its id (the mutation's) with the job.
 
         Checked first (:attr:`check_repair`: a Kafka job whose table keeps the partition and offset
@@ -501,14 +503,17 @@ class JobRegistry:
 
     def _record(
         self, kind: MutationKind, job: str, source: str, *, spec: JobSpec | None = None,
-        rate_limit: float | None = None, repair: RepairSpec | None = None, by: str | None = None,
+        rate_limit: float | None = None, repair: RepairSpec | None = None, by: By | None = None,
     ) -> Mutation:
         """Append + fsync the mutation, then let it take effect in the table and the queue (lock held).
 
         ``by``: the principal that asked (the API's), recorded in the line and copied to the audit table.
         """
+        actor = Actor(by) if isinstance(by, str) else by
         mutation = Mutation(id=self._next_id, kind=kind, job=job, source=source, spec=spec,
-                            rate_limit=rate_limit, repair=repair, by=by)
+                            rate_limit=rate_limit, repair=repair,
+                            by=actor.principal if actor is not None else None,
+                            request_id=actor.request_id if actor is not None else None)
         now = datetime.now(UTC)
         self._log.append_mutation(mutation, now)
         self._next_id += 1

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request, status
 from fastapi.responses import Response
 
-from source_backfill.api.access import principal_of, require
+from source_backfill.api.access import actor_of, principal_of, require
 from source_backfill.api.context import Context
 from source_backfill.api.models import AuditView, DryRunView, JobView, PatchBody, RepairView
 from source_backfill.api.responses import (
@@ -25,6 +25,7 @@ from source_backfill.api.responses import (
 from source_backfill.config import DEFAULT_NAMESPACE, NAME_PATTERN, JobSpec, RepairSpec
 from source_backfill.core.access import Role
 from source_backfill.errors import ConfigError, SinkConflictError, SourceNotFoundError
+from source_backfill.runtime.mutation_log import Actor
 
 JobName = Annotated[str, Path(pattern=NAME_PATTERN, description="The job's name.")]
 
@@ -84,7 +85,7 @@ def create_job(
                "name it without")
         raise ConfigError(msg)
     try:
-        return _create(spec, response, context, dry_run_, principal.name)
+        return _create(spec, response, context, dry_run_, actor_of(request))
     except SourceNotFoundError:
         if principal.is_admin:
             raise
@@ -98,7 +99,7 @@ def create_job(
 
 
 def _create(
-    spec: JobSpec, response: Response, context: Context, dry_run_: bool, by: str,
+    spec: JobSpec, response: Response, context: Context, dry_run_: bool, by: Actor,
 ) -> JobView | DryRunView:
     if dry_run_:
         if context.dry_run is None:
@@ -116,13 +117,13 @@ def _create(
 @mutations.post("/jobs/{name}/pause", status_code=status.HTTP_202_ACCEPTED, responses=MUTATION_ERRORS)
 def pause_job(name: JobName, request: Request, context: Context) -> JobView:
     """Stop reading history for the job (its live rows keep flowing)."""
-    return context.view(context.registry.pause(name, by=principal_of(request).name))
+    return context.view(context.registry.pause(name, by=actor_of(request)))
 
 
 @mutations.post("/jobs/{name}/resume", status_code=status.HTTP_202_ACCEPTED, responses=MUTATION_ERRORS)
 def resume_job(name: JobName, request: Request, context: Context) -> JobView:
     """Read history again."""
-    return context.view(context.registry.resume(name, by=principal_of(request).name))
+    return context.view(context.registry.resume(name, by=actor_of(request)))
 
 
 @mutations.patch("/jobs/{name}", status_code=status.HTTP_202_ACCEPTED,
@@ -135,9 +136,9 @@ def patch_job(name: JobName, patch: PatchBody, request: Request, context: Contex
     """
     if "transform" in patch.model_fields_set:
         require(request, principal_of(request), Role.EDITOR, context.registry.get(name).spec.namespace)
-        context.registry.retransform(name, patch.transform, by=principal_of(request).name)
+        context.registry.retransform(name, patch.transform, by=actor_of(request))
     if "rate_limit" in patch.model_fields_set:
-        context.registry.throttle(name, patch.rate_limit, by=principal_of(request).name)
+        context.registry.throttle(name, patch.rate_limit, by=actor_of(request))
     return context.view(context.registry.get(name))
 
 
@@ -149,17 +150,17 @@ def repair_job(name: JobName, repair: RepairSpec, request: Request, context: Con
     Accepted durably; it runs at the job's next epoch boundary where it can (its splits Finished), and
     ``GET /jobs/{name}`` shows it (``repairs``) until done or failed.
     """
-    _, repair_id = context.registry.repair(name, repair, by=principal_of(request).name)
+    _, repair_id = context.registry.repair(name, repair, by=actor_of(request))
     return RepairView(id=repair_id, state="pending", window=repair.model_dump(mode="json"))
 
 
 @mutations.post("/jobs/{name}/retry", status_code=status.HTTP_202_ACCEPTED, responses=MUTATION_ERRORS)
 def retry_job(name: JobName, request: Request, context: Context) -> JobView:
     """Run a failed job again: rebuilt from its table at the next epoch (no-op unless it failed)."""
-    return context.view(context.registry.retry(name, by=principal_of(request).name))
+    return context.view(context.registry.retry(name, by=actor_of(request)))
 
 
 @mutations.delete("/jobs/{name}", status_code=status.HTTP_202_ACCEPTED, responses=MUTATION_ERRORS)
 def drop_job(name: JobName, request: Request, context: Context) -> JobView:
     """Detach the job at the next epoch boundary; its table is left as it is."""
-    return context.view(context.registry.drop(name, by=principal_of(request).name))
+    return context.view(context.registry.drop(name, by=actor_of(request)))

@@ -302,6 +302,16 @@ def test_the_audit_shows_who_changed_what_in_the_callers_namespaces_only(tenants
         ("create", "team-a.j", None), ("pause", "team-a.j", "a-operator"), ("drop", "team-a.j", "a-editor")]
     every = t.call("GET", "/audit?limit=2", _token("root")).json()
     assert [(r["id"], r["by"]) for r in every] == [(4, "root"), (5, "a-editor")]
+    # each row names its request: the client's X-Request-Id, or one made for it (a bad one replaced)
+    r = httpx.post(t.server.url + "/jobs/team-b.j/resume", timeout=10, headers={
+        "Authorization": f"Bearer {_token('root')}", "X-Request-Id": "ticket-4711"})
+    assert r.status_code == 202
+    r = httpx.post(t.server.url + "/jobs/team-b.j/pause", timeout=10, headers={
+        "Authorization": f"Bearer {_token('root')}", "X-Request-Id": "bad id forged=1"})
+    last = t.call("GET", "/audit?limit=2", _token("root")).json()
+    assert last[0]["request_id"] == "ticket-4711"
+    assert last[1]["request_id"] not in (None, "") and "forged" not in last[1]["request_id"]
+    assert all(row["request_id"] for row in every)
     assert t.call("GET", "/audit?job=team-b.j", _token("a-viewer")).json() == []  # not its to see
 
 
