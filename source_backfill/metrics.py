@@ -60,6 +60,12 @@ HISTORY_WIDTH = Gauge(
     "history_width.fixed_tasks).",
     ["source"],
 )
+HISTORY_SLOT_SECONDS = Counter(
+    PREFIX + "history_slot_seconds",
+    "Task-seconds the source's history copies held its width, by namespace (the turns go to the namespace "
+    "that held the fewest for its share: namespaces[].width_share).",
+    ["source", "namespace"],
+)
 HISTORY_WIDTH_DUTY = Gauge(
     PREFIX + "history_width_duty_ratio",
     "Share of the time the source's history copies may run (1 from one task up; below, one task copies "

@@ -96,6 +96,12 @@ class NamespaceConfig(_Frozen):
         "unlimited, is refused with 403 `quota_exceeded` (so a job must name its `rate_limit`). Unset: no "
         "ceiling."))
 
+    width_share: float = Field(default=1.0, gt=0, le=1000, allow_inf_nan=False, description=(
+        "Its share of each source's history width against the other namespaces' (1 each by default): "
+        "the copies' turns go first to the namespace that held the fewest slot-seconds for its share, "
+        "then to its first job waiting, so two namespaces of share 1 each hold about half the width over "
+        "time whatever their numbers of jobs (docs/guides/history-width.md)."))
+
     @property
     def folder(self) -> str:
         """The folder of ``daemon.data_root`` its jobs' tables must lie in (when a data root is set)."""

@@ -11,6 +11,11 @@ source's copies may run beside its live stream: ``tasks`` Spark tasks at once, a
   them still asking (a job asks again at each of its epochs; one that has nothing to copy any more
   withdraws, and one that has not asked for ``stale_s`` has left the queue). So a job whose copy just
   ended does not take its slot again before the others had theirs.
+* **Namespaces.** With jobs of several namespaces (tenants) waiting, the turn goes first to the
+  namespace that has held the fewest slot-seconds for its share (``shares``, 1 each unless given), then
+  to its first job in the queue: two namespaces of equal shares each hold about half the width over
+  time, whatever their numbers of jobs. A namespace that comes back after none of its jobs asked starts
+  level with the least served one, not with the credit of its idle time.
 * **Duty.** Below one task a copy that took ``s`` seconds closes the slots for ``s * (1 / duty - 1)``
   seconds after it: the copies then run ``duty`` of the time on average. The width governor goes there
   when even one task at a time keeps the live latency over its target (a small machine, many jobs).
@@ -18,6 +23,7 @@ source's copies may run beside its live stream: ``tasks`` Spark tasks at once, a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -35,6 +41,12 @@ class HistorySlots:
     waiting: dict[str, float] = field(default_factory=dict)
     #: No copy starts before this (monotonic seconds): the rest of a duty cycle.
     closed_until: float = 0.0
+    #: A job's namespace (None: all jobs in one, turns in queue order).
+    namespace_of: Callable[[str], str] | None = None
+    #: Each namespace's share of the width (1 when not named).
+    shares: dict[str, float] = field(default_factory=dict)
+    #: Slot-seconds each namespace's copies held (tasks x seconds), for the turns.
+    used: dict[str, float] = field(default_factory=dict)
 
     def resize(self, tasks: int, duty: float) -> None:
         """The governor's answer: ``tasks`` at once (at least one), below one task ``duty`` of the time."""
@@ -53,9 +65,11 @@ class HistorySlots:
         tasks = max(1, min(tasks, self.tasks))
         if job in self.held:
             return False
+        if job not in self.waiting:
+            self._level(self._namespace(job))
         self.waiting[job] = now  # a job asking again keeps its place
         self._forget_stale(now)
-        first = next(iter(self.waiting))
+        first = self._first_in_turn()
         if first != job or now < self.closed_until or self.free() < tasks:
             return False
         del self.waiting[job]
@@ -68,8 +82,11 @@ class HistorySlots:
         Returns the job first in the queue when a copy may start now (it may be asked to try at once),
         else None.
         """
-        if self.held.pop(job, None) is None:
+        tasks = self.held.pop(job, None)
+        if tasks is None:
             return None
+        namespace = self._namespace(job)
+        self.used[namespace] = self.used.get(namespace, 0.0) + tasks * max(0.0, seconds)
         if self.duty < 1.0:
             self.closed_until = max(self.closed_until, now + max(0.0, seconds) * (1.0 / self.duty - 1.0))
         return self._next_in_turn(now)
@@ -93,7 +110,36 @@ class HistorySlots:
         self._forget_stale(now)
         if now < self.closed_until or not self.waiting or not self.free():
             return None
-        return next(iter(self.waiting))
+        return self._first_in_turn()
+
+    def _namespace(self, job: str) -> str:
+        return self.namespace_of(job) if self.namespace_of is not None else ""
+
+    def _served(self, namespace: str) -> float:
+        """Slot-seconds held per share: the lower, the sooner its turn."""
+        return self.used.get(namespace, 0.0) / max(self.shares.get(namespace, 1.0), 1e-9)
+
+    def _first_in_turn(self) -> str:
+        """The first waiting job of the least served namespace (the queue's first with one namespace)."""
+        if self.namespace_of is None:
+            return next(iter(self.waiting))
+        first_of: dict[str, str] = {}
+        for job in self.waiting:  # in queue order: each namespace's first waiting job
+            first_of.setdefault(self._namespace(job), job)
+        order = list(first_of)  # ties go to the namespace whose first job waits longest
+        return first_of[min(order, key=lambda ns: (self._served(ns), order.index(ns)))]
+
+    def _level(self, namespace: str) -> None:
+        """A namespace none of whose jobs waits or copies comes back level with the least served other."""
+        if self.namespace_of is None:
+            return
+        active = {self._namespace(j) for j in (*self.waiting, *self.held)}
+        if namespace in active:
+            return
+        others = [self._served(ns) for ns in active]
+        if others:
+            share = self.shares.get(namespace, 1.0)
+            self.used[namespace] = max(self.used.get(namespace, 0.0), min(others) * share)
 
     def _forget_stale(self, now: float) -> None:
         for name, asked in list(self.waiting.items()):

@@ -12,6 +12,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from source_backfill import metrics
+from source_backfill.config import DEFAULT_NAMESPACE
 from source_backfill.core.slots import HistorySlots
 
 logger = logging.getLogger(__name__)
@@ -20,8 +22,14 @@ logger = logging.getLogger(__name__)
 class HistoryGate:
     """One source's :class:`HistorySlots`, thread-safe, with each waiting job's way to try again."""
 
-    def __init__(self, stale_s: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self._slots = HistorySlots(stale_s=stale_s)
+    def __init__(self, stale_s: float, clock: Callable[[], float] = time.monotonic,
+                 shares: dict[str, float] | None = None, source: str = "",
+                 by_namespace: bool = False) -> None:
+        #: Each job's namespace, as it said when it asked (the turns go by namespace with tenants).
+        self._namespaces: dict[str, str] = {}
+        self._slots = HistorySlots(stale_s=stale_s, shares=dict(shares or {}),
+                                   namespace_of=self._namespace_of if by_namespace else None)
+        self._source = source
         self._lock = threading.Lock()
         self._clock = clock
         self._retry: dict[str, Callable[[], None]] = {}
@@ -31,9 +39,17 @@ class HistoryGate:
         with self._lock:
             self._slots.resize(tasks, duty)
 
-    def take(self, job: str, tasks: int, retry: Callable[[], None]) -> bool:
-        """Whether ``job`` may start a copy of ``tasks`` tasks now (if not, ``retry`` at its turn)."""
+    def _namespace_of(self, job: str) -> str:
+        return self._namespaces.get(job, DEFAULT_NAMESPACE)
+
+    def take(self, job: str, tasks: int, retry: Callable[[], None],
+             namespace: str = DEFAULT_NAMESPACE) -> bool:
+        """Whether ``job`` (of ``namespace``) may start a copy of ``tasks`` tasks now.
+
+        If not, ``retry`` is called at its turn.
+        """
         with self._lock:
+            self._namespaces[job] = namespace
             granted = self._slots.take(job, tasks, self._clock())
             if granted:
                 self._retry.pop(job, None)
@@ -44,8 +60,12 @@ class HistoryGate:
     def give_back(self, job: str, seconds: float) -> None:
         """``job``'s copy ended after ``seconds``: its slots are free; the next job in turn tries now."""
         with self._lock:
+            tasks = self._slots.held.get(job, 0)
             following = self._slots.give_back(job, seconds, self._clock())
             retry = None if following is None else self._retry.get(following)
+        if tasks:
+            metrics.HISTORY_SLOT_SECONDS.labels(self._source, self._namespace_of(job)).inc(
+                tasks * max(0.0, seconds))
         self._nudge(following, retry)
 
     @staticmethod
@@ -70,6 +90,7 @@ class HistoryGate:
         with self._lock:
             self._slots.leave(job)
             self._retry.pop(job, None)
+            self._namespaces.pop(job, None)
 
     def holding(self) -> dict[str, int]:
         """Tasks each running copy holds, by job."""

@@ -711,7 +711,7 @@ class SourceBackfillJob:
             gate = self.gate
             if not ranges:
                 return False
-            if gate is not None and not gate.take(self.name, tasks, self._read_ahead):
+            if gate is not None and not gate.take(self.name, tasks, self._read_ahead, self.spec.namespace):
                 return True  # not its turn: the allowance keeps accruing (up to its cap) for a larger read
             self._pace.spend(sum(r.size for r in ranges))
             self.history.count_data_loss(self.name, ranges)

@@ -378,6 +378,10 @@ class JobRegistry:
                 raise JobNotFoundError(msg)
             return record
 
+    def width_shares(self) -> dict[str, float]:
+        """Each declared namespace's share of a source's history width."""
+        return {name: n.width_share for name, n in self.namespaces.items()}
+
     def list(self) -> list[JobRecord]:
         """Every live job in creation order; a job whose drop is accepted is left out (see :meth:`get`)."""
         with self._lock:

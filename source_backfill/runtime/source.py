@@ -92,7 +92,9 @@ class LiveSource(JobHost[SourceBackfillJob]):
                                   config.trigger_interval_s)
         #: The slots the jobs' copies take in turn, sized by the width (a job that has not asked again
         #: for three triggers has left the queue).
-        self.gate = HistoryGate(stale_s=max(5.0, 3 * config.trigger_interval_s))
+        self.gate = HistoryGate(stale_s=max(5.0, 3 * config.trigger_interval_s),
+                                shares=registry.width_shares(), source=config.name,
+                                by_namespace=bool(registry.namespaces))
         self.gate.resize(self.width.width, self.width.duty)
         #: Where the live stream's next batch starts: the end offsets of its last batch that completed.
         self._next_start: dict[str, int] | None = None

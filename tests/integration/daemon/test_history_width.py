@@ -14,7 +14,7 @@ import pytest
 
 from source_backfill import metrics
 from source_backfill.testing.metrics import scrape, total
-from tests.integration.daemon.conftest import exactly_once, finished, job_of, job_spec, wait_for
+from tests.integration.daemon.conftest import exactly_once, finished, job_of, job_spec, metric_total, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -74,6 +74,10 @@ def test_a_lone_jobs_copy_of_one_partition_runs_on_every_free_slot(
     assert watch.widths == {2}
     assert watch.most == 2, f"read ahead stages had at most {watch.most} tasks"
     exactly_once(tmp_path / "wide", kafka_bootstrap, [topic])
+    # the copies' time on the width, counted for its namespace (the turns by namespace go by it)
+    from source_backfill import metrics
+
+    assert metric_total(metrics.HISTORY_SLOT_SECONDS, source="src", namespace="default") > 0
 
 
 @pytest.mark.slow  # real load: make test-slow. make test has it with injected latency samples

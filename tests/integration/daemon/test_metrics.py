@@ -36,6 +36,7 @@ ASSERTED_ELSEWHERE = {
     "job_rejoins_total": "daemon/test_lanes.py",
     "dead_letters_total": "daemon/test_avro.py (slow)",
     "quota_refusals_total": "api/test_tenants.py",
+    "history_slot_seconds_total": "daemon/test_history_width.py",
     "kafka_partitions_without_leader": "daemon/test_kafka_failover.py (slow)",
     "kafka_partitions_under_replicated": "daemon/test_kafka_failover.py (slow)",
     "job_lag_seconds": "daemon/test_lanes.py",
@@ -148,6 +149,7 @@ def test_every_documented_metric_is_asserted_somewhere():
              "job_epochs_skipped_total": "JOB_EPOCHS_SKIPPED", "job_rejoins_total": "JOB_REJOINS",
              "job_lag_seconds": "JOB_LAG_SECONDS", "job_step_duration_seconds": "JOB_STEP_DURATION",
              "dead_letters_total": "DEAD_LETTERS", "quota_refusals_total": "QUOTA_REFUSALS",
+             "history_slot_seconds_total": "HISTORY_SLOT_SECONDS",
              "kafka_partitions_without_leader": "KAFKA_PARTITIONS_NO_LEADER",
              "kafka_partitions_under_replicated": "KAFKA_PARTITIONS_UNDER_REPLICATED"}
     for metric, where in ASSERTED_ELSEWHERE.items():
