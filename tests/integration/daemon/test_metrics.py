@@ -84,11 +84,18 @@ def test_progress_and_epoch_metrics_move_where_their_events_happen(
              what="finished on three splits")
     wait_for(lambda: total(scrape(d.api_url), "job_rows", job="m", kind="live") > 0, what="live rows counted")
 
-    after = scrape(d.api_url)
-    assert total(after, "job_rows", job="m", kind="history") >= 3000
-    # Finished: the per-split series are gone (metrics.per_split = auto), the job-level ones say it all
+    # Finished: the per-split series are gone (metrics.per_split = auto), the job-level ones say it all.
+    # The job's step sets Finished before it publishes its series: on a loaded machine a scrape may come
+    # in between, so the test waits for the publish (a condition), then checks the scrape it saw
     per_split = ("history_rows_total", "live_rows_total", "split_stage", "split_lag_offsets")
-    assert [(n, lab) for n in per_split for lab, _ in after.get(n, []) if lab["job"] == "m"] == []
+
+    def published() -> dict | None:
+        seen = scrape(d.api_url)
+        shown = [(n, lab) for n in per_split for lab, _ in seen.get(n, []) if lab["job"] == "m"]
+        return None if shown else seen
+
+    after = wait_for(published, timeout=60, what="the Finished job's per-split series gone")
+    assert total(after, "job_rows", job="m", kind="history") >= 3000
     assert total(after, "job_lag_offsets", job="m") == 0
     assert total(after, "job_split_lag_max_offsets", job="m") == 0
     assert total(after, "split_changes_total", job="m", change="added") >= 1
