@@ -74,6 +74,7 @@ from source_backfill.runtime.paths import (
     check_sink_path,
     make_private_dir,
     overlaps,
+    readings,
     redact,
     resolve,
     state_paths,
@@ -235,7 +236,11 @@ class JobRegistry:
         if self.data_root is not None:
             folder = self.data_root / namespace.folder
             for table in spec.tables:
-                if not resolve(table).is_relative_to(folder):
+                try:  # every place it may be opened at, as the data root's own check reads it
+                    places = readings(table)
+                except (OSError, ValueError):
+                    continue  # not a usable path: check_sink_path refuses it, saying why
+                if not all(place.is_relative_to(folder) for place in places):
                     msg = (f"sink_path {table!r} is outside namespace {namespace.name!r}'s folder of the "
                            f"data root (daemon.data_root/{namespace.folder}/)")
                     raise SinkPathError(msg)

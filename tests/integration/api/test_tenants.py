@@ -247,6 +247,11 @@ def test_a_namespace_keeps_its_jobs_to_its_sources_and_its_folder(tenants, tmp_p
     assert r.status_code == 422 and "daemon.data_root/team-a/" in r.text, r.text
     r = create("x", "events", root / "team-b" / "j" / "inner")  # inside team-b's table
     assert r.status_code == 422 and "team-b.j" not in r.text, r.text
+    # a '..' after a symlink: the kernel lands inside team-a's folder, a lexical reading in team-b's
+    (root / "team-a" / "sub" / "deeper").mkdir(parents=True)
+    (root / "team-a" / "link").symlink_to(root / "team-a" / "sub" / "deeper")
+    r = create("x", "events", Path(f"{root}/team-a/link/../../team-b/x"))
+    assert r.status_code == 422 and "daemon.data_root/team-a/" in r.text, r.text
     assert create("x", "events", root / "team-a" / "x").status_code == 201
     r = create("y", "events", root / "team-a" / "x" / "inner")  # inside team-a's own table: named, its own
     assert r.status_code == 409, r.text
