@@ -210,8 +210,21 @@ KAFKA_PARTITIONS_UNDER_REPLICATED = Gauge(
 )
 QUOTA_REFUSALS = Counter(
     PREFIX + "quota_refusals",
-    "Requests a namespace's quota refused (namespaces[].max_jobs, max_rate_limit), by namespace and quota.",
+    "Requests a namespace's quota refused (namespaces[].max_jobs, max_rate_limit, max_bytes_per_day), by "
+    "namespace and quota.",
     ["namespace", "quota"],
+)
+NAMESPACE_BYTES_WRITTEN = Counter(
+    PREFIX + "namespace_table_bytes_written",
+    "Bytes the namespace's jobs added to their tables (Delta files' sizes, counted by table version), "
+    "as counted toward namespaces[].max_bytes_per_day.",
+    ["namespace"],
+)
+NAMESPACE_HISTORY_HELD = Gauge(
+    PREFIX + "namespace_history_held",
+    "1 while the namespace has written its namespaces[].max_bytes_per_day today (UTC): its jobs' history "
+    "copies are held and its creates refused until the next day; live rows are still committed.",
+    ["namespace"],
 )
 DEAD_LETTERS = Counter(
     PREFIX + "dead_letters",

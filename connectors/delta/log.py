@@ -72,6 +72,36 @@ def commits_back(path: str, newest: int, limit: int = HISTORY_LIMIT) -> Iterator
         yield commit
 
 
+def added_bytes(path: str, version: int) -> tuple[int, int | None] | None:
+    """Bytes the log version ``version`` of the local table at ``path`` added, and its timestamp (ms).
+
+    The sum of its ``add`` actions' ``size`` (files removed are not subtracted: a quota counts what was
+    written); the timestamp is its ``commitInfo``'s (None without one). None when the log no longer has
+    the version. A line that cannot be parsed raises :class:`StateFormatError`, as :func:`read_commit`.
+    """
+    file = Path(path) / "_delta_log" / f"{version:020d}.json"
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    size, timestamp = 0, None
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            action = json.loads(line)
+        except ValueError as exc:
+            msg = f"Delta table {path}: commit file {file.name} is torn ({exc})"
+            raise StateFormatError(msg) from exc
+        add = action.get("add")
+        if isinstance(add, dict) and isinstance(add.get("size"), int):
+            size += add["size"]
+        info = action.get("commitInfo")
+        if isinstance(info, dict) and isinstance(info.get("timestamp"), int):
+            timestamp = info["timestamp"]
+    return size, timestamp
+
+
 def read_commit(path: str, version: int) -> dict[str, Any] | None:
     """The ``commitInfo`` of log version ``version`` of the local table at ``path``, ``version`` added.
 

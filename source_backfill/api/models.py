@@ -220,6 +220,9 @@ class JobView(BaseModel):
     remaining_offsets: int | None = None
     #: Paused or rate limit 0 with history left: the ETA is ``null`` and shown as "paused".
     history_paused: bool = False
+    #: Why the job's namespace holds its history: its table bytes of the day written
+    #: (``namespaces[].max_bytes_per_day``), until the next UTC day. ``null``: not held.
+    history_held: str | None = None
     finish_reported: bool
     error: str | None
     #: The last history read error while the job backs off and retries (cleared by a good read).
@@ -280,6 +283,7 @@ class JobView(BaseModel):
             progress=progress.progress if progress is not None else None,
             remaining_offsets=progress.remaining_offsets if progress is not None else None,
             history_paused=progress.history_paused if progress is not None else False,
+            history_held=progress.history_held if progress is not None else None,
             finish_reported=progress.finish_reported if progress is not None else False,
             error=record.error,
             last_error=progress.last_error if progress is not None else None,

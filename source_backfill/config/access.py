@@ -96,6 +96,14 @@ class NamespaceConfig(_Frozen):
         "unlimited, is refused with 403 `quota_exceeded` (so a job must name its `rate_limit`). Unset: no "
         "ceiling."))
 
+    max_bytes_per_day: int | None = Field(default=None, gt=0, description=(
+        "Bytes its jobs may add to their tables per UTC day (the Delta files' sizes, counted by table "
+        "version, saved under the state root: a crash neither loses nor doubles a count). Once written: "
+        "its creates are refused with 403 `quota_exceeded` and its jobs' history copies are held (as "
+        "paused; `history_held` in the job's view) until the next day; their live rows are still "
+        "committed. Metrics `namespace_table_bytes_written_total`, `namespace_history_held`. Unset: no "
+        "limit."))
+
     width_share: float = Field(default=1.0, gt=0, le=1000, allow_inf_nan=False, description=(
         "Its share of each source's history width against the other namespaces' (1 each by default): "
         "the copies' turns go first to the namespace that held the fewest slot-seconds for its share, "

@@ -13,6 +13,16 @@ from __future__ import annotations
 from typing import Protocol
 
 
+class ByteQuota(Protocol):
+    """A namespace's table bytes of the day (``runtime/quotas.py``): what a job asks and tells it."""
+
+    def held(self, namespace: str) -> str | None:
+        """Why ``namespace``'s history copies are held now (its bytes of the day written); None: not."""
+
+    def count(self, job: str, namespace: str, table: str, version: int | None) -> None:
+        """``job`` committed ``version`` of its table at ``table``: the versions since its last count."""
+
+
 class Job(Protocol):
     """One job as its source keeps it: its name, its control flags, its epochs, its end."""
 
@@ -23,6 +33,8 @@ class Job(Protocol):
     #: Set by the source for an epoch the job runs alone, after the others (it had Spark work in flight at
     #: the JVM's last deaths): it then starts no work beside that epoch.
     alone: bool
+    #: The namespace's table bytes of the day, set by the source when its namespace bounds them.
+    quota: ByteQuota | None
 
     @property
     def name(self) -> str:

@@ -116,6 +116,7 @@ if TYPE_CHECKING:
     from connectors.kafka.connector import KafkaConnector
     from source_backfill.core.schema_evolution import Record
     from source_backfill.executors.history_gate import HistoryGate
+    from source_backfill.executors.job import ByteQuota
     from source_backfill.executors.spark_work import SparkWork
 
 logger = logging.getLogger(__name__)
@@ -224,6 +225,9 @@ class SourceBackfillJob:
         self.history_tasks = 1
         #: The source's history slots its reads ahead take in turn (None: no turns, as in unit tests).
         self.gate: HistoryGate | None = None
+        #: The namespace's table bytes of the day (None: its namespace bounds none): counted after each
+        #: commit; while held, the job's history waits as if paused (its live rows still commit).
+        self.quota: ByteQuota | None = None
         #: The live latencies the job committed since the width governor last took them (its lane's steps
         #: end when they end: a slow job's may end between two of the source's epochs, and were lost when
         #: each step started by clearing them).
@@ -568,6 +572,8 @@ class SourceBackfillJob:
             if ahead.reads:
                 metrics.HISTORY_READS_AHEAD.labels(self.name, "adopted").inc(len(ahead.reads))
             self.log.landed(result.version, inp.end)
+            if self.quota is not None:
+                self.quota.count(self.name, self.spec.namespace, self.spec.sink_path, result.version)
         else:  # another attempt committed this epoch first: its state is the truth
             if ahead.reads:
                 self._reads.drop()
@@ -635,10 +641,21 @@ class SourceBackfillJob:
             self._read_ahead()
         return False
 
+    @property
+    def history_held(self) -> str | None:
+        """Why the job's namespace holds its history now (its table bytes of the day written); None: not."""
+        return None if self.quota is None else self.quota.held(self.spec.namespace)
+
+    @property
+    def history_waits(self) -> bool:
+        """The job reads no history now: paused, or held by its namespace's quota."""
+        return self.paused or self.history_held is not None
+
     def _budget(self, interval_s: float) -> int:
         """History offsets one epoch may read now (0 in a read-error backoff)."""
         return self._pace.epoch_budget(rate_limit=self.rate_limit, interval_s=interval_s,
-                                       max_rows_per_epoch=self.spec.max_rows_per_epoch, paused=self.paused)
+                                       max_rows_per_epoch=self.spec.max_rows_per_epoch,
+                                       paused=self.history_waits)
 
     # -- read-ahead ------------------------------------------------------------------------------------
     def _adopt_reads(
@@ -703,7 +720,7 @@ class SourceBackfillJob:
             budget = self._pace.ahead_budget(
                 remaining=job_progress(planned).remaining_offsets, tail_budget=epoch_budget,
                 rate_limit=self.rate_limit, interval_s=self._interval_s,
-                max_rows_per_epoch=self.spec.max_rows_per_epoch, paused=self.paused)
+                max_rows_per_epoch=self.spec.max_rows_per_epoch, paused=self.history_waits)
             if budget <= 0:
                 return False
             ranges = plan_epoch(planned, {}, budget, {}).history
@@ -863,7 +880,8 @@ class SourceBackfillJob:
         self._rates.copied.observe(now, self._rates.rows_history + rows_ahead)
         return job_progress(self.states or {}, self._rates.copied.rate(now),
                             {split: last for split, (_, last) in ahead.items()},
-                            rate_limit=self.rate_limit, paused=self.paused, rows_read_ahead=rows_ahead)
+                            rate_limit=self.rate_limit, paused=self.history_waits,
+                            rows_read_ahead=rows_ahead)
 
     @property
     def copy_tasks(self) -> set[int]:

@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from connectors.delta.spill import SpilledIndex
     from connectors.delta.table_source import DeltaTableSource, VersionIndex
     from source_backfill.config import JobSpec, SourceConfig
+    from source_backfill.executors.job import ByteQuota
 
 logger = logging.getLogger(__name__)
 
@@ -115,6 +116,9 @@ class TableBackfillJob:
         #: Stopped by a drop, a retry, a failure or the daemon stopping: no commit of the job lands after.
         self._gate = CommitGate(self.name)
         self.paused = False
+        #: The namespace's table bytes of the day (None: its namespace bounds none): counted after each
+        #: commit; while held, the copy and the replay wait as if paused (live changes still commit).
+        self.quota: ByteQuota | None = None
         self.rate_limit: float | None = spec.rate_limit
         #: The rate limit's allowance on the wall clock: the snapshot's chunks spend the rows they copy.
         self._allowance = RateAllowance()
@@ -204,6 +208,16 @@ class TableBackfillJob:
             return None
         return max(0, self.delivered - self.state.cursor)
 
+    @property
+    def history_held(self) -> str | None:
+        """Why the job's namespace holds its copy now (its table bytes of the day written); None: not."""
+        return None if self.quota is None else self.quota.held(self.spec.namespace)
+
+    @property
+    def history_waits(self) -> bool:
+        """The copy and the replay wait now: paused, or held by the namespace's quota."""
+        return self.paused or self.history_held is not None
+
     # -- the epoch ---------------------------------------------------------------------------------
     def run_epoch(self, epoch: int, before: int, delivered: int, live: pa.Table | None) -> bool:
         """Emit and commit epoch ``epoch`` over the versions ``(before, delivered]``.
@@ -215,7 +229,7 @@ class TableBackfillJob:
         state = self.state or TableBackfillState.attach(self.strategy, before)
         self._bulk = None
         allowance = self._allowance.available(self.rate_limit, self.interval_s, time.monotonic())
-        budget = table_budget(paused=self.paused, allowance=allowance,
+        budget = table_budget(paused=self.history_waits, allowance=allowance,
                               max_rows_per_epoch=self.spec.max_rows_per_epoch)
         parts: list[_Part] = []
         self._step = ArrangementStep.FOLLOW
@@ -480,6 +494,8 @@ class TableBackfillJob:
         for stage, n in rows.items():
             metrics.TABLE_BACKFILL_ROWS.labels(self.name, stage).inc(n)
         metrics.COMMITS.labels(self.name).inc()
+        if self.quota is not None:
+            self.quota.count(self.name, self.spec.namespace, self.spec.sink_path, result.version)
         self.rows = total
         self.state = state
         self.committed_epoch = epoch

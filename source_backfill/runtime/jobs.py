@@ -159,6 +159,9 @@ class JobHost(ABC, Generic[J]):
             return False
         job.paused = paused
         job.rate_limit = rate_limit
+        quota = self.registry.table_bytes
+        if quota is not None and quota.counts(spec.namespace):
+            job.quota = quota
         with self._jobs_lock:
             self.jobs[spec.name] = job
         metrics.JOB_FAILED.labels(spec.name).set(0)

@@ -105,6 +105,9 @@ class JobProgress:
     remaining_offsets: int | None = None
     #: History reads stopped (paused, or rate limit 0) with offsets left: no ETA.
     history_paused: bool = False
+    #: Why the job's namespace holds its history (its table bytes of the day written,
+    #: ``namespaces[].max_bytes_per_day``); None: not held.
+    history_held: str | None = None
     #: History rows copied by reads ahead (running ones too) that no epoch committed yet.
     rows_read_ahead: int = 0
     #: The last history read error while the job backs off (None after a good read).
@@ -178,6 +181,7 @@ def to_job_progress(job: SourceBackfillJob) -> JobProgress:
         progress=summary.fraction if states is not None else None,
         remaining_offsets=summary.remaining_offsets if states is not None else None,
         history_paused=summary.paused,
+        history_held=job.history_held if summary.paused else None,
         rows_read_ahead=sum(n for n, _ in ahead.values()),
         last_error=job.last_error,
         live_latency=live_latency(job.latency),
@@ -210,10 +214,10 @@ def table_job_progress(job: TableBackfillJob) -> JobProgress:
         rate = job.copied_rate.rate(now)
         replayed, arrived = job.replayed_rate.rate(now), job.arrived_rate.rate(now)
         shrinking = None if replayed is None else replayed - (arrived or 0.0)
-        paused = not job.backfill_done and (job.paused or job.rate_limit == 0)
+        paused = not job.backfill_done and (job.history_waits or job.rate_limit == 0)
         eta_s = 0.0 if job.backfill_done else table_eta(
             snapshot_done, None if total is None else max(0, total - copied), rate, job.lag_versions,
-            shrinking, job.rate_limit, paused=job.paused)
+            shrinking, job.rate_limit, paused=job.history_waits)
         table = TableProgress(
             strategy=state.strategy.value, phase=state.phase.value,
             vnodes_completed=vnodes_done,
@@ -234,6 +238,7 @@ def table_job_progress(job: TableBackfillJob) -> JobProgress:
         else None,
         progress=None if table is None else table.progress,
         history_paused=paused,
+        history_held=job.history_held if paused else None,
         last_error=job.last_error,
         table=table,
     )

@@ -80,6 +80,7 @@ from source_backfill.runtime.paths import (
     state_paths,
 )
 from source_backfill.runtime.progress import JobProgress
+from source_backfill.runtime.quotas import TableBytes
 
 __all__ = ["LOG_NAME", "JobRecord", "JobRegistry", "Mutation"]  # what the API, the loops and tests import
 
@@ -140,6 +141,9 @@ class JobRegistry:
             logger.warning('state root mode not narrowed to 0700 path="%s" error="%s"', self.state_root, exc)
         #: Every accepted mutation copied to ``state_root/audit`` by id (the daemon's registry has one).
         self._audit = AuditTable(self.state_root) if audit else None
+        #: The bytes of the day of the namespaces that bound them (``max_bytes_per_day``); None: none does.
+        bounded = any(n.max_bytes_per_day is not None for n in self.namespaces.values())
+        self.table_bytes = TableBytes(self.state_root, self.namespaces) if bounded else None
         accepted: builtins.list[tuple[Mutation, datetime, str]] = []
 
         def replay(entry: LogEntry) -> None:
@@ -189,6 +193,8 @@ class JobRegistry:
         """Close the log file (further mutations fail)."""
         with self._lock:
             self._log.close()
+        if self.table_bytes is not None:
+            self.table_bytes.save(force=True)
 
     # -- API side ---------------------------------------------------------------------------------------
     def create(self, spec: JobSpec, *, by: By | None = None) -> JobRecord:
@@ -245,6 +251,8 @@ class JobRegistry:
                            f"data root (daemon.data_root/{namespace.folder}/)")
                     raise SinkPathError(msg)
         _check_rate_ceiling(namespace, spec.rate_limit)
+        if self.table_bytes is not None:
+            self.table_bytes.check_create(namespace.name)
         if namespace.max_jobs is not None:
             live = sum(1 for r in self._jobs.values() if not r.dropped and r.spec.namespace == namespace.name)
             if live >= namespace.max_jobs:
@@ -308,6 +316,8 @@ class JobRegistry:
         with self._lock:
             record = self._live(name)
             self._record("drop", name, record.source, by=by)
+            if self.table_bytes is not None:  # a job of that name later writes a new table
+                self.table_bytes.forget([name])
             return self._jobs[name]
 
     def retry(self, name: str, *, by: By | None = None) -> JobRecord:

@@ -139,7 +139,8 @@ def daemon_factory(spark, kafka_bootstrap: str, tmp_path: Path) -> Iterator[Call
     started: list[Daemon] = []
 
     def make(topics: list[str], jobs: list[dict[str, Any]] | None = None, *, token: str | None = None,
-             state_root: Path | None = None, **source: Any) -> Daemon:
+             state_root: Path | None = None, namespaces: list[dict[str, Any]] | None = None,
+             **source: Any) -> Daemon:
         settings = load_settings(
             daemon={"state_root": str(state_root or tmp_path / "state"), "shutdown_timeout_s": 60},
             api={"port": 0, "token": token},
@@ -147,6 +148,7 @@ def daemon_factory(spark, kafka_bootstrap: str, tmp_path: Path) -> Iterator[Call
             sources=[{"name": "src", "bootstrap_servers": kafka_bootstrap, "topics": topics,
                       "trigger_interval_s": INTERVAL_S, **source}],
             jobs=jobs or [],
+            namespaces=namespaces or [],
         )
         daemon = Daemon(settings)
         daemon.start()

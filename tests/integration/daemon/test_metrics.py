@@ -37,6 +37,8 @@ ASSERTED_ELSEWHERE = {
     "dead_letters_total": "daemon/test_avro.py (slow)",
     "quota_refusals_total": "api/test_tenants.py",
     "history_slot_seconds_total": "daemon/test_history_width.py",
+    "namespace_table_bytes_written_total": "daemon/test_quota_daemon.py",
+    "namespace_history_held": "daemon/test_quota_daemon.py",
     "kafka_partitions_without_leader": "daemon/test_kafka_failover.py (slow)",
     "kafka_partitions_under_replicated": "daemon/test_kafka_failover.py (slow)",
     "job_lag_seconds": "daemon/test_lanes.py",
@@ -157,6 +159,8 @@ def test_every_documented_metric_is_asserted_somewhere():
              "job_lag_seconds": "JOB_LAG_SECONDS", "job_step_duration_seconds": "JOB_STEP_DURATION",
              "dead_letters_total": "DEAD_LETTERS", "quota_refusals_total": "QUOTA_REFUSALS",
              "history_slot_seconds_total": "HISTORY_SLOT_SECONDS",
+             "namespace_table_bytes_written_total": "NAMESPACE_BYTES_WRITTEN",
+             "namespace_history_held": "NAMESPACE_HISTORY_HELD",
              "kafka_partitions_without_leader": "KAFKA_PARTITIONS_NO_LEADER",
              "kafka_partitions_under_replicated": "KAFKA_PARTITIONS_UNDER_REPLICATED"}
     for metric, where in ASSERTED_ELSEWHERE.items():
