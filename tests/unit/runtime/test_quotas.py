@@ -20,7 +20,8 @@ from source_backfill.runtime.registry import JobRegistry
 
 
 def _append(path: Path, rows: int) -> int:
-    write_deltalake(str(path), pa.table({"v": pa.array([f"row-{i:08d}" for i in range(rows)])}), mode="append")
+    rows_table = pa.table({"v": pa.array([f"row-{i:08d}" for i in range(rows)])})
+    write_deltalake(str(path), rows_table, mode="append")
     return DeltaTable(str(path)).version()
 
 
@@ -77,7 +78,8 @@ def test_counts_survive_a_kill_and_hold_the_namespace_once_written(tmp_path):
     total = sum(added_bytes(str(table), v)[0] for v in versions)
     assert again._ledger.used("a", again._ledger.day) == total
     again.save(force=True)
-    assert TableBytes(tmp_path / "state", namespaces, clock=clock)._ledger.used("a", again._ledger.day) == total
+    reread = TableBytes(tmp_path / "state", namespaces, clock=clock)
+    assert reread._ledger.used("a", again._ledger.day) == total
 
     clock.now += DAY_S  # the next day: nothing written yet, copies resume, creates accepted
     assert again.held("a") is None
