@@ -190,6 +190,13 @@ TABLE_BACKFILL_LAG = Gauge(
 JOB_FAILED = Gauge(
     PREFIX + "job_failed", "1 while the job is failed (see its error in the API; retry or drop it).", ["job"]
 )
+JOB_NAMESPACE = Gauge(
+    PREFIX + "job_namespace",
+    "1 for each job the daemon runs (failed ones too), labelled with its namespace (jobs[].namespace): the "
+    "job series carry only job, and a job of the default namespace has no <namespace>. prefix to tell it "
+    "by, so dashboards choose jobs of a namespace from this series.",
+    ["job", "namespace"],
+)
 # -- lanes: each job runs its epochs on its own lane; a busy lane skips the source's epochs and lags ----
 JOB_EPOCHS_SKIPPED = Counter(
     PREFIX + "job_epochs_skipped",

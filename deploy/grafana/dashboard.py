@@ -1,9 +1,19 @@
-"""Generate the Grafana dashboard of source-backfill: ``python deploy/grafana/dashboard.py``.
+r"""Generate the Grafana dashboard of source-backfill: ``python deploy/grafana/dashboard.py``.
 
 Writes ``source-backfill.json`` next to this file (provisioned by ``provisioning/dashboards``); edit the
 panels here, not in the JSON. ``--check`` exits 1 when the JSON is not what this file generates (a test
 runs it). Metric names: ``source_backfill/metrics.py``; ``job`` is the source-backfill job (kept by
 ``honor_labels`` in ``deploy/prometheus/prometheus.yml``).
+
+Namespaces (tenants): the job series carry ``job`` only, no ``namespace``. A regex on the name's prefix
+(``job=~"$namespace\..*"``) cannot choose the ``default`` namespace, whose jobs have no prefix (and, on a
+daemon without tenants, may have dots in their names). So the daemon exports ``job_namespace{job,
+namespace} 1`` per job, and the filter goes through the ``job`` variable: ``namespace`` takes its values
+from that series, ``job`` takes the jobs of the chosen namespaces from it
+(``job_namespace{namespace=~"$namespace"}``), and every panel on job series selects ``job=~"$job"``. The
+``job`` variable has no custom "All" value: All stands for the regex of its options (the chosen
+namespaces' jobs), where ``.*`` would be every job whatever the namespace. A job created since the
+variables were last refreshed (at each load and time range change) joins All at the next refresh.
 """
 
 from __future__ import annotations
@@ -214,11 +224,14 @@ def layout(sections: list[tuple[str, list[dict[str, Any]]]]) -> list[dict[str, A
     return panels
 
 
-def variable(name: str, query: str, label: str) -> dict[str, Any]:
-    """A multi-value template variable over a label's values."""
+def variable(name: str, query: str, label: str, *, all_value: str | None = ".*") -> dict[str, Any]:
+    """A multi-value template variable over a label's values.
+
+    ``all_value`` None: "All" is the regex of the variable's options (as Grafana builds it), not ``.*``.
+    """
     return {"type": "query", "name": name, "label": label, "datasource": DS,
             "query": query, "definition": query, "refresh": 2,
-            "multi": True, "includeAll": True, "allValue": ".*", "sort": 1,
+            "multi": True, "includeAll": True, "allValue": all_value, "sort": 1,
             "current": {"selected": True, "text": ["All"], "value": ["$__all"]}}
 
 
@@ -240,7 +253,9 @@ def dashboard() -> dict[str, Any]:
         "templating": {"list": [
             {"type": "datasource", "name": "datasource", "label": "Prometheus", "query": "prometheus",
              "current": {"selected": False, "text": "Prometheus", "value": "prometheus"}},
-            variable("job", f"label_values({P}job_backfilling, job)", "Job"),
+            variable("namespace", f"label_values({P}job_namespace, namespace)", "Namespace"),
+            variable("job", f'label_values({P}job_namespace{{namespace=~"$namespace"}}, job)', "Job",
+                     all_value=None),
             variable("source", f"label_values({P}epoch, source)", "Source"),
         ]},
         "annotations": {"list": []},

@@ -3,6 +3,8 @@
 // and the controls that apply to it (pause / resume / throttle while history is left, retry when failed,
 // drop). Job names, errors and transforms are user data: every text is set with textContent, never as
 // HTML. The token lives in sessionStorage only (never in a URL); its box shows only when the daemon has one.
+// With jobs of more than one namespace, a filter shows one namespace's jobs (or all), kept in the URL
+// query (?namespace=NS) so that a view can be linked, and each job says its namespace.
 "use strict";
 (() => {
   const TOKEN_KEY = "source-backfill-token";
@@ -20,6 +22,9 @@
   let timer = 0;
   let polling = false;
   let again = false; // a poll was asked for while one was under way
+  let shownNamespace = new URLSearchParams(window.location.search).get("namespace") || ""; // "": all
+  let lastJobs = []; // the last poll's jobs, drawn again when the filter changes
+  let namespaceOptions = ""; // the filter's options as last built (rebuilt only when they change)
 
   const token = () => sessionStorage.getItem(TOKEN_KEY) || "";
   const num = (n) => (n === null || n === undefined ? "—" : n.toLocaleString());
@@ -80,6 +85,7 @@
   function section(name) {
     const p = {
       name: el("h2", { className: "name" }, name),
+      namespace: el("span", { className: "namespace", title: "namespace" }),
       status: el("span", { className: "status" }),
       pause: button("pause", "Pause", () => act(name, "Pause", "POST", "/pause")),
       resume: button("resume", "Resume", () => act(name, "Resume", "POST", "/resume")),
@@ -108,7 +114,7 @@
     p.bar = el("div", { className: "jobbar", title: "history copied (reads ahead included)" }, p.fill);
     const progress = el("div", { className: "progress" }, p.bar, p.pct);
     const lines = el("div", { className: "sparks" }, p.rateLine.box, p.latencyLine.box);
-    p.section = el("section", { className: "job" }, p.name, p.status, controls, progress, lines, p.facts,
+    p.section = el("section", { className: "job" }, p.name, p.namespace, p.status, controls, progress, lines, p.facts,
                    p.error, p.table);
     p.section.dataset.job = name;
     return p;
@@ -157,6 +163,8 @@
     return now - t0 >= 500 ? ((rows - r0) * 1000) / (now - t0) : null;
   }
 
+  const namespaceOf = (job) => job.namespace || "default";
+
   function update(job) {
     let p = views.get(job.name);
     if (!p) {
@@ -164,6 +172,8 @@
       views.set(job.name, p);
       $("jobs").append(p.section);
     }
+    p.namespace.textContent = namespaceOf(job);
+    p.section.dataset.namespace = namespaceOf(job);
     const failed = job.status === "failed";
     p.status.textContent = job.status + (job.paused ? " (paused)" : "") + (job.dropped ? " (dropping)" : "");
     p.status.classList.toggle("failed", failed);
@@ -253,7 +263,25 @@
     }));
   }
 
+  // The namespace filter: "all" and each namespace of the jobs (and the one chosen, even with no job yet).
+  function namespaceFilter(jobs) {
+    const present = [...new Set(jobs.map(namespaceOf))].sort();
+    const listed = shownNamespace && !present.includes(shownNamespace)
+      ? [...present, shownNamespace].sort() : present;
+    const key = JSON.stringify(listed);
+    if (key !== namespaceOptions) { // rebuilt only when the namespaces change: an open list stays open
+      namespaceOptions = key;
+      $("namespace").replaceChildren(el("option", { value: "" }, "all"),
+                                     ...listed.map((ns) => el("option", { value: ns }, ns)));
+    }
+    $("namespace").value = shownNamespace;
+    $("namespace-filter").hidden = listed.length < 2 && !shownNamespace;
+    return present.length > 1;
+  }
+
+  // Jobs of the namespaces not shown keep their sections (and their sparklines' polls), hidden.
   function render(jobs) {
+    lastJobs = jobs;
     const names = new Set(jobs.map((j) => j.name));
     for (const [name, p] of views) {
       if (!names.has(name)) {
@@ -261,7 +289,27 @@
       }
     }
     jobs.forEach(update);
-    $("empty").hidden = jobs.length > 0;
+    const several = namespaceFilter(jobs);
+    let shown = 0;
+    for (const job of jobs) {
+      const p = views.get(job.name);
+      const visible = !shownNamespace || namespaceOf(job) === shownNamespace;
+      p.section.hidden = !visible;
+      p.namespace.hidden = !several; // one namespace: no tag to tell jobs apart
+      shown += visible ? 1 : 0;
+    }
+    $("empty").textContent = shownNamespace && jobs.length
+      ? `No jobs in namespace "${shownNamespace}".` : "No jobs.";
+    $("empty").hidden = shown > 0;
+  }
+
+  function showNamespace(ns) {
+    shownNamespace = ns;
+    const url = new URL(window.location.href);
+    if (ns) url.searchParams.set("namespace", ns);
+    else url.searchParams.delete("namespace");
+    window.history.replaceState(null, "", url); // linkable; never the token (sessionStorage only)
+    render(lastJobs);
   }
 
   async function poll() {
@@ -302,5 +350,6 @@
   $("forget-token").onclick = () => useToken("");
   $("token").onkeydown = (e) => { if (e.key === "Enter") useToken($("token").value); };
   $("token").placeholder = token() ? "(token in use)" : "";
+  $("namespace").onchange = () => showNamespace($("namespace").value);
   poll();
 })();

@@ -140,6 +140,7 @@ class JobHost(ABC, Generic[J]):
             if record.spec.source != self.name or record.dropped:
                 continue
             if record.error is not None:
+                metrics.JOB_NAMESPACE.labels(record.name, record.spec.namespace).set(1)
                 metrics.JOB_FAILED.labels(record.name).set(1)
                 logger.warning('job stays failed until retried job="%s" error="%s"', record.name,
                                record.error)
@@ -152,6 +153,7 @@ class JobHost(ABC, Generic[J]):
 
     def _add_job(self, spec: JobSpec, *, paused: bool, rate_limit: float | None) -> bool:
         """Build the job (recovering it from its table); a job that cannot be built is marked failed."""
+        metrics.JOB_NAMESPACE.labels(spec.name, spec.namespace).set(1)  # a failed job is one too
         try:
             job = self._new_job(spec)
         except Exception as exc:  # noqa: BLE001 - its failure is the job's, never the source's

@@ -26,6 +26,7 @@ webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not in
 from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.select import Select  # noqa: E402
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -268,6 +269,65 @@ def test_a_job_reading_an_archive_shows_its_tiers_and_broker_bytes_as_in_the_cli
     assert "history from archive 390, kafka 400, gap 10; 12,345 bytes from the broker" in facts, facts
     # a job that reads no archive shows no such line
     assert "history from" not in job(page, "orders-copy").find_element(By.CLASS_NAME, "facts").text
+
+
+def _shown(driver) -> list[str]:
+    """The jobs the page shows (sections of the namespaces filtered out are there, hidden)."""
+    return sorted(s.get_attribute("data-job") for s in driver.find_elements(By.CSS_SELECTOR, "section.job")
+                  if s.is_displayed())
+
+
+def _create_in_namespaces(registry) -> None:
+    for ns in ("team-a", "team-b"):
+        registry.create(JobSpec(name=f"{ns}.orders", namespace=ns, source="events", sink_path=f"/t/{ns}"))
+
+
+def test_the_namespace_filter_shows_one_namespaces_jobs_and_keeps_it_in_the_url(page, live_api) -> None:
+    section = job(page, "orders-copy")
+    # one namespace: neither a filter nor a tag to tell jobs apart
+    assert not page.find_element(By.ID, "namespace-filter").is_displayed()
+    assert not section.find_element(By.CLASS_NAME, "namespace").is_displayed()
+    _create_in_namespaces(live_api.registry)
+    until(lambda: _shown(page) == ["orders-copy", "team-a.orders", "team-b.orders"])
+    until(lambda: page.find_element(By.ID, "namespace-filter").is_displayed())
+    choice = Select(page.find_element(By.ID, "namespace"))
+    assert [o.text for o in choice.options] == ["all", "default", "team-a", "team-b"]
+    assert choice.first_selected_option.text == "all"
+    tags = {s.get_attribute("data-job"): s.find_element(By.CLASS_NAME, "namespace").text
+            for s in page.find_elements(By.CSS_SELECTOR, "section.job")}
+    assert tags == {"orders-copy": "default", "team-a.orders": "team-a", "team-b.orders": "team-b"}
+
+    choice.select_by_value("team-a")
+    until(lambda: _shown(page) == ["team-a.orders"])
+    assert page.current_url.endswith("/ui?namespace=team-a")
+    time.sleep(1.5)  # the next polls keep to the filter
+    assert _shown(page) == ["team-a.orders"]
+    choice = Select(page.find_element(By.ID, "namespace"))
+    choice.select_by_value("default")
+    until(lambda: _shown(page) == ["orders-copy"])
+    assert page.current_url.endswith("/ui?namespace=default")
+    choice.select_by_visible_text("all")
+    until(lambda: len(_shown(page)) == 3)
+    assert page.current_url.endswith("/ui")
+    assert TOKEN not in page.current_url
+
+
+def test_the_namespace_in_the_url_is_chosen_on_load(browser, live_api) -> None:
+    live_api.registry.create(JobSpec(name="orders-copy", source="events", sink_path="/t/oc"))
+    _create_in_namespaces(live_api.registry)
+    browser.get(f"{live_api.url}/ui?namespace=team-b")
+    until(lambda: _shown(browser) == ["team-b.orders"])
+    assert Select(browser.find_element(By.ID, "namespace")).first_selected_option.text == "team-b"
+    assert len(browser.find_elements(By.CSS_SELECTOR, "section.job")) == 3  # the others kept, hidden
+    # a namespace without jobs (yet): chosen all the same, and the page says it has none
+    browser.get(f"{live_api.url}/ui?namespace=team-c")
+    until(lambda: browser.find_element(By.ID, "empty").is_displayed())
+    assert browser.find_element(By.ID, "empty").text == 'No jobs in namespace "team-c".'
+    assert _shown(browser) == []
+    assert Select(browser.find_element(By.ID, "namespace")).first_selected_option.text == "team-c"
+    live_api.registry.create(JobSpec(name="team-c.x", namespace="team-c", source="events", sink_path="/t/c"))
+    until(lambda: _shown(browser) == ["team-c.x"])
+    assert not browser.find_element(By.ID, "empty").is_displayed()
 
 
 #: Where the page's screenshots are kept (the checkout's var/, ignored by git), for a person to look at.

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from source_backfill import metrics
 from source_backfill.config import JobSpec, SourceConfig
 from source_backfill.errors import JobError
 from source_backfill.executors.job import Job
@@ -295,6 +296,26 @@ def test_a_job_that_cannot_be_built_is_failed(host_factory) -> None:
     host._recover_jobs()
     assert sorted(host.jobs) == ["fine"]
     assert host.registry.get("broken").error == "job could not start: table owned by another job"
+
+
+def test_each_job_has_a_series_naming_its_namespace_until_it_is_dropped(host_factory) -> None:
+    """job_namespace: what the Grafana dashboard chooses a namespace's jobs by (job series carry only job)."""
+    host = host_factory(["plain"], parallel=1)
+    host.unbuildable.add("team-a.broken")
+    host.registry.create(JobSpec(name="team-a.fine", namespace="team-a", source="src", sink_path="/tables/a"))
+    host.registry.create(JobSpec(name="team-a.broken", namespace="team-a", source="src",
+                                 sink_path="/tables/b"))
+    host._recover_jobs()
+
+    def series() -> dict[str, str]:
+        return {job: ns for job, ns in metrics.JOB_NAMESPACE._metrics  # noqa: SLF001
+                if job in ("plain", "team-a.fine", "team-a.broken")}
+
+    assert series() == {"plain": "default", "team-a.fine": "team-a", "team-a.broken": "team-a"}
+    assert all(metrics.JOB_NAMESPACE.labels(j, ns)._value.get() == 1  # noqa: SLF001
+               for j, ns in series().items())
+    host._dropped("team-a.fine")
+    assert series() == {"plain": "default", "team-a.broken": "team-a"}
 
 
 # -- lanes: the source's epoch never waits for a slow job (runtime/lanes.py) ----------------------------
