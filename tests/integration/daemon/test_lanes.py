@@ -290,10 +290,7 @@ def test_ready_after_a_restart_does_not_wait_for_a_pending_repair(
             raise AssertionError("never released")
         return real(job, repair_id, spec)
 
-    monkeypatch.setattr(repair_module, "run_repair", held_repair)
-    d.stop()  # stopped with nothing running; the repair is accepted by the next daemon's registry
-    d = daemon_factory([topic], jobs, state_root=state)
-    wait_for(lambda: httpx.get(f"{d.api_url}/ready").status_code == 200, what="ready")
+    monkeypatch.setattr(repair_module, "run_repair", held_repair)  # imported at each call: held from now
     _ask_repair(d, topic)
     wait_for(lambda: started, what="the repair running in j's lane")
     d.stop()  # the repair is pending (not applied) and held: the restart runs it again, in the lane
