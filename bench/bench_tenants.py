@@ -8,8 +8,8 @@ source of ``PARTITIONS`` partitions holding ``HISTORY`` records, its history wid
 ``earliest``, with reads ahead on and ``max_rows_per_epoch`` = ``CAP``: each copy is small, every job asks
 for a slot again at once, so both namespaces always have more copies waiting than the width runs, and no
 job adopts more than ``CAP`` offsets an epoch, so none runs out of history within the run (each has
-``HISTORY`` offsets to copy: 500 epochs of ``CAP`` at the least, against the ~100 copies a job of ``b``
-gets in five minutes).
+``HISTORY`` offsets to copy: 500 epochs of ``CAP`` at the least; a job of ``b`` got 13 copies a minute
+in a quick run here).
 
 Once every job is backfilling, after ``SETTLE_S``, the window: ``/metrics`` is scraped every ``SAMPLE_S``
 for ``history_slot_seconds_total{source, namespace}`` (task-seconds each namespace's copies held, counted as
@@ -24,9 +24,13 @@ verdict says so), else after ``WINDOW_S``. Keys:
   (0.6); ``tenants.width_utilisation`` (both namespaces' slot-seconds over ``WIDTH`` x the window: how busy
   the width was); ``tenants.rows_share_b`` (history rows ``b``'s jobs copied in the window over all);
   ``tenants.min_remaining_offsets`` (the least history any job had left at the window's end: > 0, else the
-  window was cut); ``tenants.window_s`` as measured, ``tenants.verdict``.
+  window was cut); ``tenants.window_s`` as measured, ``tenants.verdict``;
+* ``tenants.baseline.*``: the same jobs on a second daemon with no namespace declared, so the turns go by
+  job (the queue's order), over ``BASELINE_S``: what the namespaces' turns are measured against (its
+  ``width_share_a`` near 0.8 shows the figure can tell the two apart).
 
-``BENCH_TENANTS_WINDOW_S`` (300; 60 with ``BENCH_QUICK=1``), ``BENCH_TENANTS_JOBS_A`` (24),
+``BENCH_TENANTS_WINDOW_S`` (300; 60 with ``BENCH_QUICK=1``), ``BENCH_TENANTS_BASELINE_S`` (60; 30 quick;
+0 leaves the baseline out), ``BENCH_TENANTS_JOBS_A`` (24),
 ``BENCH_TENANTS_JOBS_B`` (6) set the sizes; ``BENCH_TENANTS_KEEP=1`` keeps the daemon's log and tables (the
 folder is printed). The machine is shared: the figure is a ratio of two namespaces' slot-seconds in one
 window, not a duration.
@@ -47,9 +51,12 @@ from bench.records import new_history
 
 QUICK = os.environ.get("BENCH_QUICK") == "1"
 WINDOW_S = float(os.environ.get("BENCH_TENANTS_WINDOW_S", "60" if QUICK else "300"))
+#: The baseline's window (no namespaces declared: per-job turns); 0 leaves it out.
+BASELINE_S = float(os.environ.get("BENCH_TENANTS_BASELINE_S", "30" if QUICK else "60"))
 #: Jobs by namespace: per-job turns would give ``a`` 80 % of the width, per-namespace turns 50 %.
 JOBS = {"a": int(os.environ.get("BENCH_TENANTS_JOBS_A", "24")),
         "b": int(os.environ.get("BENCH_TENANTS_JOBS_B", "6"))}
+TOPIC = "tenants"
 PARTITIONS = 4
 HISTORY = 1_000_000
 #: Offsets a job adopts an epoch at most (and copies a read ahead): 1M offsets last it 500 s at 1 s epochs.
@@ -58,6 +65,9 @@ WIDTH = 2
 SETTLE_S = 10.0 if QUICK else 20.0
 SAMPLE_S = 5.0 if QUICK else 10.0
 GOAL = 0.2
+#: The baseline's figures kept, under ``tenants.baseline.``.
+BASELINE_KEYS = ("width_share_error", *(f"{k}_{ns}" for k in ("width_share", "slot_seconds") for ns in JOBS),
+                 "width_utilisation", "rows_share_b", "window_s", "verdict")
 
 
 def interleaved(jobs: dict[str, int]) -> list[str]:
@@ -87,16 +97,16 @@ def _all_backfilling(sample: dict[str, Any], names: list[str]) -> bool:
     return all(sample["status"].get(n) == "backfilling" for n in names)
 
 
-def measure(d: Any, names: list[str]) -> dict[str, Any]:
+def measure(d: Any, names: list[str], window_s: float) -> dict[str, Any]:
     """The window on the running daemon whose jobs ``names`` exist: its first and last samples, its cut."""
     wait_until(lambda: (s := _sample(d)) is not None and _all_backfilling(s, names), 600,
                "every job backfilling", 1.0)
-    print(f"  every job backfilling; window of {WINDOW_S:g} s after {SETTLE_S:g} s", flush=True)
+    print(f"  every job backfilling; window of {window_s:g} s after {SETTLE_S:g} s", flush=True)
     time.sleep(SETTLE_S)
     first = wait_until(lambda: _sample(d), 120, "the window's first sample")
     last, cut, minutes = first, None, [first]
-    while last["t"] - first["t"] < WINDOW_S:
-        time.sleep(max(0.0, min(SAMPLE_S, first["t"] + WINDOW_S - time.monotonic())))
+    while last["t"] - first["t"] < window_s:
+        time.sleep(max(0.0, min(SAMPLE_S, first["t"] + window_s - time.monotonic())))
         s = _sample(d)
         if s is None:
             continue
@@ -108,11 +118,11 @@ def measure(d: Any, names: list[str]) -> dict[str, Any]:
             minutes.append(last)
             held = {ns: last["slot_s"][ns] - minutes[-2]["slot_s"][ns] for ns in JOBS}
             print(f"  minute {len(minutes) - 1}: slot-seconds held {held}", flush=True)
-    return {"first": first, "last": last, "cut": cut, "minutes": minutes}
+    return {"first": first, "last": last, "cut": cut, "minutes": minutes, "asked_s": window_s}
 
 
 def figures(window: dict[str, Any], names: list[str]) -> dict[str, Any]:
-    """The module's keys from the window's first and last samples."""
+    """The module's keys (``tenants.`` ones) from the window's first and last samples."""
     first, last = window["first"], window["last"]
     span = last["t"] - first["t"]
     held = {ns: last["slot_s"][ns] - first["slot_s"][ns] for ns in JOBS}
@@ -124,7 +134,8 @@ def figures(window: dict[str, Any], names: list[str]) -> dict[str, Any]:
     remaining = [r for n in names if (r := last["remaining"].get(n)) is not None]
     verdict = "ok"
     if window["cut"]:
-        verdict = f"window cut at {span:.0f} s of {WINDOW_S:g}: not backfilling any more {window['cut']}"
+        verdict = (f"window cut at {span:.0f} s of {window['asked_s']:g}: not backfilling any more "
+                   f"{window['cut']}")
     elif not both:
         verdict = "no copy ended in the window"
     return {
@@ -144,6 +155,28 @@ def figures(window: dict[str, Any], names: list[str]) -> dict[str, Any]:
     }
 
 
+def run(bootstrap: str, work: Path, names: list[str], declared: bool, window_s: float) -> dict[str, Any]:
+    """One daemon of the jobs ``names``, the namespaces declared (per-namespace turns) or not (per-job
+    turns: the baseline), measured over ``window_s``; its figures."""
+    source = {"name": "src", "topics": [TOPIC], "history_width": {"fixed_tasks": WIDTH}}
+    d = daemon(work, bootstrap, [source], [])
+    spaces = [{"name": ns, "sources": ["src"], "width_share": 1} for ns in JOBS] if declared else []
+    d.env = {**(d.env or {}), "SOURCE_BACKFILL_NAMESPACES": json.dumps(spaces)}
+    try:
+        print(f"  /ready in {start(d):.1f} s; creating {len(names)} jobs {JOBS}, namespaces "
+              f"{'declared' if declared else 'not declared (per-job turns)'}", flush=True)
+        t = time.monotonic()
+        for name in names:
+            accepted(d, "POST", "/jobs", {"name": name, "namespace": name.split(".")[0], "source": "src",
+                                          "sink_path": str(d.tables / name), "max_rows_per_epoch": CAP})
+        print(f"  created in {time.monotonic() - t:.1f} s", flush=True)
+        window = measure(d, names, window_s)
+        stop(d)
+    finally:
+        d.kill()
+    return figures(window, names)
+
+
 def main() -> dict[str, Any]:
     from connectors.kafka.admin import KafkaAdmin
     from connectors.kafka.embedded import EmbeddedBroker
@@ -151,30 +184,18 @@ def main() -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="bench-tenants-"))
     names = interleaved(JOBS)
     with EmbeddedBroker() as broker:
-        topic = "tenants"
-        new_history(KafkaAdmin(broker.bootstrap), broker.bootstrap, topic, HISTORY, PARTITIONS)
-        source = {"name": "src", "topics": [topic], "history_width": {"fixed_tasks": WIDTH}}
-        d = daemon(work, broker.bootstrap, [source], [])
-        d.env = {**(d.env or {}), "SOURCE_BACKFILL_NAMESPACES": json.dumps(
-            [{"name": ns, "sources": ["src"], "width_share": 1} for ns in JOBS])}
-        try:
-            print(f"  /ready in {start(d):.1f} s; creating {len(names)} jobs {JOBS}", flush=True)
-            t = time.monotonic()
-            for name in names:
-                accepted(d, "POST", "/jobs", {"name": name, "namespace": name.split(".")[0], "source": "src",
-                                              "sink_path": str(d.tables / name), "max_rows_per_epoch": CAP})
-            print(f"  created in {time.monotonic() - t:.1f} s", flush=True)
-            window = measure(d, names)
-            stop(d)
-        finally:
-            d.kill()
-    out = figures(window, names)
+        new_history(KafkaAdmin(broker.bootstrap), broker.bootstrap, TOPIC, HISTORY, PARTITIONS)
+        out = run(broker.bootstrap, work / "shares", names, declared=True, window_s=WINDOW_S)
+        if BASELINE_S > 0:
+            base = run(broker.bootstrap, work / "baseline", names, declared=False, window_s=BASELINE_S)
+            out.update({f"tenants.baseline.{k}": base[f"tenants.{k}"] for k in BASELINE_KEYS})
     if os.environ.get("BENCH_TENANTS_KEEP") == "1":
-        print(f"  the daemon's log and tables kept in {work}", flush=True)
+        print(f"  the daemons' logs and tables kept in {work}", flush=True)
     else:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"  tenants.width_share_error: {out['tenants.width_share_error']} (goal <= {GOAL:g}; per-job turns "
-          f"would give {out['tenants.per_job_fair_error']})", flush=True)
+    print(f"  tenants.width_share_error: {out['tenants.width_share_error']} (goal <= {GOAL:g}); per-job "
+          f"turns would give {out['tenants.per_job_fair_error']}, measured "
+          f"{out.get('tenants.baseline.width_share_error')}", flush=True)
     print("bench_tenants:", json.dumps(out), flush=True)
     return out
 
