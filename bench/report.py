@@ -136,6 +136,9 @@ GOALS = (
     Goal("isolation.lagging_job_exactly_once", "an identity job lagging past `max_job_lag_s` under a live "
          "producer, failed, retried as identity: exactly once, offset by offset (1)", "1",
          lambda v, _: v == 1, higher=True),
+    Goal("tenants.width_share_error", "30 jobs of two namespaces of `width_share` 1 (24 and 6) backfilling "
+         "one source: max over the namespaces of |share of history slot-seconds held − ½| / ½ (per-job "
+         "turns: 0.6)", "≤ 0.2", _at_most(0.2)),
     Goal("security.sasl_ssl_ratio", "a 1M-record backfill over SASL_SSL (SCRAM-SHA-512, a private CA) vs "
          "in plaintext, same run: records/s over records/s", "≥ 0.8", _at_least(0.8)),
     Goal("formats.avro_ratio_vs_raw_copy", "a 1M-record Avro topic (10 fields, ~150 B) backfilled into typed "
