@@ -7,7 +7,8 @@ module's entry under ``_measured_at`` says when, under ``_commit`` on which comm
 uncommitted changes to the code), which the goals table judges staleness by. ``BENCH_RESULTS=FILE`` sends
 the figures to FILE instead and leaves the README's table alone (``make bench-compare``'s runs). One
 failing benchmark is reported and the others still run. ``--quick`` asks each module for a smoke run.
-Without names every module runs but those in ``LONG`` (the soaks: load, the scale runs, tenants), which run when named.
+Without names every module runs but those in ``LONG`` (the soaks: load, the scale runs, tenants), which
+run when named.
 """
 
 from __future__ import annotations
