@@ -136,7 +136,14 @@ class SourceNotFoundError(JobError):
 
 
 class QuotaExceededError(JobError):
-    """A namespace's quota refuses a create (its jobs at most): nothing is created."""
+    """A namespace's quota refuses a request (a create, a rate limit): nothing is changed.
+
+    ``namespace``: the namespace whose quota it is (its viewers see the refusal in the audit).
+    """
+
+    def __init__(self, message: str, namespace: str | None = None) -> None:
+        super().__init__(message)
+        self.namespace = namespace
 
 
 class DecodeFailedError(JobError):

@@ -221,6 +221,11 @@ QUOTA_REFUSALS = Counter(
     "namespace and quota.",
     ["namespace", "quota"],
 )
+AUDIT_REFUSALS_DROPPED = Counter(
+    PREFIX + "audit_refusals_dropped",
+    "Refused requests whose audit row was not kept: more than 10,000 waited for their commit (a flood); "
+    "their log lines are still written.",
+)
 NAMESPACE_BYTES_WRITTEN = Counter(
     PREFIX + "namespace_table_bytes_written",
     "Bytes the namespace's jobs added to their tables (Delta files' sizes, counted by table version), "

@@ -17,6 +17,7 @@ import logging
 import re
 import uuid
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Annotated, Literal
 
 from fastapi import Depends, Request, status
@@ -66,6 +67,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/jobs/{name}/verify/{run_id}"): Rule(Role.VIEWER, "job"),
     ("GET", "/metrics"): Rule(Role.VIEWER, "any"),  # a role on "*": every series; else its jobs' (the route)
     ("GET", "/audit"): Rule(Role.VIEWER, "any"),
+    ("GET", "/audit/refused"): Rule(Role.VIEWER, "any"),
 }
 
 
@@ -159,25 +161,27 @@ def authorize(
         try:
             principal = auth.authenticate(credentials.credentials if credentials is not None else "")
         except AuthenticationError as exc:
-            _refused(request, None, str(exc))
+            refused(request, None, str(exc), status_code=status.HTTP_401_UNAUTHORIZED)
             raise HTTPException(status.HTTP_401_UNAUTHORIZED, str(exc),
                                 headers={"WWW-Authenticate": "Bearer"}) from None
     route = request.scope.get("route")
     rule = RULES.get((request.method, getattr(route, "path", "")))
     if rule is None:  # a route added without a rule: closed until it has one
-        _refused(request, principal, "no access rule for this route")
+        refused(request, principal, "no access rule for this route", status_code=status.HTTP_403_FORBIDDEN)
         raise HTTPException(status.HTTP_403_FORBIDDEN, "no access rule for this route")
     if rule.scope == "job":
         namespace = context.registry.get(request.path_params["name"]).spec.namespace
         if not principal.sees(namespace):
-            _refused(request, principal, "job of another namespace")
+            refused(request, principal, "job of another namespace", status_code=status.HTTP_404_NOT_FOUND,
+                    namespace=namespace)
             msg = f'job "{request.path_params["name"]}" not found'  # the registry's words for no such job
             raise JobNotFoundError(msg)
         require(request, principal, rule.role, namespace)
     elif rule.scope == "all":
         require(request, principal, rule.role, ALL_NAMESPACES)
     elif rule.scope == "any" and not any(principal.may(rule.role, ns) for ns in principal.roles):
-        _refused(request, principal, f"no {rule.role.name.lower()} role in any namespace")
+        refused(request, principal, f"no {rule.role.name.lower()} role in any namespace",
+                status_code=status.HTTP_403_FORBIDDEN)
         raise HTTPException(status.HTTP_403_FORBIDDEN, f'principal "{principal.name}" holds no role')
     request.state.principal = principal
     if request.method not in ("GET", "HEAD"):
@@ -192,13 +196,28 @@ def require(request: Request, principal: Principal, role: Role, namespace: str) 
     if principal.may(role, namespace):
         return
     where = "every namespace" if namespace == ALL_NAMESPACES else f'namespace "{namespace}"'
-    _refused(request, principal, f"needs {role.name.lower()} in {where}")
+    about = None if namespace == ALL_NAMESPACES else namespace
+    refused(request, principal, f"needs {role.name.lower()} in {where}",
+            status_code=status.HTTP_403_FORBIDDEN, namespace=about)
     raise HTTPException(status.HTTP_403_FORBIDDEN,
                         f'principal "{principal.name}" needs the {role.name.lower()} role in {where}')
 
 
-def _refused(request: Request, principal: Principal | None, reason: str) -> None:
+def refused(request: Request, principal: Principal | None, reason: str, *, status_code: int,
+            namespace: str | None = None) -> None:
+    """Say a request was refused: a log line, and a row of the refusals' audit table (when kept).
+
+    ``namespace``: the namespace it was about (the job's, the quota's), so that its viewers see the row;
+    None: only admins of every namespace do. Never the credential, nor a reason that quotes one.
+    """
     client = request.client.host if request.client is not None else "?"
+    name = principal.name if principal is not None and principal is not ANONYMOUS else None
     logger.info('request refused principal="%s" reason="%s" method="%s" path=%r client="%s" request_id="%s"',
-                principal.name if principal is not None else "-", reason, request.method,
-                request.url.path, client, request_id_of(request))
+                name or "-", reason, request.method, request.url.path, client, request_id_of(request))
+    api = getattr(request.app.state, "api", None)
+    table = getattr(getattr(api, "registry", None), "refusals", None)
+    if table is not None:
+        table.record({"at": datetime.now(UTC).isoformat(), "by": name, "status": status_code,
+                      "reason": reason, "method": request.method, "path": request.url.path,
+                      "job": request.path_params.get("name"), "namespace": namespace, "client": client,
+                      "request_id": request_id_of(request)})

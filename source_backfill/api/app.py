@@ -26,7 +26,7 @@ from pydantic import SecretStr
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from source_backfill.api.access import Authenticator, authorize
+from source_backfill.api.access import Authenticator, authorize, principal_of, refused
 from source_backfill.api.body_limit import BodyLimit
 from source_backfill.api.context import ApiContext, DryRunHook, HealthHook
 from source_backfill.api.guard import ControlPlaneGuard
@@ -159,7 +159,10 @@ def create_metrics_app() -> ASGIApp:
 
 
 # -- errors: every one answered as an ErrorBody -------------------------------------------------------------
-async def _our_error(_request: Request, exc: SourceBackfillError) -> JSONResponse:
+async def _our_error(request: Request, exc: SourceBackfillError) -> JSONResponse:
+    if isinstance(exc, QuotaExceededError):  # a refusal: audited like the access rules' own
+        refused(request, principal_of(request), str(exc), status_code=status.HTTP_403_FORBIDDEN,
+                namespace=exc.namespace)
     for kind, code, type_, field in ERROR_STATUS:
         if isinstance(exc, kind):
             if code == status.HTTP_500_INTERNAL_SERVER_ERROR:

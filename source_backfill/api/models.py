@@ -163,6 +163,28 @@ def split_fraction(stage: str, backfilled_offset: int | None, target_offset: int
     return max(0.0, min(1.0, done / (target_offset + 1)))
 
 
+class RefusalView(BaseModel):
+    """A refused request as the refusals' audit table holds it (``GET /audit/refused``)."""
+
+    #: When it was refused (ISO 8601, UTC).
+    at: str
+    #: The principal refused; null when no credential authenticated (a 401).
+    by: str | None
+    #: The answer: 401, 403, or 404 for a job of a namespace the principal holds no role in.
+    status: int
+    #: Why, in the daemon's words (never the credential).
+    reason: str
+    method: str
+    path: str
+    #: The job the request named, if any.
+    job: str | None = None
+    #: The namespace it was about (the job's, the quota's); null: none (only admins of every namespace see
+    #: those rows).
+    namespace: str | None = None
+    client: str | None = None
+    request_id: str | None = None
+
+
 class AuditView(BaseModel):
     """An accepted mutation as the audit table holds it (``GET /audit``)."""
 

@@ -106,9 +106,14 @@ def cmd_audit(args: argparse.Namespace, out: IO[str]) -> int:
     from urllib.parse import urlencode
 
     query = urlencode({k: v for k, v in (("job", args.job), ("limit", args.limit)) if v is not None})
-    rows = _client(args).call("GET", f"/audit?{query}")
+    rows = _client(args).call("GET", f"/audit/refused?{query}" if args.refused else f"/audit?{query}")
     if args.json:
         print(json.dumps(rows, indent=2), file=out)
+        return EXIT_OK
+    if args.refused:
+        for r in rows:
+            print(f"{r['at']}  {r['status']}  {r['by'] or '-'}  {r['method']} {r['path']}  {r['reason']}",
+                  file=out)
         return EXIT_OK
     for r in rows:
         detail = "" if r["detail"] in ("{}", "") else f" {r['detail']}"

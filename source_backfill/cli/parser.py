@@ -185,10 +185,14 @@ def build_parser() -> argparse.ArgumentParser:
     audit = sub.add_parser(
         "audit", help="who changed which job, when (the accepted mutations, oldest first)",
         description="Print the daemon's audit table: one line per accepted mutation (when, its id, the "
-                    "principal, what, which job), of the namespaces your token holds a role in.")
+                    "principal, what, which job), of the namespaces your token holds a role in; with "
+                    "--refused, one per refused request (when, the answer, the principal, the request, "
+                    "why).")
     _api_flags(audit, top=False)
     audit.add_argument("--job", metavar="JOB", help="only this job's")
     audit.add_argument("--limit", type=int, metavar="N", help="the last N (default 100)")
+    audit.add_argument("--refused", action="store_true",
+                       help="the refused requests instead (401, 403, 404 of another namespace's job)")
     audit.add_argument("--json", action="store_true", help="print the API's JSON")
     audit.set_defaults(handler=cmd_audit)
 

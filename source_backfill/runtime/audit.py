@@ -8,14 +8,18 @@ open the registry copies every line above the table's highest id before anything
 (:meth:`catch_up`), so each accepted id is in the table exactly once, whatever the crashes. A copy that
 fails (a full disk) is kept pending and retried with the next one; compaction waits for it.
 
-Refused requests are not rows (a flood of them would be a flood of commits): they are log lines, with
-the principal and the reason (:mod:`source_backfill.api.access`).
+Refused requests (401, 403, and the 404 of a job of another namespace) are log lines, with the principal
+and the reason (:mod:`source_backfill.api.access`), and rows of ``state_root/audit_refused``
+(:class:`RefusalTable`): kept in memory and appended in one commit every ``flush_every_s`` (a flood of
+refusals is not a flood of commits), at most ``MAX_PENDING`` waiting (past that they are counted, not
+kept); the rows of the last seconds before a crash are lost, their log lines are not.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
@@ -23,6 +27,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from source_backfill import metrics
 from source_backfill.runtime.mutation_log import Mutation
 
 logger = logging.getLogger(__name__)
@@ -33,6 +38,15 @@ SCHEMA = pa.schema([
     ("id", pa.int64()), ("at", pa.string()), ("kind", pa.string()), ("job", pa.string()),
     ("namespace", pa.string()), ("source", pa.string()), ("by", pa.string()), ("request_id", pa.string()),
     ("detail", pa.string()),
+])
+
+
+REFUSALS_DIR = "audit_refused"
+#: The refusals table's columns (``by``: the principal, null when no credential authenticated).
+REFUSAL_SCHEMA = pa.schema([
+    ("at", pa.string()), ("by", pa.string()), ("status", pa.int32()), ("reason", pa.string()),
+    ("method", pa.string()), ("path", pa.string()), ("job", pa.string()), ("namespace", pa.string()),
+    ("client", pa.string()), ("request_id", pa.string()),
 ])
 
 
@@ -101,6 +115,76 @@ class AuditTable:
         if not (self.path / "_delta_log").exists():
             return []
         return sorted(DeltaTable(str(self.path)).to_pyarrow_table().to_pylist(), key=lambda r: r["id"])
+
+
+class RefusalTable:
+    """``state_root/audit_refused``: refused requests, appended in batches by a thread of its own.
+
+    Thread-safe: the API's requests record, the thread writes.
+    """
+
+    #: Refusals waiting for their commit at most; past it they are counted (metric), not kept.
+    MAX_PENDING = 10_000
+
+    def __init__(self, state_root: Path, flush_every_s: float = 2.0) -> None:
+        self.path = Path(state_root) / REFUSALS_DIR
+        self._pending: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._every = flush_every_s
+        self._thread = threading.Thread(target=self._run, name="audit-refusals", daemon=True)
+        self._thread.start()
+
+    def record(self, row: dict[str, Any]) -> None:
+        """Keep a refusal's row for the next commit (dropped, and counted, past ``MAX_PENDING``)."""
+        with self._lock:
+            if len(self._pending) >= self.MAX_PENDING:
+                metrics.AUDIT_REFUSALS_DROPPED.inc()
+                return
+            self._pending.append({name: row.get(name) for name in REFUSAL_SCHEMA.names})
+
+    def flush(self) -> bool:
+        """Write the waiting rows in one commit; False (kept, logged) if the write failed."""
+        from deltalake import write_deltalake
+
+        with self._write_lock:
+            with self._lock:
+                rows, self._pending = self._pending, []
+            if not rows:
+                return True
+            try:
+                write_deltalake(str(self.path), pa.Table.from_pylist(rows, schema=REFUSAL_SCHEMA),
+                                mode="append")
+            except Exception as exc:  # noqa: BLE001 - kept for the next flush (bounded), logged
+                logger.error('refusal rows not written, kept count=%d error="%s"', len(rows),
+                             f"{type(exc).__name__}: {exc}"[:300])
+                with self._lock:
+                    self._pending = (rows + self._pending)[-self.MAX_PENDING:]
+                return False
+            return True
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Every row written, oldest first (those waiting for their commit are written first)."""
+        from deltalake import DeltaTable
+
+        self.flush()
+        if not (self.path / "_delta_log").exists():
+            return []
+        return sorted(DeltaTable(str(self.path)).to_pyarrow_table().to_pylist(), key=lambda r: r["at"])
+
+    def close(self) -> None:
+        """Stop the thread; what waits is written."""
+        self._stop.set()
+        self._thread.join(timeout=30)
+        self.flush()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every):
+            try:
+                self.flush()
+            except Exception:  # noqa: BLE001 - the thread goes on; the rows stay pending
+                logger.exception("refusal rows not flushed")
 
 
 def _row(m: Mutation, at: datetime, namespace: str) -> dict[str, Any]:

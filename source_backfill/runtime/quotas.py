@@ -107,7 +107,8 @@ class TableBytes:
         why = self.held(namespace)
         if why is not None:
             metrics.QUOTA_REFUSALS.labels(namespace, "max_bytes_per_day").inc()
-            raise QuotaExceededError(why.replace("history copies resume", "creates are refused until"))
+            why = why.replace("history copies resume", "creates are refused until")
+            raise QuotaExceededError(why, namespace)
 
     def forget(self, jobs: Iterable[str]) -> None:
         """Dropped jobs leave the ledger."""

@@ -54,7 +54,7 @@ from source_backfill.errors import (
     SourceNotFoundError,
     StateWriteError,
 )
-from source_backfill.runtime.audit import AuditTable
+from source_backfill.runtime.audit import AuditTable, RefusalTable
 from source_backfill.runtime.job_record import JobRecord
 from source_backfill.runtime.log_compaction import LogCompactor
 from source_backfill.runtime.mutation_log import (
@@ -98,7 +98,7 @@ def _check_rate_ceiling(namespace: NamespaceConfig, rate_limit: float | None) ->
         asked = "unlimited" if rate_limit is None else f"{rate_limit:g} rows/s"
         msg = (f'namespace "{namespace.name}" copies history at most {ceiling:g} rows/s per job '
                f"(max_rate_limit); asked {asked}")
-        raise QuotaExceededError(msg)
+        raise QuotaExceededError(msg, namespace.name)
 
 
 # -- the registry ---------------------------------------------------------------------------------------
@@ -141,6 +141,8 @@ class JobRegistry:
             logger.warning('state root mode not narrowed to 0700 path="%s" error="%s"', self.state_root, exc)
         #: Every accepted mutation copied to ``state_root/audit`` by id (the daemon's registry has one).
         self._audit = AuditTable(self.state_root) if audit else None
+        #: Refused API requests, written in batches (``state_root/audit_refused``; with the audit table).
+        self.refusals = RefusalTable(self.state_root) if audit else None
         #: The bytes of the day of the namespaces that bound them (``max_bytes_per_day``); None: none does.
         bounded = any(n.max_bytes_per_day is not None for n in self.namespaces.values())
         self.table_bytes = TableBytes(self.state_root, self.namespaces) if bounded else None
@@ -193,6 +195,8 @@ class JobRegistry:
         """Close the log file (further mutations fail)."""
         with self._lock:
             self._log.close()
+        if self.refusals is not None:
+            self.refusals.close()
         if self.table_bytes is not None:
             self.table_bytes.save(force=True)
 
@@ -259,7 +263,7 @@ class JobRegistry:
                 metrics.QUOTA_REFUSALS.labels(namespace.name, "max_jobs").inc()
                 msg = (f'namespace "{namespace.name}" holds {live} jobs, its quota '
                        f"(max_jobs {namespace.max_jobs})")
-                raise QuotaExceededError(msg)
+                raise QuotaExceededError(msg, namespace.name)
 
     def ensure(self, spec: JobSpec) -> JobRecord:
         """Create a job declared in the config file, unless it is registered already with the same spec.

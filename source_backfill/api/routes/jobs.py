@@ -14,7 +14,7 @@ from fastapi.responses import Response
 
 from source_backfill.api.access import actor_of, principal_of, require
 from source_backfill.api.context import Context
-from source_backfill.api.models import AuditView, DryRunView, JobView, PatchBody, RepairView
+from source_backfill.api.models import AuditView, DryRunView, JobView, PatchBody, RefusalView, RepairView
 from source_backfill.api.responses import (
     BODY_ERRORS,
     HOST_ERRORS,
@@ -53,13 +53,34 @@ def list_audit(
 ) -> list[AuditView]:
     """Accepted mutations, oldest first: who asked what of which job, when (of the caller's namespaces).
 
-    One row per accepted mutation id, also across crashes (``state_root/audit``); refused requests are in
-    the daemon's log, not here.
+    One row per accepted mutation id, also across crashes (``state_root/audit``); refused requests are at
+    ``GET /audit/refused``.
     """
     principal = principal_of(request)
     rows = [r for r in context.registry.audit_rows()
             if principal.sees(r["namespace"]) and (job is None or r["job"] == job)]
     return [AuditView(**r) for r in rows[-limit:]]
+
+
+@reads.get("/audit/refused", tags=["daemon"], responses=HOST_ERRORS | error_responses(422))
+def list_refusals(
+    request: Request, context: Context,
+    job: Annotated[str | None, Query(pattern=NAME_PATTERN, description="Only those naming this job.")] = None,
+    limit: Annotated[int, Query(ge=1, le=10_000, description="The last this many.")] = 100,
+) -> list[RefusalView]:
+    """Refused requests, oldest first: who was refused what, why, when (of the caller's namespaces).
+
+    401s, 403s (a role too low, a quota) and the 404s of a job of another namespace, as rows of
+    ``state_root/audit_refused`` written in batches every two seconds (the last seconds' before a crash
+    are in the log only). A row about no namespace (a 401, a principal with no role) is shown to the
+    admins of every namespace only.
+    """
+    principal = principal_of(request)
+    table = context.registry.refusals
+    rows = [] if table is None else table.rows()
+    seen = [r for r in rows if (principal.sees(r["namespace"]) if r["namespace"] is not None
+                                else principal.is_admin) and (job is None or r["job"] == job)]
+    return [RefusalView(**r) for r in seen[-limit:]]
 
 
 @reads.get("/jobs/{name}", responses=HOST_ERRORS | error_responses(404, 422))

@@ -350,3 +350,6 @@ def test_namespaces_and_the_audit_from_the_cli(run, live_api) -> None:
     assert "  admin  create  plain" in lines[0] and "  admin  pause  plain" in lines[1], out
     code, out, _ = run("audit", "--limit", "1", "--json")
     assert code == 0 and [r["kind"] for r in json.loads(out)] == ["pause"]
+    assert run("jobs", "pause", "plain", "--token", "not-the-token-" + "x" * 20)[0] != 0  # refused: 401
+    code, out, _ = run("audit", "--refused")
+    assert code == 0 and "  401  -  POST /jobs/plain/pause  " in out, out

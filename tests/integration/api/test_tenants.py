@@ -45,6 +45,7 @@ EXPECTED: dict[tuple[str, str], str] = {
     ("GET", "/jobs/{name}/verify/{run_id}"): "viewer",
     ("GET", "/metrics"): "viewer",  # its namespaces' jobs' series only (a role on "*": every series)
     ("GET", "/audit"): "viewer",  # its rows of the principal's namespaces
+    ("GET", "/audit/refused"): "viewer",  # the refusals about the principal's namespaces
 }
 #: Never guarded: the probes name no job, the status page asks for a token itself.
 UNGUARDED = {"/health", "/ready", "/live", "/ui", "/ui.js"}
@@ -167,7 +168,7 @@ def test_the_route_role_namespace_matrix(tenants, role):
                 assert r.status_code == 403, where
             elif ns == "team-b" and template == "/metrics":  # team-a's series only
                 assert r.status_code == 200 and "team-b" not in r.text, where
-            elif ns == "team-b" and template == "/audit":  # team-a's rows only
+            elif ns == "team-b" and template in ("/audit", "/audit/refused"):  # team-a's rows only
                 assert r.status_code == 200 and {a["namespace"] for a in r.json()} <= {"team-a"}, where
             elif ns == "team-b":  # GET /jobs: team-a's jobs only
                 assert r.status_code == 200 and [j["name"] for j in r.json()] == ["team-a.j"], where
@@ -396,3 +397,31 @@ def _resigned(token: str, alg: str, secret: bytes) -> str:
     if alg == "none":
         return f"{signing_input}."
     return f"{signing_input}.{b64(hmac.new(secret, signing_input.encode(), hashlib.sha256).digest())}"
+
+
+def test_refused_requests_are_audit_rows_about_their_namespace_without_the_credential(tenants):
+    from source_backfill.config import NamespaceConfig
+
+    t = tenants("refusals", namespaces=[NamespaceConfig(name="team-a", max_jobs=1)])
+    bad = "wrong-token-" + "s" * 30
+    t.call("GET", "/jobs", bad)  # 401: about no namespace
+    t.call("POST", "/jobs/team-a.j/pause", _token("a-viewer"))  # 403: a role too low in team-a
+    t.call("POST", "/jobs/team-b.j/pause", _token("a-operator"))  # 404: a job of team-b
+    body = {"name": "team-a.k", "namespace": "team-a", "source": "events", "sink_path": "/t/a/k"}
+    assert t.call("POST", "/jobs", _token("a-editor"), body).status_code == 403  # team-a's max_jobs
+    every = t.call("GET", "/audit/refused", _token("root")).json()
+    assert [(r["status"], r["by"], r["namespace"], r["job"]) for r in every] == [
+        (401, None, None, None), (403, "a-viewer", "team-a", "team-a.j"),
+        (404, "a-operator", "team-b", "team-b.j"), (403, "a-editor", "team-a", None)]
+    assert "max_jobs" in every[3]["reason"] and every[2]["reason"] == "job of another namespace"
+    assert all(r["request_id"] for r in every) and bad not in json.dumps(every)
+    # team-a sees the refusals about team-a; team-b's viewer is not told of team-a's, nor of a 401
+    mine = t.call("GET", "/audit/refused", _token("a-viewer")).json()
+    assert [(r["status"], r["by"]) for r in mine] == [(403, "a-viewer"), (403, "a-editor")]
+    # (the reading itself is allowed: no row for it) and the rows outlive the daemon's registry
+    t.registry.close()
+    again = JobRegistry(t.registry.state_root, SOURCES, audit=True)
+    try:
+        assert len(again.refusals.rows()) == 4
+    finally:
+        again.close()

@@ -40,6 +40,7 @@ ASSERTED_ELSEWHERE = {
     "history_slot_seconds_total": "daemon/test_history_width.py",
     "namespace_table_bytes_written_total": "daemon/test_quota_daemon.py",
     "namespace_history_held": "daemon/test_quota_daemon.py",
+    "audit_refusals_dropped_total": "../unit/runtime/test_audit.py",
     "kafka_partitions_without_leader": "daemon/test_kafka_failover.py (slow)",
     "kafka_partitions_under_replicated": "daemon/test_kafka_failover.py (slow)",
     "job_lag_seconds": "daemon/test_lanes.py",
@@ -163,6 +164,7 @@ def test_every_documented_metric_is_asserted_somewhere():
              "history_slot_seconds_total": "HISTORY_SLOT_SECONDS",
              "namespace_table_bytes_written_total": "NAMESPACE_BYTES_WRITTEN",
              "namespace_history_held": "NAMESPACE_HISTORY_HELD",
+             "audit_refusals_dropped_total": "AUDIT_REFUSALS_DROPPED",
              "kafka_partitions_without_leader": "KAFKA_PARTITIONS_NO_LEADER",
              "kafka_partitions_under_replicated": "KAFKA_PARTITIONS_UNDER_REPLICATED"}
     for metric, where in ASSERTED_ELSEWHERE.items():

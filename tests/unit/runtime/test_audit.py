@@ -123,3 +123,24 @@ def test_the_audit_table_is_state_no_sink_may_take(tmp_path, audit):
     with pytest.raises(SinkPathError):
         registry.create(JobSpec(name="x", source="events", sink_path=str(tmp_path / "state" / "audit")))
     registry.close()
+
+
+def test_refusals_are_written_in_batches_and_a_flood_is_counted_not_kept(tmp_path, monkeypatch):
+    from source_backfill import metrics
+    from source_backfill.runtime.audit import RefusalTable
+
+    monkeypatch.setattr(RefusalTable, "MAX_PENDING", 3)
+    table = RefusalTable(tmp_path, flush_every_s=3600)  # written only when asked here
+    before = metrics.AUDIT_REFUSALS_DROPPED._value.get()
+    for i in range(5):
+        table.record({"at": f"2026-11-29T00:00:0{i}", "by": None, "status": 401, "reason": "missing bearer token",
+                      "method": "GET", "path": "/jobs", "secret": "never a column"})
+    assert metrics.AUDIT_REFUSALS_DROPPED._value.get() - before == 2
+    rows = table.rows()  # the waiting ones written first, in one commit
+    assert [r["at"][-1] for r in rows] == ["0", "1", "2"] and "secret" not in rows[0]
+    table.record({"at": "2026-11-29T00:00:09", "status": 403, "reason": "r", "method": "GET", "path": "/"})
+    table.close()  # what waits is written at close
+    assert len(RefusalTable(tmp_path).rows()) == 4
+    from deltalake import DeltaTable
+
+    assert DeltaTable(str(tmp_path / "audit_refused")).version() == 1  # two commits: two batches
