@@ -133,8 +133,9 @@ def test_refusals_are_written_in_batches_and_a_flood_is_counted_not_kept(tmp_pat
     table = RefusalTable(tmp_path, flush_every_s=3600)  # written only when asked here
     before = metrics.AUDIT_REFUSALS_DROPPED._value.get()
     for i in range(5):
-        table.record({"at": f"2026-11-29T00:00:0{i}", "by": None, "status": 401, "reason": "missing bearer token",
-                      "method": "GET", "path": "/jobs", "secret": "never a column"})
+        table.record({"at": f"2026-11-29T00:00:0{i}", "by": None, "status": 401,
+                      "reason": "missing bearer token", "method": "GET", "path": "/jobs",
+                      "secret": "never a column"})
     assert metrics.AUDIT_REFUSALS_DROPPED._value.get() - before == 2
     rows = table.rows()  # the waiting ones written first, in one commit
     assert [r["at"][-1] for r in rows] == ["0", "1", "2"] and "secret" not in rows[0]
