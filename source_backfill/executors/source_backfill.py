@@ -121,6 +121,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: The key of a commit's plan that records the ids of the source's topics (issue 49).
+TOPIC_IDS = "topic_ids"
+
 #: An epoch writing at most this many rows writes them as one file (one Spark task).
 _SMALL_OUTPUT_ROWS = 50_000
 
@@ -228,6 +231,10 @@ class SourceBackfillJob:
         #: The namespace's table bytes of the day (None: its namespace bounds none): counted after each
         #: commit; while held, the job's history waits as if paused (its live rows still commit).
         self.quota: ByteQuota | None = None
+        #: The source's topic ids (``check_topics``), recorded in each commit's plan; empty: unknown.
+        self.topic_ids: dict[str, str] = {}
+        #: The ids the table's newest commit recorded (None: none recorded).
+        self.recorded_topic_ids: dict[str, str] | None = None
         #: The live latencies the job committed since the width governor last took them (its lane's steps
         #: end when they end: a slow job's may end between two of the source's epochs, and were lost when
         #: each step started by clearing them).
@@ -254,10 +261,31 @@ class SourceBackfillJob:
 
     def _recover(self, recovered: Recovered) -> None:
         """States, covered positions and the log chain from the job's newest commit (and those it names)."""
+        ids = (recovered.plan or {}).get(TOPIC_IDS)
+        if isinstance(ids, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in ids.items()):
+            self.recorded_topic_ids = dict(ids)
         self.states = self._log_base = self.log.recover(self.sink, recovered)
         self.committed_epoch = recovered.epoch
         self.processed_epoch = None
         self.live_to = dict(self.log.covered_to)
+
+    def check_topics(self, ids: Mapping[str, str]) -> None:
+        """Take the source's topic ids (each commit records them); JobError if the table's are others.
+
+        A topic deleted and created again keeps its name and gets a new id (its offsets start at 0): a
+        table written from the old topic must not resume at its offsets in the new log. A table whose
+        commits recorded no ids (written before they were, or by a job that never committed) is taken as
+        it is; its next commit records them.
+        """
+        self.topic_ids = dict(ids)
+        recorded = self.recorded_topic_ids or {}
+        changed = sorted(t for t in recorded if t in ids and ids[t] != recorded[t])
+        if changed:
+            what = "; ".join(f"topic {t} (id {recorded[t]} in the table, {ids[t]} now)" for t in changed)
+            msg = (f'job "{self.name}": its table was written from another topic of the same name: {what}. '
+                   "The topic was deleted and created again; create the job again on a new table "
+                   "(docs/guides/kafka-failures.md)")
+            raise JobError(msg)
 
     @property
     def last_error(self) -> str | None:
@@ -543,7 +571,7 @@ class SourceBackfillJob:
                 with self.committing():
                     result = self.sink.commit_epoch(
                         inp.epoch, rows(), state if self.sink.writes_before_commit() else state(),
-                        plan=self.log.plan_summary(plan, budget, ahead.ranges), staged=ahead.staged)
+                        plan=self._plan_summary(plan, budget, ahead), staged=ahead.staged)
             except Exception as exc:
                 if live_only is None or isinstance(exc, SourceBackfillError) or "states" in taken:
                     raise  # the rows were written (or the sink refused): not the history read's fault
@@ -560,6 +588,13 @@ class SourceBackfillJob:
         if plan.history:
             self._history_ok()
         return _Written(result, plan, taken["counts"], taken["states"], seconds)
+
+    def _plan_summary(self, plan: EpochPlan, budget: int, ahead: Adopted) -> dict[str, Any]:
+        """What the commit records of the plan, and the ids of the topics its offsets belong to."""
+        summary = self.log.plan_summary(plan, budget, ahead.ranges)
+        if self.topic_ids:
+            summary[TOPIC_IDS] = dict(sorted(self.topic_ids.items()))
+        return summary
 
     def _committed(self, inp: EpochInput, written: _Written, ahead: Adopted, t0: float) -> bool:
         """After the commit (or its skip): states, adopted reads, accounting, the next read ahead."""

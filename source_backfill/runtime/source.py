@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 from source_backfill import metrics
 from source_backfill.config import SourceConfig
 from source_backfill.core import LiveStats, split_id
-from source_backfill.errors import one_line
+from source_backfill.errors import JobError, one_line
 from source_backfill.executors.history_gate import HistoryGate
 from source_backfill.executors.source_backfill import EpochInput, SourceBackfillJob
 from source_backfill.executors.spark_work import EPOCH
@@ -98,6 +98,8 @@ class LiveSource(JobHost[SourceBackfillJob]):
         self.gate.resize(self.width.width, self.width.duty)
         #: Where the live stream's next batch starts: the end offsets of its last batch that completed.
         self._next_start: dict[str, int] | None = None
+        #: The ids of the source's topics as the cluster gave them at the last look (empty: none yet).
+        self.topic_ids: dict[str, str] = {}
         #: Jobs created between epochs, built and reading history before the epoch that attaches them.
         self.early = EarlyJobs(config.name, registry, self._build_job, lambda: self._next_start,
                                lambda name: name not in self.jobs and not self._suspect(name),
@@ -117,6 +119,7 @@ class LiveSource(JobHost[SourceBackfillJob]):
         self._recover_jobs()
         if self._recreated():
             return
+        self._check_job_topics()
         self._query = self._start_query()
         self._supervisor = threading.Thread(target=self._supervise, name=f"source-{self.name}", daemon=True)
         self._supervisor.start()
@@ -211,7 +214,10 @@ class LiveSource(JobHost[SourceBackfillJob]):
         """
         from source_backfill.runtime.topic_record import recreated_topics
 
-        recreated = recreated_topics(self.admin, self.config, self.checkpoint.parent)
+        found: dict[str, str] = {}
+        recreated = recreated_topics(self.admin, self.config, self.checkpoint.parent, found)
+        if found:
+            self.topic_ids = found
         if not recreated:
             return False
         why = "; ".join(str(r) for r in recreated)
@@ -365,9 +371,27 @@ class LiveSource(JobHost[SourceBackfillJob]):
         return start is not None or any(job.states is not None for job in self.jobs.values())
 
     def _new_job(self, spec: JobSpec) -> SourceBackfillJob:
-        """The job built early for a create (``runtime/early_start.py``), else built now."""
+        """The job built early for a create (``runtime/early_start.py``), else built now.
+
+        A job whose table was written from a topic of the same name but another id fails to start
+        (:meth:`SourceBackfillJob.check_topics`).
+        """
         job = self.early.take(spec)
-        return job if job is not None else self._build_job(spec)
+        job = job if job is not None else self._build_job(spec)
+        if self.topic_ids:
+            job.check_topics(self.topic_ids)
+        return job
+
+    def _check_job_topics(self) -> None:
+        """The jobs recovered before the topics' ids were read, each checked against them.
+
+        A job whose table was written from another topic of the same name is failed, naming both ids.
+        """
+        for name, job in list(self.jobs.items()):
+            try:
+                job.check_topics(self.topic_ids)
+            except JobError as exc:
+                self._fail(name, str(exc))
 
     def _build_job(self, spec: JobSpec) -> SourceBackfillJob:
         job = SourceBackfillJob(spec, self.config, self.spark, self.admin, connector=self.connector,

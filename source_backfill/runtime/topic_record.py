@@ -52,14 +52,20 @@ def write_record(path: Path, ids: dict[str, str]) -> None:
     os.replace(tmp, path)
 
 
-def recreated_topics(admin: KafkaAdmin, config: SourceConfig, folder: Path) -> list[Recreated]:
-    """The source's topics created again since it first read them (see the module); records new ones."""
+def recreated_topics(admin: KafkaAdmin, config: SourceConfig, folder: Path,
+                     found_ids: dict[str, str] | None = None) -> list[Recreated]:
+    """The source's topics created again since it first read them (see the module); records new ones.
+
+    ``found_ids``: filled with the ids the cluster gave now (empty when it gave no answer).
+    """
     path = folder / FILE_NAME
     try:
         found = admin.topic_ids(config.topics, config.topic_pattern)
     except Exception as exc:  # noqa: BLE001 - no answer is no verdict
         logger.warning('topic ids not read source="%s" error="%s"', config.name, one_line(exc))
         return []
+    if found_ids is not None:
+        found_ids.update(found)
     recorded = read_record(path)
     recreated, keep = compare(recorded, found)
     if keep != recorded:

@@ -4,11 +4,13 @@ at once, and again after a restart of the daemon."""
 
 from __future__ import annotations
 
+import shutil
 import time
 
 import pytest
 
-from tests.integration.daemon.conftest import finished, job_spec, wait_for
+from source_backfill.config import JobSpec
+from tests.integration.daemon.conftest import exactly_once, finished, job_of, job_spec, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]  # ~70 s: make test-slow
 
@@ -58,3 +60,34 @@ def test_a_recreated_topic_stops_its_source_and_fails_its_jobs_naming_both_ids(
     wait_for(lambda: again.sources["src"].error, timeout=60, what="the source stopped again at start")
     assert again.sources["src"]._query is None  # noqa: SLF001
     assert again.registry.get("before").error is not None
+
+
+def test_a_job_left_on_its_old_table_after_its_source_started_over_fails_naming_both_ids(
+    daemon_factory, new_topic, producer_for, kafka_bootstrap, tmp_path
+):
+    """Each commit records the topics' ids: a job whose source's folder was removed (the documented start
+    over) fails on the table of the old topic instead of resuming at its offsets in the new log, and a job
+    created on a new table copies the new topic exactly once."""
+    topic = new_topic(2)
+    p = producer_for(topic)
+    p.send(600, 2)
+    state = tmp_path / "state"
+    d = daemon_factory([topic], [job_spec("old", tmp_path)], state_root=state)
+    wait_for(lambda: finished(d, "old"), what="the job finished")
+    old_id = job_of(d, "old").sink.recover().plan["topic_ids"][topic]  # in the table's newest commit
+    d.stop()
+
+    _recreate(kafka_bootstrap, topic, 2)
+    p.send(300, 2, start=9000)
+    shutil.rmtree(state / "sources" / "src")  # the source starts over (docs/guides/kafka-failures.md)
+    again = daemon_factory([topic], [job_spec("old", tmp_path)], state_root=state)
+    error = wait_for(lambda: again.registry.get("old").error, timeout=120, what="the old table's job failed")
+    new_id = again.sources["src"].topic_ids[topic]
+    assert new_id != old_id
+    assert f"topic {topic} (id {old_id} in the table, {new_id} now)" in error, error
+    assert again.sources["src"].error is None  # the source itself reads the new log
+
+    again.registry.create(JobSpec(**job_spec("fresh", tmp_path)))
+    wait_for(lambda: finished(again, "fresh"), what="the job on a new table finished")
+    report = exactly_once(tmp_path / "fresh", kafka_bootstrap, [topic])
+    assert sum(s.log_records for s in report.splits.values()) == 300
