@@ -10,7 +10,10 @@ that made it calls it with its own type.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from source_backfill.config import JobSpec
 
 
 class ByteQuota(Protocol):
@@ -56,3 +59,21 @@ class Job(Protocol):
 
         False if a commit in flight took more than ``timeout_s`` to end (it may still land).
         """
+
+
+class HeldByQuota:
+    """What both kinds of job say of their history's hold: paused, or held by the namespace's quota."""
+
+    paused: bool
+    quota: ByteQuota | None
+    spec: JobSpec
+
+    @property
+    def history_held(self) -> str | None:
+        """Why the job's namespace holds its history now (its table bytes of the day written); None: not."""
+        return None if self.quota is None else self.quota.held(self.spec.namespace)
+
+    @property
+    def history_waits(self) -> bool:
+        """The job reads no history now (the copy, the replay): paused, or held by its namespace's quota."""
+        return self.paused or self.history_held is not None

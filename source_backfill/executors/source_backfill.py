@@ -96,6 +96,7 @@ from source_backfill.executors.history import (
     is_data_loss,
     range_sizes,
 )
+from source_backfill.executors.job import HeldByQuota
 from source_backfill.executors.job_log import JobLog
 from source_backfill.executors.live_filter import live_rows, live_rows_arrow
 from source_backfill.executors.pacing import HistoryPace
@@ -160,7 +161,7 @@ class _Written:
     read_s: float
 
 
-class SourceBackfillJob:
+class SourceBackfillJob(HeldByQuota):
     """One job on a shared Kafka source: split state machines, history reads and exactly-once commits."""
 
     def __init__(
@@ -675,16 +676,6 @@ class SourceBackfillJob:
         if self.reads_ahead:
             self._read_ahead()
         return False
-
-    @property
-    def history_held(self) -> str | None:
-        """Why the job's namespace holds its history now (its table bytes of the day written); None: not."""
-        return None if self.quota is None else self.quota.held(self.spec.namespace)
-
-    @property
-    def history_waits(self) -> bool:
-        """The job reads no history now: paused, or held by its namespace's quota."""
-        return self.paused or self.history_held is not None
 
     def _budget(self, interval_s: float) -> int:
         """History offsets one epoch may read now (0 in a read-error backoff)."""

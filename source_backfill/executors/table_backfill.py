@@ -44,6 +44,7 @@ from source_backfill.core.table_backfill import (
 )
 from source_backfill.core.vnode import VNODE_COUNT, key_vnode
 from source_backfill.executors.commit_gate import CommitGate
+from source_backfill.executors.job import HeldByQuota
 from source_backfill.executors.table_files import FileChunk, FileCopy
 
 if TYPE_CHECKING:
@@ -67,7 +68,7 @@ STATE_KEY = "table_backfill"
 UNSENT_MAX_ROWS = 100_000
 
 
-class TableBackfillJob:
+class TableBackfillJob(HeldByQuota):
     """One job on a ``delta`` source: its sink, its committed state and its control flags."""
 
     def __init__(self, spec: JobSpec, source: SourceConfig, table: DeltaTableSource,
@@ -207,16 +208,6 @@ class TableBackfillJob:
         if self.state is None or self.delivered is None or self.state.cursor is None:
             return None
         return max(0, self.delivered - self.state.cursor)
-
-    @property
-    def history_held(self) -> str | None:
-        """Why the job's namespace holds its copy now (its table bytes of the day written); None: not."""
-        return None if self.quota is None else self.quota.held(self.spec.namespace)
-
-    @property
-    def history_waits(self) -> bool:
-        """The copy and the replay wait now: paused, or held by the namespace's quota."""
-        return self.paused or self.history_held is not None
 
     # -- the epoch ---------------------------------------------------------------------------------
     def run_epoch(self, epoch: int, before: int, delivered: int, live: pa.Table | None) -> bool:
