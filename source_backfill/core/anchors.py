@@ -1,0 +1,134 @@
+"""A log truncated below what a source copied: told by anchors (pure; issue 49).
+
+With an unclean leader election (or a lost disk) a partition's log can lose records the jobs already
+copied, and new records then take the same offsets. Offsets alone cannot tell (Spark's Kafka rows carry no
+leader epoch), so a source keeps an *anchor* per split: the offset of the last record of its newest
+completed epoch and a fingerprint of that record's content. Checking an anchor reads the record at its
+offset again; the log ending at or below it, or another record there, is a truncation.
+
+The fingerprint is SHA-256 (lowercase hex) of the UTF-8 text ``k<KEY>v<VALUE>t<MS>``: ``KEY`` and
+``VALUE`` the bytes in uppercase hex, or ``-`` for a null; ``MS`` the timestamp in milliseconds since the
+epoch, in decimal. Hex holds no ``k``, ``v``, ``t`` or ``-``, so the framing is unambiguous, and Spark
+computes it alike (``sha2(concat('k', coalesce(hex(key), '-'), 'v', ...), 256)``,
+``runtime/source.py``). Headers are not in it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from source_backfill.core.splits import SplitId, parse_split_id
+
+
+def framing(key: bytes | None, value: bytes | None, timestamp_ms: int) -> str:
+    """The text a record's fingerprint hashes (see the module)."""
+    k = "-" if key is None else key.hex().upper()
+    v = "-" if value is None else value.hex().upper()
+    return f"k{k}v{v}t{timestamp_ms}"
+
+
+def fingerprint(key: bytes | None, value: bytes | None, timestamp_ms: int) -> str:
+    """A record's content fingerprint: SHA-256 of :func:`framing`, lowercase hex (Spark's ``sha2``)."""
+    return hashlib.sha256(framing(key, value, timestamp_ms).encode()).hexdigest()
+
+
+@dataclass(frozen=True, order=True)
+class Anchor:
+    """The last record a completed epoch gave of ``split``: its offset and content fingerprint."""
+
+    split: SplitId
+    offset: int
+    fingerprint: str
+
+    def to_json(self) -> dict[str, object]:
+        return {"offset": self.offset, "fingerprint": self.fingerprint}
+
+
+def newest(kept: Mapping[SplitId, Anchor], new: Iterable[Anchor]) -> dict[SplitId, Anchor]:
+    """``kept`` with each split's anchor replaced by a newer one of ``new`` (a higher offset).
+
+    A lower or equal offset leaves the kept one (a replayed epoch, or a batch read again after a restart
+    of the live query).
+    """
+    out = dict(kept)
+    for anchor in new:
+        old = out.get(anchor.split)
+        if old is None or anchor.offset > old.offset:
+            out[anchor.split] = anchor
+    return dict(sorted(out.items()))
+
+
+@dataclass(frozen=True)
+class Found:
+    """What the log holds at an anchor's offset now.
+
+    ``log_start``/``log_end``: the split's first offset and its end (the next offset to be written, the
+    last stable one under ``read_committed``). ``offset``/``fingerprint``: the first record read from the
+    anchor's offset on (its offset, its fingerprint), None when none was read.
+    """
+
+    log_start: int
+    log_end: int
+    offset: int | None = None
+    fingerprint: str | None = None
+
+
+@dataclass(frozen=True)
+class Truncation:
+    """A split whose log no longer holds the anchor's record: it was truncated below what was copied."""
+
+    anchor: Anchor
+    found: Found
+
+    def __str__(self) -> str:
+        topic, partition = parse_split_id(self.anchor.split)
+        if self.found.log_end <= self.anchor.offset:
+            there = f"the log now ends at offset {self.found.log_end}"
+        else:
+            there = f"another record is at offset {self.anchor.offset} (fingerprint {self.found.fingerprint})"
+        return (f"topic {topic} partition {partition} was truncated below what was copied: offset "
+                f"{self.anchor.offset} held the record of fingerprint {self.anchor.fingerprint}, and {there} "
+                "(an unclean leader election or a lost disk)")
+
+
+def check(anchor: Anchor, found: Found) -> Truncation | None:
+    """The verdict on one anchor: a :class:`Truncation`, or None (it holds, or nothing can be said).
+
+    Truncated: the log ends at or below the anchor's offset, or a record of another fingerprint is at
+    it. Nothing can be said when retention removed the offset (the log starts after it), or when the
+    first record read from it lies after it (the offset holds no record now: compacted away; a marker).
+    """
+    if found.log_start > anchor.offset:
+        return None
+    if found.log_end <= anchor.offset:
+        return Truncation(anchor, found)
+    if found.offset == anchor.offset and found.fingerprint is not None \
+            and found.fingerprint != anchor.fingerprint:
+        return Truncation(anchor, found)
+    return None
+
+
+def anchors_to_json(anchors: Mapping[SplitId, Anchor]) -> dict[str, dict[str, object]]:
+    """The record written to ``anchors.json``: ``{split: {"offset": o, "fingerprint": f}}``."""
+    return {split: a.to_json() for split, a in sorted(anchors.items())}
+
+
+def anchors_from_json(data: object) -> dict[SplitId, Anchor]:
+    """The anchors of :func:`anchors_to_json`'s record; ValueError on anything else."""
+    if not isinstance(data, dict):
+        msg = "not an object of splits"
+        raise ValueError(msg)  # noqa: TRY004 - one error kind for a malformed record
+    out: dict[SplitId, Anchor] = {}
+    for split, entry in data.items():
+        if not isinstance(split, str) or not isinstance(entry, dict):
+            msg = f"entry {split!r} is not a split's anchor"
+            raise ValueError(msg)  # noqa: TRY004
+        offset, fp = entry.get("offset"), entry.get("fingerprint")
+        if not isinstance(offset, int) or isinstance(offset, bool) or not isinstance(fp, str):
+            msg = f"anchor of {split} lacks an integer offset or a fingerprint"
+            raise ValueError(msg)
+        parse_split_id(split)
+        out[split] = Anchor(split, offset, fp)
+    return out
