@@ -43,6 +43,7 @@ class Anchor:
     fingerprint: str
 
     def to_json(self) -> dict[str, object]:
+        """The anchor as ``anchors.json`` keeps it (under its split)."""
         return {"offset": self.offset, "fingerprint": self.fingerprint}
 
 
