@@ -73,7 +73,8 @@ A = Anchor("t:0", 29, "f" * 64)
 @given(start=st.integers(0, 60), end=st.integers(0, 60), offset=st.one_of(st.none(), st.integers(0, 60)),
        same=st.booleans())
 def test_the_verdict(start, end, offset, same):
-    found = Found(start, max(start, end), offset, None if offset is None else ("f" * 64 if same else "e" * 64))
+    fp = None if offset is None else ("f" * 64 if same else "e" * 64)
+    found = Found(start, max(start, end), offset, fp)
     verdict = check(A, found)
     if start > A.offset:  # retention removed it: nothing to say
         assert verdict is None
