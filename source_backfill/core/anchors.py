@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from source_backfill.core.splits import SplitId, parse_split_id
 
@@ -111,13 +111,64 @@ def check(anchor: Anchor, found: Found) -> Truncation | None:
     return None
 
 
-def anchors_to_json(anchors: Mapping[SplitId, Anchor]) -> dict[str, dict[str, object]]:
-    """The record written to ``anchors.json``: ``{split: {"offset": o, "fingerprint": f}}``."""
-    return {split: a.to_json() for split, a in sorted(anchors.items())}
+@dataclass(frozen=True)
+class Anchors:
+    """A source's anchors: per split the newest an epoch gave, and the one the last check verified.
+
+    An epoch replaces the newest freely; a check reads both again. The verified one keeps a truncation
+    found even when the live stream has since read past the old log's end in the new log (the newest
+    anchor then lies in the new log, and holds): what a check cannot see is a truncation that lost only
+    records copied since the previous check and was refilled past them before this one.
+    """
+
+    checked: dict[SplitId, Anchor] = field(default_factory=dict)
+    newest: dict[SplitId, Anchor] = field(default_factory=dict)
+
+    def advanced(self, new: Iterable[Anchor]) -> Anchors:
+        """With an epoch's anchors (:func:`newest`)."""
+        return Anchors(self.checked, newest(self.newest, new))
+
+    def to_check(self) -> list[Anchor]:
+        """Every anchor a check reads again: each split's verified one and its newest."""
+        return sorted({*self.checked.values(), *self.newest.values()})
+
+    def after_check(self, now: Anchors, truncated: Iterable[Truncation], read: Iterable[Anchor]) -> Anchors:
+        """``now`` (the anchors as epochs left them since ``self`` was checked) after the check's verdicts.
+
+        A truncated split loses its anchors (the next epoch anchors it in the log as it is now); every
+        other split whose newest anchor at the check was ``read`` (a verdict was reached) has it verified.
+        """
+        bad = {t.anchor.split for t in truncated}
+        done = set(read)
+        checked = {**{s: a for s, a in now.checked.items() if s not in bad},
+                   **{s: a for s, a in self.newest.items() if s not in bad and a in done}}
+        kept = {s: a for s, a in now.newest.items() if s not in bad}
+        return Anchors(dict(sorted(checked.items())), kept)
 
 
-def anchors_from_json(data: object) -> dict[SplitId, Anchor]:
+def first_per_split(found: Iterable[Truncation]) -> list[Truncation]:
+    """One truncation per split, its lowest anchor's (the one naming the most records lost)."""
+    out: dict[SplitId, Truncation] = {}
+    for t in sorted(found, key=lambda t: t.anchor):
+        out.setdefault(t.anchor.split, t)
+    return list(out.values())
+
+
+def anchors_to_json(anchors: Anchors) -> dict[str, dict[str, dict[str, object]]]:
+    """The record of ``anchors.json``: ``{"checked"|"newest": {split: {"offset": o, "fingerprint": f}}}``."""
+    return {kind: {split: a.to_json() for split, a in sorted(kept.items())}
+            for kind, kept in (("checked", anchors.checked), ("newest", anchors.newest))}
+
+
+def anchors_from_json(data: object) -> Anchors:
     """The anchors of :func:`anchors_to_json`'s record; ValueError on anything else."""
+    if not isinstance(data, dict) or set(data) != {"checked", "newest"}:
+        msg = "not an object of checked and newest anchors"
+        raise ValueError(msg)
+    return Anchors(_split_anchors(data["checked"]), _split_anchors(data["newest"]))
+
+
+def _split_anchors(data: object) -> dict[SplitId, Anchor]:
     if not isinstance(data, dict):
         msg = "not an object of splits"
         raise ValueError(msg)  # noqa: TRY004 - one error kind for a malformed record

@@ -1,9 +1,10 @@
 """A source's anchors, kept beside its checkpoint, and their check against Kafka (``core/anchors.py``).
 
-``<state_root>/sources/<source>/anchors.json``: ``{split: {"offset": o, "fingerprint": f}}``, the last
-record of each split as the source's newest completed epoch gave it (all of its jobs' steps handed off),
-written whole (``topic_record.write_record``). A folder without it (a release before this one, a new
-source) starts with none and writes them at its next epoch.
+``<state_root>/sources/<source>/anchors.json``: ``{"newest": {split: {"offset": o, "fingerprint": f}},
+"checked": {...}}``, the last record of each split as the source's newest completed epoch gave it (all of
+its jobs' steps handed off), and the one its last check verified (``core.anchors.Anchors``), written
+whole (``topic_record.write_record``). A folder without it (a release before this one, a new source)
+starts with none and writes them at its next epoch.
 
 :func:`find_truncations` reads each anchor's offset again on the driver (librdkafka with the source's
 options and security, ``read_committed`` as the jobs read): the split's log start and end, and the record
@@ -19,7 +20,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from source_backfill.core import LiveStats
-from source_backfill.core.anchors import Anchor, Found, Truncation, anchors_from_json, anchors_to_json, check
+from source_backfill.core.anchors import (
+    Anchor,
+    Anchors,
+    Found,
+    Truncation,
+    anchors_from_json,
+    anchors_to_json,
+    check,
+)
 from source_backfill.errors import StateFormatError, one_line
 from source_backfill.runtime.topic_record import write_record
 
@@ -37,11 +46,11 @@ FILE_NAME = "anchors.json"
 READ_TIMEOUT_S = 10.0
 
 
-def read_anchors(folder: Path) -> dict[SplitId, Anchor]:
+def read_anchors(folder: Path) -> Anchors:
     """The recorded anchors (none when the file is absent)."""
     path = folder / FILE_NAME
     if not path.exists():
-        return {}
+        return Anchors()
     try:
         return anchors_from_json(json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError, StateFormatError) as exc:
@@ -49,7 +58,7 @@ def read_anchors(folder: Path) -> dict[SplitId, Anchor]:
         raise StateFormatError(msg) from exc
 
 
-def save_anchors(folder: Path, anchors: Mapping[SplitId, Anchor]) -> None:
+def save_anchors(folder: Path, anchors: Anchors) -> None:
     """Write the anchors whole."""
     write_record(folder / FILE_NAME, anchors_to_json(anchors))
 
@@ -86,27 +95,31 @@ def _int64s(values: list[int]) -> Any:
 
 
 def find_truncations(admin: KafkaAdmin, config: SourceConfig, bootstrap: str,
-                     anchors: Mapping[SplitId, Anchor]) -> list[Truncation]:
-    """The anchors whose record the log no longer holds (see the module)."""
+                     anchors: list[Anchor]) -> tuple[list[Truncation], list[Anchor]]:
+    """The anchors whose record the log no longer holds (see the module; a split may have several).
+
+    And the anchors read (a verdict reached, truncated or not): one not read is checked again next time.
+    """
     from connectors.kafka.ranges import KafkaRange, range_consumer, read_range
     from connectors.kafka.security import librdkafka_options
     from source_backfill.core import parse_split_id
 
     if not anchors:
-        return []
-    splits = sorted(anchors)
+        return [], []
+    splits = sorted({a.split for a in anchors})
     try:
         starts = admin.earliest_offsets(splits)
         ends = admin.end_offsets(splits)
     except Exception as exc:  # noqa: BLE001 - no answer is no verdict
         logger.warning('anchors not checked source="%s" error="%s"', config.name, one_line(exc))
-        return []
+        return [], []
     kafka = librdkafka_options(config)
     consumer = None
     found: list[Truncation] = []
+    read: list[Anchor] = []
     try:
-        for split in splits:
-            anchor = anchors[split]
+        for anchor in anchors:
+            split = anchor.split
             if split not in starts or split not in ends:
                 continue
             at = Found(starts[split], ends[split])
@@ -124,12 +137,13 @@ def find_truncations(admin: KafkaAdmin, config: SourceConfig, bootstrap: str,
                     continue
                 at = _record_at(rows, at, topic, partition, anchor.offset)
             verdict = check(anchor, at)
+            read.append(anchor)
             if verdict is not None:
                 found.append(verdict)
     finally:
         if consumer is not None:
             consumer.close()
-    return found
+    return found, read
 
 
 def _record_at(batches: list[Any], at: Found, topic: str, partition: int, offset: int) -> Found:

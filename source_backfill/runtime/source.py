@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 from source_backfill import metrics
 from source_backfill.config import SourceConfig
 from source_backfill.core import LiveStats, split_id
-from source_backfill.core.anchors import Anchor, Truncation, newest
+from source_backfill.core.anchors import Anchors, Truncation, first_per_split
 from source_backfill.errors import JobError, one_line
 from source_backfill.executors.history_gate import HistoryGate
 from source_backfill.executors.source_backfill import EpochInput, SourceBackfillJob
@@ -87,7 +87,7 @@ class LiveSource(JobHost[SourceBackfillJob]):
         self.checkpoint = state_root / "sources" / config.name / "checkpoint"
         #: Each split's last record as the newest completed epoch gave it (``runtime/anchors.py``): read
         #: at start, checked against the log at start, after a failure of the query and periodically.
-        self.anchors: dict[str, Anchor] = {}
+        self.anchors = Anchors()
         self._anchors_lock = threading.Lock()
         self._lock = threading.Lock()
         self._query: StreamingQuery | None = None
@@ -259,22 +259,24 @@ class LiveSource(JobHost[SourceBackfillJob]):
         from source_backfill.runtime.anchors import find_truncations, save_anchors
 
         with self._anchors_lock:
-            anchors = dict(self.anchors)
+            at_check = self.anchors
         try:
-            found = find_truncations(self.admin, self.config, self.bootstrap_servers, anchors)
+            found, read = find_truncations(self.admin, self.config, self.bootstrap_servers,
+                                           at_check.to_check())
+            found = first_per_split(found)
         except Exception as exc:  # noqa: BLE001 - no verdict; the next check tries again
             logger.warning('anchors not checked source="%s" error="%s"', self.name, one_line(exc))
             return []
+        with self._anchors_lock:
+            kept = at_check.after_check(self.anchors, found, read)
+            if kept != self.anchors:
+                save_anchors(self.checkpoint.parent, kept)
+                self.anchors = kept
         if not found:
             return []
         why = "; ".join(str(t) for t in found)
         logger.error('kafka log truncated below what was copied source="%s" why="%s"', self.name, why)
         metrics.KAFKA_TRUNCATIONS.labels(self.name).inc(len(found))
-        with self._anchors_lock:
-            for t in found:
-                if self.anchors.get(t.anchor.split) == t.anchor:
-                    del self.anchors[t.anchor.split]
-            save_anchors(self.checkpoint.parent, self.anchors)
         for record in self.registry.list():
             if record.source == self.name and record.error is None and not record.dropped:
                 self._fail(record.name, f"{why}: its table holds records the log no longer has, and new "
@@ -286,7 +288,7 @@ class LiveSource(JobHost[SourceBackfillJob]):
         from source_backfill.runtime.anchors import from_stats, save_anchors
 
         with self._anchors_lock:
-            kept = newest(self.anchors, from_stats(live))
+            kept = self.anchors.advanced(from_stats(live))
             if kept != self.anchors:
                 save_anchors(self.checkpoint.parent, kept)
                 self.anchors = kept

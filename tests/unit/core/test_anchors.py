@@ -8,12 +8,14 @@ from hypothesis import strategies as st
 
 from source_backfill.core.anchors import (
     Anchor,
+    Anchors,
     Found,
     Truncation,
     anchors_from_json,
     anchors_to_json,
     check,
     fingerprint,
+    first_per_split,
     framing,
     newest,
 )
@@ -54,17 +56,45 @@ def test_newest_keeps_the_highest_offset_per_split_whatever_the_order(first, sec
     assert newest(merged, [Anchor(a.split, a.offset, "other") for a in merged.values()]) == merged
 
 
-@given(st.lists(anchors))
-def test_the_record_reads_back_what_was_written(found):
-    kept = newest({}, found)
+@given(st.lists(anchors), st.lists(anchors))
+def test_the_record_reads_back_what_was_written(checked, found):
+    kept = Anchors(newest({}, checked), newest({}, found))
     assert anchors_from_json(anchors_to_json(kept)) == kept
 
 
-@pytest.mark.parametrize("bad", [[], {"t:0": 3}, {"t:0": {"offset": "1", "fingerprint": "f"}},
-                                 {"t:0": {"offset": True, "fingerprint": "f"}}, {"t:0": {"offset": 1}}])
+@pytest.mark.parametrize("bad", [[], {"t:0": 3}, {"newest": {}}, {"checked": {}, "newest": {"t:0": 3}},
+                                 {"checked": {}, "newest": {"t:0": {"offset": "1", "fingerprint": "f"}}},
+                                 {"checked": {"t:0": {"offset": True, "fingerprint": "f"}}, "newest": {}},
+                                 {"checked": {}, "newest": {"t:0": {"offset": 1}}}])
 def test_a_malformed_record_is_refused(bad):
     with pytest.raises(ValueError):  # noqa: PT011 - the message names the entry
         anchors_from_json(bad)
+
+
+def test_a_check_reads_the_verified_and_the_newest_anchor_and_verifies_only_what_it_read():
+    a29, a49 = Anchor("t:0", 29, "old"), Anchor("t:0", 49, "new")
+    b5 = Anchor("t:1", 5, "b")
+    at_check = Anchors({"t:0": a29}, {"t:0": a49, "t:1": b5})
+    assert at_check.to_check() == [a29, a49, b5]
+    # meanwhile an epoch advanced t:1; the check read a29, a49 (held) but not b5 (no answer)
+    now = at_check.advanced([Anchor("t:1", 9, "b9")])
+    after = at_check.after_check(now, [], [a29, a49])
+    assert after == Anchors({"t:0": a49}, {"t:0": a49, "t:1": Anchor("t:1", 9, "b9")})
+    # a truncation drops the split's anchors: the next epoch anchors it in the log as it is
+    cut = Truncation(a29, Found(0, 10))
+    after = at_check.after_check(now, [cut], [a29, a49, b5])
+    assert after == Anchors({"t:1": b5}, {"t:1": now.newest["t:1"]})
+
+
+def test_the_verified_anchor_finds_a_truncation_the_live_stream_has_read_past():
+    """The log cut at 10 and refilled to 50 before a check: the newest anchor (49, in the new log) holds,
+    the verified one (29, copied from the old log) does not."""
+    a29, a49 = Anchor("t:0", 29, "old"), Anchor("t:0", 49, "new")
+    assert check(a49, Found(0, 50, 49, "new")) is None
+    assert check(a29, Found(0, 50, 29, "c19")) == Truncation(a29, Found(0, 50, 29, "c19"))
+    found = [Truncation(a49, Found(0, 10)), Truncation(a29, Found(0, 10)),
+             Truncation(Anchor("u:0", 3, "x"), Found(0, 1))]
+    assert first_per_split(found) == [found[1], found[2]]  # the lowest anchor of each split
 
 
 A = Anchor("t:0", 29, "f" * 64)
