@@ -89,6 +89,7 @@ class LiveSource(JobHost[SourceBackfillJob]):
         #: at start, checked against the log at start, after a failure of the query and periodically.
         self.anchors = Anchors()
         self._anchors_lock = threading.Lock()
+        metrics.KAFKA_TRUNCATIONS.labels(config.name)  # at 0 from the start: increase() sees the first
         self._lock = threading.Lock()
         self._query: StreamingQuery | None = None
         self._supervisor: threading.Thread | None = None
