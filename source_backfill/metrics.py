@@ -215,6 +215,12 @@ KAFKA_PARTITIONS_UNDER_REPLICATED = Gauge(
     "Partitions of the source's topics with fewer in-sync replicas than replicas (a broker down or behind).",
     ["source"],
 )
+KAFKA_TRUNCATIONS = Counter(
+    PREFIX + "kafka_truncations",
+    "Partitions found truncated below what the source copied (an anchor's record gone: unclean leader "
+    "election, lost disk); the source's jobs that read them are failed.",
+    ["source"],
+)
 QUOTA_REFUSALS = Counter(
     PREFIX + "quota_refusals",
     "Requests a namespace's quota refused (namespaces[].max_jobs, max_rate_limit, max_bytes_per_day), by "

@@ -7,6 +7,12 @@ Topics are replicated to every node by default (``default.replication.factor`` =
 ``min.insync.replicas = 2``: a producer with ``acks=all`` keeps writing while one node is down, as in
 production.
 
+``dedicated_controller=True`` starts one controller-only node (id ``nodes + 1``) beside ``nodes`` brokers
+(``process.roles = broker``): the controller keeps electing partition leaders while any number of brokers
+is down, which a quorum of broker+controller nodes cannot (two of three down lose the quorum). An unclean
+leader election needs it: the last in-sync replica down, an out-of-sync one back (``tests/integration/
+daemon/test_truncation.py``).
+
 A node can be killed (SIGKILL, :meth:`EmbeddedCluster.kill`) and restarted on its kept folder and ports
 (:meth:`EmbeddedCluster.restart`); :meth:`EmbeddedCluster.leader` says which node leads a partition now.
 The nodes' folders live in one temporary folder, removed at :meth:`EmbeddedCluster.stop`.
@@ -52,7 +58,7 @@ class EmbeddedCluster:
     """
 
     def __init__(self, nodes: int = 3, startup_timeout_s: float = 120.0, full_jit: bool = False,
-                 overrides: dict[str, str] | None = None) -> None:
+                 overrides: dict[str, str] | None = None, dedicated_controller: bool = False) -> None:
         if nodes < 1:
             msg = f"a cluster needs a node, got {nodes}"
             raise ValueError(msg)
@@ -60,7 +66,10 @@ class EmbeddedCluster:
         self._timeout = startup_timeout_s
         self._full_jit = full_jit
         self._overrides = {**cluster_overrides(nodes), **(overrides or {})}
+        self._dedicated = dedicated_controller
         self._root: Path | None = None
+        #: the controller-only node (``dedicated_controller``), else None
+        self.controller: EmbeddedBroker | None = None
         #: the nodes by id (1, 2, 3, ...), whether running or killed
         self.nodes: dict[int, EmbeddedBroker] = {}
 
@@ -75,21 +84,31 @@ class EmbeddedCluster:
             return self
         self._root = Path(tempfile.mkdtemp(prefix="kafka-cluster-"))
         ports: list[int] = []
-        while len(ports) < 2 * self._count:
+        while len(ports) < 2 * (self._count + 1):
             port = free_port()
             if port not in ports:
                 ports.append(port)
-        voters = ",".join(f"{i + 1}@127.0.0.1:{ports[2 * i + 1]}" for i in range(self._count))
         cid = new_cluster_id()
+        if self._dedicated:
+            cid_node = self._count + 1
+            voters = f"{cid_node}@127.0.0.1:{ports[2 * self._count + 1]}"
+            self.controller = EmbeddedBroker(
+                log_dir=self._root / "controller", overrides=self._overrides, startup_timeout_s=self._timeout,
+                node=ClusterNode(cid_node, ports[2 * self._count], ports[2 * self._count + 1], voters, cid,
+                                 roles="controller"))
+        else:
+            voters = ",".join(f"{i + 1}@127.0.0.1:{ports[2 * i + 1]}" for i in range(self._count))
         for i in range(self._count):
-            node = ClusterNode(i + 1, ports[2 * i], ports[2 * i + 1], voters, cid)
+            node = ClusterNode(i + 1, ports[2 * i], ports[2 * i + 1], voters, cid,
+                               roles="broker" if self._dedicated else "broker,controller")
             self.nodes[i + 1] = EmbeddedBroker(
                 log_dir=self._root / f"node-{i + 1}", overrides=self._overrides,
                 startup_timeout_s=self._timeout, full_jit=self._full_jit, node=node)
+        every = [*([self.controller] if self.controller is not None else []), *self.nodes.values()]
         try:
-            for broker in self.nodes.values():
+            for broker in every:
                 broker.start(wait=False)
-            for broker in self.nodes.values():
+            for broker in every:
                 broker.wait_ready()
             self._wait_registered(self._count)
         except BaseException:
@@ -147,6 +166,9 @@ class EmbeddedCluster:
         """Stop every node and remove the cluster's folder."""
         for broker in self.nodes.values():
             broker.stop()
+        if self.controller is not None:
+            self.controller.stop()
+            self.controller = None
         self.nodes = {}
         if self._root is not None:
             shutil.rmtree(self._root, ignore_errors=True)

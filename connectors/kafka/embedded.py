@@ -102,6 +102,14 @@ class ClusterNode:
     #: ``controller.quorum.voters`` of the cluster: ``1@127.0.0.1:<port>,2@...``
     voters: str
     cluster_id: str
+    #: ``process.roles``: ``broker,controller`` (each node both), or ``broker`` / ``controller`` alone (a
+    #: cluster with a dedicated controller, whose brokers can all be down while it elects leaders)
+    roles: str = "broker,controller"
+
+    @property
+    def broker(self) -> bool:
+        """Whether the node serves clients (a controller alone has only its controller listener)."""
+        return "broker" in self.roles
 
 
 class EmbeddedBroker(ChildServer):
@@ -248,12 +256,18 @@ class EmbeddedBroker(ChildServer):
         }
         if self._secured is not None:
             listeners = self._secured.broker_properties(port, mport, cport)
+        if self._node is not None and not self._node.broker:  # a controller alone: its listener only
+            listeners = {"listeners": f"CONTROLLER://127.0.0.1:{cport}"}
+        elif self._node is not None and self._node.roles == "broker":  # its controller is another node's
+            listeners = {"listeners": f"PLAINTEXT://127.0.0.1:{port}",
+                         "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}"}
         node_id = 1 if self._node is None else self._node.node_id
         voters = f"1@127.0.0.1:{cport}" if self._node is None else self._node.voters
         conf = {
             **BROKER_DEFAULTS,
             **listeners,
             "node.id": str(node_id),
+            "process.roles": "broker,controller" if self._node is None else self._node.roles,
             "controller.quorum.voters": voters,
             "log.dirs": str(self._log_dir / "data"),
             **self._overrides,
@@ -291,6 +305,12 @@ class EmbeddedBroker(ChildServer):
             if self._proc.poll() is not None:
                 msg = f"Kafka exited with code {self._proc.returncode} during startup; log: {self.log_tail()}"
                 raise BrokerUnavailableError(msg)
+            if self._node is not None and not self._node.broker:  # no client listener: its port opens
+                if not port_free(self.controller_port):
+                    return
+                last_error = "controller port not open yet"
+                time.sleep(0.2)
+                continue
             try:
                 md = admin.list_topics(timeout=1)
                 if md.brokers:

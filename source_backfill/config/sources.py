@@ -114,6 +114,12 @@ class SourceConfig(_Frozen):
         "A job whose output lacks the records of a source epoch it skipped (its steps slower than the "
         "trigger) for longer than this is failed, saying so: the source's checkpoint moves on without it, "
         "and a lag past the topic's retention would lose records (`job_lag_seconds`, status `lagging`)."))
+    truncation_check_interval_s: float = Field(default=30.0, gt=0, description=(
+        "How often a `kafka` source reads again, per partition, the last record it copied (its anchor, "
+        "`sources/<name>/anchors.json`) and compares its content: a log that now ends at or below it, or "
+        "holds another record there (an unclean leader election, a lost disk), fails the source's jobs "
+        "that read it (`kafka_truncations_total`). Also checked at start and after a failure of the live "
+        "query (docs/guides/kafka-failures.md)."))
     history_width: HistoryWidthConfig = Field(default_factory=HistoryWidthConfig, description=(
         "How many Spark tasks the source's history copies (reads ahead) run together, governed by the live "
         "latency by default; the jobs backfilling share the width (docs: \"History width\")."))

@@ -40,7 +40,8 @@ class LiveStats:
 
     ``ts_min_ms``/``ts_max_ms``: the smallest and largest record timestamp of the split's rows (ms since
     the epoch) and ``ts_type`` the largest ``timestampType``, for the live latency (core.latency) when the
-    rows themselves stay on the executors; None when not known.
+    rows themselves stay on the executors; None when not known. ``fingerprint``: the content fingerprint
+    of the record at ``last`` (``core/anchors.py``), the source's anchor for the split; None when not known.
     """
 
     first: int
@@ -50,6 +51,7 @@ class LiveStats:
     ts_min_ms: float | None = None
     ts_max_ms: float | None = None
     ts_type: int | None = None
+    fingerprint: str | None = None
 
 
 class HistoryRange(NamedTuple):

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 from source_backfill import metrics
 from source_backfill.config import SourceConfig
 from source_backfill.core import LiveStats, split_id
+from source_backfill.core.anchors import Anchors, Truncation, first_per_split
 from source_backfill.errors import JobError, one_line
 from source_backfill.executors.history_gate import HistoryGate
 from source_backfill.executors.source_backfill import EpochInput, SourceBackfillJob
@@ -84,6 +85,11 @@ class LiveSource(JobHost[SourceBackfillJob]):
         #: driver's consumer of small live batches (closed at stop).
         self.connector = connector
         self.checkpoint = state_root / "sources" / config.name / "checkpoint"
+        #: Each split's last record as the newest completed epoch gave it (``runtime/anchors.py``): read
+        #: at start, checked against the log at start, after a failure of the query and periodically.
+        self.anchors = Anchors()
+        self._anchors_lock = threading.Lock()
+        metrics.KAFKA_TRUNCATIONS.labels(config.name)  # at 0 from the start: increase() sees the first
         self._lock = threading.Lock()
         self._query: StreamingQuery | None = None
         self._supervisor: threading.Thread | None = None
@@ -115,11 +121,16 @@ class LiveSource(JobHost[SourceBackfillJob]):
         """Recover this source's jobs from their tables, then start (and supervise) the live query.
 
         Not when one of its topics was created again since the source first read it (:meth:`_recreated`).
+        Its jobs are failed when a log was truncated below what it copied (:meth:`_check_truncation`).
         """
+        from source_backfill.runtime.anchors import read_anchors
+
         self._recover_jobs()
         if self._recreated():
             return
         self._check_job_topics()
+        self.anchors = read_anchors(self.checkpoint.parent)
+        self._check_truncation()
         self._query = self._start_query()
         self._supervisor = threading.Thread(target=self._supervise, name=f"source-{self.name}", daemon=True)
         self._supervisor.start()
@@ -183,8 +194,11 @@ class LiveSource(JobHost[SourceBackfillJob]):
             query = self._query
             if query is None:
                 return
-            try:
-                query.awaitTermination()
+            try:  # the anchors are checked every truncation_check_interval_s while the query runs
+                while not query.awaitTermination(self.config.truncation_check_interval_s):  # type: ignore[arg-type]
+                    if self._stopping.is_set():
+                        return
+                    self._check_truncation()
             except Exception as exc:  # noqa: BLE001 - any query failure: restart from the checkpoint
                 if self._stopping.is_set():
                     return
@@ -195,6 +209,7 @@ class LiveSource(JobHost[SourceBackfillJob]):
                              self.name, delay, self.error)
             if self._stopping.is_set() or self._recreated():
                 return
+            self._check_truncation()
             if self._stopping.wait(delay):
                 return
             delay = min(delay * 2, 60.0)
@@ -231,6 +246,53 @@ class LiveSource(JobHost[SourceBackfillJob]):
             if record.source == self.name and record.error is None and not record.dropped:
                 self._fail(record.name, f"{why}: its table holds records of the old topic")
         return True
+
+    def _check_truncation(self) -> list[Truncation]:
+        """Read each anchor's record again; fail the source's jobs that read a split truncated below it.
+
+        The jobs' tables hold records the log no longer has, and new records took their offsets: every
+        job of the source that is not failed or dropped fails, its error naming the topic, the partition,
+        the anchor's offset and what is there now (the log's end, or another record). The live query
+        goes on (the other splits' records, and jobs created afterwards, copy the log as it is now); the
+        split's anchor is dropped, and the next epoch anchors it in the new log. Never raises: a check
+        that cannot read is no verdict.
+        """
+        from source_backfill.runtime.anchors import find_truncations, save_anchors
+
+        with self._anchors_lock:
+            at_check = self.anchors
+        try:
+            found, read = find_truncations(self.admin, self.config, self.bootstrap_servers,
+                                           at_check.to_check())
+            found = first_per_split(found)
+        except Exception as exc:  # noqa: BLE001 - no verdict; the next check tries again
+            logger.warning('anchors not checked source="%s" error="%s"', self.name, one_line(exc))
+            return []
+        with self._anchors_lock:
+            kept = at_check.after_check(self.anchors, found, read)
+            if kept != self.anchors:
+                save_anchors(self.checkpoint.parent, kept)
+                self.anchors = kept
+        if not found:
+            return []
+        why = "; ".join(str(t) for t in found)
+        logger.error('kafka log truncated below what was copied source="%s" why="%s"', self.name, why)
+        metrics.KAFKA_TRUNCATIONS.labels(self.name).inc(len(found))
+        for record in self.registry.list():
+            if record.source == self.name and record.error is None and not record.dropped:
+                self._fail(record.name, f"{why}: its table holds records the log no longer has, and new "
+                           "records took their offsets (docs/guides/kafka-failures.md)")
+        return found
+
+    def _keep_anchors(self, live: dict[str, LiveStats]) -> None:
+        """Record each split's newest anchor of an epoch whose jobs' steps were handed off."""
+        from source_backfill.runtime.anchors import from_stats, save_anchors
+
+        with self._anchors_lock:
+            kept = self.anchors.advanced(from_stats(live))
+            if kept != self.anchors:
+                save_anchors(self.checkpoint.parent, kept)
+                self.anchors = kept
 
     def _explained(self, error: str) -> str:
         """The query's error, with its cause said for a user (``connectors/kafka/security.py``).
@@ -294,6 +356,7 @@ class LiveSource(JobHost[SourceBackfillJob]):
                                             if job.states is not None or inp.start is not None],
                                 handed=hold.take, left=hold.give)
                 self._steer_width()
+                self._keep_anchors(live)
             with self._repairs_lock:
                 finished, self._repairs_finished = self._repairs_finished, []
             if applied or finished:
@@ -479,6 +542,9 @@ def _live_stats(batch: DataFrame, end: dict[str, int], rows: pa.Table | None) ->
     """Per split of the live batch: first and last offset, row count, and the exclusive end position."""
     from pyspark.sql import functions as F  # noqa: N812
 
+    from source_backfill.core.anchors import fingerprint
+    from source_backfill.runtime.anchors import last_fingerprints
+
     if rows is not None:
         grouped = rows.select(["topic", "partition", "offset"]).group_by(["topic", "partition"]).aggregate(
             [("offset", "min"), ("offset", "max"), ("offset", "count")]
@@ -488,6 +554,10 @@ def _live_stats(batch: DataFrame, end: dict[str, int], rows: pa.Table | None) ->
              "last": r["offset_max"], "n": r["offset_count"]}
             for r in grouped.to_pylist()
         ]  # the rows' timestamps are on the driver: the jobs measure their live latency row by row
+        fps = last_fingerprints(rows, {(r["topic"], r["partition"]): r["last"] for r in found}) \
+            if {"key", "value", "timestamp"} <= set(rows.column_names) else {}
+        for r in found:
+            r["fingerprint"] = fps.get((r["topic"], r["partition"]))
     else:
         # the same aggregation gives the timestamp range the jobs' live latency is estimated from
         aggs = [F.min("offset").alias("first"), F.max("offset").alias("last"), F.count("*").alias("n")]
@@ -495,7 +565,14 @@ def _live_stats(batch: DataFrame, end: dict[str, int], rows: pa.Table | None) ->
             ts = F.col("timestamp").cast("double") * 1000
             aggs += [F.min(ts).alias("ts_min"), F.max(ts).alias("ts_max"),
                      F.max("timestampType").alias("ts_type")]
+        if {"key", "value", "timestamp"} <= set(batch.columns):  # the anchor: the last record's content
+            aggs.append(F.max_by(F.struct("key", "value", F.unix_millis("timestamp").alias("ms")),
+                                 "offset").alias("anchor"))
         found = [r.asDict() for r in batch.groupBy("topic", "partition").agg(*aggs).collect()]
+        for r in found:  # hashed here, as the driver's rows are (core/anchors.py)
+            a = r.pop("anchor", None)
+            r["fingerprint"] = None if a is None or a["ms"] is None else fingerprint(
+                _bytes(a["key"]), _bytes(a["value"]), int(a["ms"]))
     stats: dict[str, LiveStats] = {}
     for row in found:
         split = split_id(row["topic"], row["partition"])
@@ -503,5 +580,11 @@ def _live_stats(batch: DataFrame, end: dict[str, int], rows: pa.Table | None) ->
             first=int(row["first"]), last=int(row["last"]), count=int(row["n"]),
             end=max(end.get(split, 0), int(row["last"]) + 1),
             ts_min_ms=row.get("ts_min"), ts_max_ms=row.get("ts_max"), ts_type=row.get("ts_type"),
+            fingerprint=row.get("fingerprint"),
         )
     return stats
+
+
+def _bytes(value: object) -> bytes | None:
+    """A binary column's value as Spark's rows give it (``bytearray``), as bytes."""
+    return None if value is None else bytes(value)  # type: ignore[call-overload]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -41,8 +42,8 @@ def read_record(path: Path) -> dict[str, str]:
     return data
 
 
-def write_record(path: Path, ids: dict[str, str]) -> None:
-    """Write ``ids`` whole: a temporary file, fsynced, renamed over the record."""
+def write_record(path: Path, ids: Mapping[str, object]) -> None:
+    """Write ``ids`` (any JSON object: the anchors too) whole: a temporary file, fsynced, renamed over."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     with tmp.open("w", encoding="utf-8") as handle:

@@ -64,3 +64,28 @@ def test_sparks_aggregation_gives_each_splits_timestamp_range_for_the_live_laten
         1_700_000_000_000, 1_700_000_000_040, 0)
     assert (stats["b:0"].ts_min_ms, stats["b:0"].ts_max_ms, stats["b:0"].ts_type) == (
         1_700_000_000_500, 1_700_000_000_500, 1)
+
+
+def test_both_paths_fingerprint_each_splits_last_record_as_the_core_does(spark, monkeypatch):
+    """The anchor (``core/anchors.py``): the driver's rows and Spark's aggregation hash the same record
+    (the one at ``last``, not the last in the batch's order) to the same fingerprint; a null key, an empty
+    value and a timestamp before 1970 included."""
+    from source_backfill.core.anchors import fingerprint
+
+    records = [("a", 0, 12, b"k12", b"v12", 1_700_000_000_123), ("a", 0, 10, None, b"", -1),
+               ("a", 0, 11, b"\x00", None, 5), ("b", 3, 4, None, b"x", 1_700_000_000_999)]
+    schema = "topic string, partition int, offset long, key binary, value binary, ms long"
+    batch = spark.createDataFrame([(t, p, o, bytearray(k) if k is not None else None,
+                                    bytearray(v) if v is not None else None, ms)
+                                   for t, p, o, k, v, ms in records], schema)
+    batch = batch.selectExpr("key", "value", "topic", "partition", "offset",
+                             "timestamp_millis(ms) AS timestamp", "0 AS timestampType")
+    expected = {"a:0": fingerprint(b"k12", b"v12", 1_700_000_000_123),
+                "b:3": fingerprint(None, b"x", 1_700_000_000_999)}
+    end = {"a:0": 13, "b:3": 5}
+    rows, stats = live_source._rows_and_stats(batch, {"a:0": 10, "b:3": 4}, end,  # noqa: SLF001
+                                              lambda s, e: batch.toArrow())
+    assert rows is not None and {s: x.fingerprint for s, x in stats.items()} == expected
+    rows, stats = live_source._rows_and_stats(batch, None, end, lambda s, e: batch.toArrow())  # noqa: SLF001
+    assert rows is None and {s: x.fingerprint for s, x in stats.items()} == expected  # Spark's max_by
+    batch.unpersist()

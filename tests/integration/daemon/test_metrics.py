@@ -43,6 +43,7 @@ ASSERTED_ELSEWHERE = {
     "audit_refusals_dropped_total": "../unit/runtime/test_audit.py",
     "kafka_partitions_without_leader": "daemon/test_kafka_failover.py (slow)",
     "kafka_partitions_under_replicated": "daemon/test_kafka_failover.py (slow)",
+    "kafka_truncations_total": "daemon/test_truncation.py (slow)",
     "job_lag_seconds": "daemon/test_lanes.py",
     "job_step_duration_seconds": "daemon/test_lanes.py",
     "commit_conflicts_total": "daemon/test_table_faults.py",
@@ -166,7 +167,8 @@ def test_every_documented_metric_is_asserted_somewhere():
              "namespace_history_held": "NAMESPACE_HISTORY_HELD",
              "audit_refusals_dropped_total": "AUDIT_REFUSALS_DROPPED",
              "kafka_partitions_without_leader": "KAFKA_PARTITIONS_NO_LEADER",
-             "kafka_partitions_under_replicated": "KAFKA_PARTITIONS_UNDER_REPLICATED"}
+             "kafka_partitions_under_replicated": "KAFKA_PARTITIONS_UNDER_REPLICATED",
+             "kafka_truncations_total": "KAFKA_TRUNCATIONS"}
     for metric, where in ASSERTED_ELSEWHERE.items():
         path = tests / where.split(" ", 1)[0]
         text = path.read_text()  # the metric's constant, or its scraped name
