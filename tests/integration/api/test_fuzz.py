@@ -47,7 +47,7 @@ OPERATIONS = [
     ("GET", "/jobs"), ("POST", "/jobs"), ("GET", "/jobs/{name}"), ("PATCH", "/jobs/{name}"),
     ("DELETE", "/jobs/{name}"), ("POST", "/jobs/{name}/pause"), ("POST", "/jobs/{name}/resume"),
     ("POST", "/jobs/{name}/retry"), ("POST", "/jobs/{name}/verify"), ("GET", "/jobs/{name}/verify/{run_id}"),
-    ("POST", "/jobs/{name}/repair"), ("GET", "/audit"),
+    ("POST", "/jobs/{name}/repair"), ("GET", "/audit"), ("GET", "/audit/refused"),
 ]
 #: Operations whose schema cannot state every rule of a valid body, so a schema-valid body may be refused:
 #: a repair's window must be non-empty (``from`` below ``to``), which JSON Schema cannot compare. Those
