@@ -59,8 +59,10 @@ test-properties: $(STAMP) jars
 	SOURCE_BACKFILL_PROPERTY_EXAMPLES=full $(PY) -m pytest -m "not slow and not containers" $(TEST_WORKERS_ARGS) \
 		$(PYTEST_ARGS) $$(grep -rl --include='test_*.py' '^from hypothesis' tests)
 
+## The slow tier on make test's two workers (a file's tests on one): its tests mostly wait on brokers,
+## clusters and restarts (12 min of CPU in 21 min of one worker, 2026-11-29), so two share the cores.
 test-slow: $(STAMP) jars registry
-	$(PY) -m pytest -m "slow and not containers" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "slow and not containers" $(TEST_WORKERS_ARGS) $(PYTEST_ARGS)
 
 ## The container tests (tests/containers): the Dockerfile's image built and run, the compose stack up, the
 ## test kit's testcontainers path, with podman. Their first fixture runs deploy/containers/setup.sh: podman,
