@@ -279,6 +279,7 @@ class Daemon:
         on a delta source in merge mode, once it follows the source live: its table against the source at
         the version it caught up to, row for row by key (:func:`verify_table_job`).
         """
+        from source_backfill.config import RawFormat
         from source_backfill.errors import VerifyRefusedError
         from source_backfill.verify import check_verifiable, table_job_version, verify_job, verify_table_job
 
@@ -317,8 +318,10 @@ class Daemon:
                 def for_timestamp(splits: list[str], ts_ms: int) -> dict[str, int]:  # as the attach did
                     return offsets_for_timestamp(admin, [(a.path, None) for a in archives], splits, ts_ms)
             also = [spec.dead_letter_path] if spec.dead_letter_path else []  # each offset in one of two
+            # contents are the log's where nothing changed them: no transform, values not decoded
+            contents = spec.transform is None and isinstance(spec.format, RawFormat)
             return verify_job(spec.sink_path, name, admin, bootstrap, options, start=spec.start, archive=held,
-                              for_timestamp=for_timestamp, also=also)
+                              for_timestamp=for_timestamp, also=also, contents=contents)
 
         return run
 

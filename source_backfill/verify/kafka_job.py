@@ -2,104 +2,26 @@
 
 Streamed on both sides (the table in record batches of its offset columns, the log through a consumer),
 so a table of any size is checked in bounded memory; below the log start a job reading its source's
-archive is checked against the archive's holdings.
+archive is checked against the archive's holdings. A table that keeps the records' content (Kafka's
+``key``, ``value``, ``timestamp``) is compared by content too (:mod:`.content`): a log truncated and
+written again since the copy holds each offset once but not the same record.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from source_backfill.core.splits import split_id
 from source_backfill.errors import VerifyRefusedError
-from source_backfill.verify.common import EXAMPLES, local_path
+from source_backfill.verify.common import local_path
+from source_backfill.verify.content import SplitContent, keeps_content, log_digests, scan_digests
+from source_backfill.verify.results import SplitTally, VerifyResult
 
 #: Columns a Kafka job's table must keep for its offsets to be checked (the identity transform keeps them).
 OFFSET_COLUMNS = ("topic", "partition", "offset")
-
-
-@dataclass
-class SplitTally:
-    """One split's comparison, counted (a few offsets kept as examples), as the table is streamed."""
-
-    split: str
-    #: The offsets checked: ``[lo, hi)`` of the log, ``hi`` the job's committed position.
-    lo: int
-    hi: int
-    records: int = 0
-    missing: int = 0
-    duplicated: int = 0
-    unexpected: int = 0
-    #: Rows below the log start (retention removed those records: they cannot be checked).
-    below_log_start: int = 0
-    #: Where the Kafka log is read from (the log start when ``lo`` is below it: the archive's part).
-    kafka_from: int | None = None
-    examples: dict[str, list[int]] = field(default_factory=lambda: {"missing": [], "duplicated": [],
-                                                                     "unexpected": []})
-
-    def note(self, kind: str, offsets: Iterable[int], n: int) -> None:
-        """Count ``n`` differences of ``kind``, keeping the first few offsets."""
-        setattr(self, kind, getattr(self, kind) + n)
-        room = EXAMPLES - len(self.examples[kind])
-        if room > 0:
-            self.examples[kind].extend(int(o) for o in list(offsets)[:room])
-
-    @property
-    def ok(self) -> bool:
-        """No offset missing, duplicated or unknown to the log."""
-        return not (self.missing or self.duplicated or self.unexpected)
-
-
-@dataclass
-class VerifyResult:
-    """What ``verify`` found for a job: per split tallies, the table version checked, one summary line."""
-
-    job: str
-    version: int
-    splits: dict[str, SplitTally]
-
-    @property
-    def ok(self) -> bool:
-        """Every split exactly once up to the job's committed positions."""
-        return all(s.ok for s in self.splits.values())
-
-    def totals(self) -> dict[str, int]:
-        """Records checked and differences, summed over the splits."""
-        keys = ("records", "missing", "duplicated", "unexpected", "below_log_start")
-        return {k: sum(getattr(s, k) for s in self.splits.values()) for k in keys}
-
-    def summary(self) -> str:
-        """``late-copy: exactly once, N records, 0 missing, 0 duplicated``, or the differences counted."""
-        t = self.totals()
-        head = (f"{self.job}: {'exactly once' if self.ok else 'NOT exactly once'}, {t['records']} records, "
-                f"{t['missing']} missing, {t['duplicated']} duplicated")
-        if t["unexpected"]:
-            head += f", {t['unexpected']} not in the log"
-        if t["below_log_start"]:
-            head += f" ({t['below_log_start']} rows below the log start not checked)"
-        if self.ok:
-            return head
-        lines = [head]
-        for s in self.splits.values():
-            if not s.ok:
-                ex = "; ".join(f"{k} {s.examples[k]}" for k in ("missing", "duplicated", "unexpected")
-                               if getattr(s, k))
-                lines.append(f"  {s.split} [{s.lo}, {s.hi}): {ex}")
-        return "\n".join(lines)
-
-    def to_json(self) -> dict[str, Any]:
-        """The API's view of the result."""
-        return {
-            "job": self.job, "ok": self.ok, "summary": self.summary(), "table_version": self.version,
-            **self.totals(),
-            "splits": {s.split: {"from": s.lo, "to": s.hi, "records": s.records, "missing": s.missing,
-                                 "duplicated": s.duplicated, "unexpected": s.unexpected,
-                                 "below_log_start": s.below_log_start, "examples": s.examples}
-                       for s in self.splits.values()},
-        }
 
 
 def committed_positions(table: Any, job: str) -> dict[str, tuple[int | None, int]]:
@@ -209,6 +131,7 @@ def verify_job(
     archive: Mapping[str, Sequence[tuple[int, int]]] | None = None,
     for_timestamp: Callable[[list[str], int], dict[str, int]] | None = None,
     also: Sequence[str] = (),
+    contents: bool = True,
 ) -> VerifyResult:
     """Check a Kafka job's table against the log, offset by offset, up to the job's committed positions.
 
@@ -234,6 +157,12 @@ def verify_job(
     version, the one the positions come from) into one count per offset of ``[lo, hi)`` (a byte each,
     saturating), and the log is streamed through a consumer (``read_committed``, so aborted records and
     transaction markers are gaps, as in the job's own reads) and compared as it goes.
+
+    ``contents`` (the job's transform is the identity and its values are not decoded) and the job's tables
+    keeping Kafka's ``key``, ``value`` and ``timestamp``: the records' contents are compared too
+    (:mod:`.content`). A split whose every offset is there once but whose copy of some record is not what
+    the log holds at that offset now (a log truncated and written again since the copy) is not exactly
+    once, its offset ranges named. The archive's part is compared by offsets only.
     """
     import numpy as np
     from deltalake import DeltaTable
@@ -274,6 +203,7 @@ def verify_job(
                 found[s] = low if seen is None else min(seen, low)
         lows = {s: (v if v is not None else positions[s][1]) for s, v in found.items()}
     extra = [DeltaTable(path) for path in also if DeltaTable.is_deltatable(path)]
+    compared = contents and keeps_content(dt) and all(keeps_content(x) for x in extra)
     for s in splits:
         hi = positions[s][1] if positions[s][1] >= 0 else lows[s]
         lo = min(lows[s], hi)
@@ -301,8 +231,26 @@ def verify_job(
         tally.note("unexpected", offs[~below], int((~below).sum()))
     for s in splits:
         _check_archive_part(tallies[s], counts[s], held[s])
-    _stream_log(bootstrap, kafka_options, tallies, counts, timeout_s)
-    return VerifyResult(job, int(dt.version()), dict(sorted(tallies.items())))
+    contents = _table_contents(dt, extra, tallies, batch_rows) if compared else None
+    _stream_log(bootstrap, kafka_options, tallies, counts, timeout_s, contents)
+    for s, content in (contents or {}).items():
+        if tallies[s].ok:  # where offsets already differ, their verdict stands
+            tallies[s].content_differs = content.compare()
+    return VerifyResult(job, int(dt.version()), dict(sorted(tallies.items())), contents_compared=compared)
+
+
+def _table_contents(dt: Any, extra: Sequence[Any], tallies: Mapping[str, SplitTally],
+                    batch_rows: int) -> dict[str, SplitContent]:
+    """Per split the table's digest sums over the offsets read from Kafka (``[kafka_from, hi)``)."""
+    contents = {s: SplitContent(t.kafka_from if t.kafka_from is not None else t.lo, t.hi)
+                for s, t in tallies.items() if t.hi > t.lo}
+    for table, below_hi in ((dt, False), *((x, True) for x in extra)):
+        for s, offs, digs in scan_digests(table, batch_rows):
+            content = contents.get(s)
+            if content is not None:  # the other tables' rows above the committed position are not the job's
+                keep = offs < content.hi if below_hi else slice(None)
+                content.add("table", offs[keep], digs[keep])
+    return contents
 
 
 def _check_archive_part(tally: SplitTally, counts: Any, held: Sequence[tuple[int, int]]) -> None:
@@ -361,13 +309,15 @@ def _scan_offsets(dt: Any, batch_rows: int) -> Iterator[tuple[str, Any]]:
 
 
 def _stream_log(bootstrap: str, kafka_options: Mapping[str, Any] | None, tallies: dict[str, SplitTally],
-                counts: dict[str, Any], timeout_s: float) -> None:
+                counts: dict[str, Any], timeout_s: float,
+                contents: Mapping[str, SplitContent] | None = None) -> None:
     """Read each split's records in ``[lo, hi)`` and compare them with the table's counts as they come.
 
     A record whose offset the table holds once is right (its count is cleared); none: missing; more:
     duplicated. What is left counted after the log is read are offsets the table holds and the log has
     not (an aborted transaction's record, say): unexpected. A split is read to ``hi`` or to a consumer
-    position at or past it (the last offsets may be transaction markers: no record).
+    position at or past it (the last offsets may be transaction markers: no record). ``contents``: the
+    records' digests are added to their split's log side as they come.
     """
     import time
 
@@ -389,10 +339,14 @@ def _stream_log(bootstrap: str, kafka_options: Mapping[str, Any] | None, tallies
             deadline = time.monotonic() + timeout_s
             while todo and time.monotonic() < deadline:
                 got: dict[str, list[int]] = {}
-                for msg in consume_available(consumer, 10_000, 0.5):
-                    if msg.error() is not None:
-                        continue  # end of partition: the position check below decides
+                records = [m for m in consume_available(consumer, 10_000, 0.5)
+                           if m.error() is None]  # an error is the end of a partition: the check below
+                for msg in records:
                     got.setdefault(split_id(msg.topic(), msg.partition()), []).append(msg.offset())
+                if contents:
+                    for s, (offs, digs) in log_digests(records).items():
+                        if s in contents:
+                            contents[s].add("log", offs, digs)
                 for s, offs in got.items():
                     t = todo.get(s)
                     if t is None:

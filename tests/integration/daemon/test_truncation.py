@@ -132,6 +132,12 @@ def test_an_unclean_leader_election_below_the_copied_offsets_fails_the_job_namin
              what="a new anchor in the new log")
     assert d.sources["src"].error is None or "truncated" not in d.sources["src"].error
     assert "copied" not in d.sources["src"].jobs
+    # verify compares contents too: each offset 0..29 is in the table once, but 10..29 are not the log's now
+    result = d._verify_work("copied")()
+    tally = result.splits[split]
+    assert result.contents_compared and (tally.missing, tally.duplicated, tally.unexpected) == (0, 0, 0)
+    assert not result.ok and tally.content_differs == [(0, 30)], result.summary()
+    assert "contents differ at offsets [0, 30)" in result.summary()
 
 
 @pytest.mark.integration
