@@ -22,8 +22,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 
 def test_sigkill_at_random_moments_then_every_job_exactly_once(secured_broker, tmp_path, record_property):
     """Against the secured broker (SASL_SSL, SCRAM, a private CA, ACLs on): every client of the daemon and
-    of the suite connects as the cluster asks through kills and restarts. CI's ``make chaos CYCLES=20
-    SECURED=1`` runs more cycles the same way; ``make chaos`` on a plain broker by hand."""
+    of the suite connects as the cluster asks through kills and restarts. CI's ``make chaos CYCLES=10
+    SECURED=1`` runs more cycles the same way (and ``CYCLES=20 CLUSTER=1`` on three brokers); ``make chaos``
+    on a plain broker by hand."""
     cycles = int(os.environ.get("CHAOS_CYCLES", "3"))
     seed = int(os.environ["CHAOS_SEED"]) if os.environ.get("CHAOS_SEED") else None
     summary = run_chaos(secured_broker.bootstrap, tmp_path, cycles, seed,
