@@ -231,9 +231,9 @@ def verify_job(
         tally.note("unexpected", offs[~below], int((~below).sum()))
     for s in splits:
         _check_archive_part(tallies[s], counts[s], held[s])
-    contents = _table_contents(dt, extra, tallies, batch_rows) if compared else None
-    _stream_log(bootstrap, kafka_options, tallies, counts, timeout_s, contents)
-    for s, content in (contents or {}).items():
+    sums = _table_contents(dt, extra, tallies, batch_rows) if compared else None
+    _stream_log(bootstrap, kafka_options, tallies, counts, timeout_s, sums)
+    for s, content in (sums or {}).items():
         if tallies[s].ok:  # where offsets already differ, their verdict stands
             tallies[s].content_differs = content.compare()
     return VerifyResult(job, int(dt.version()), dict(sorted(tallies.items())), contents_compared=compared)
