@@ -135,6 +135,14 @@ class SourceNotFoundError(JobError):
     """No source with that name is configured."""
 
 
+class SourceRunningError(JobError):
+    """A source's reset asked while it runs: a reset is only for a source stopped for good."""
+
+
+class JobNotFailedError(JobError):
+    """A retry into a new table asked of a job that has not failed (it would leave a running table)."""
+
+
 class QuotaExceededError(JobError):
     """A namespace's quota refuses a request (a create, a rate limit): nothing is changed.
 
