@@ -51,6 +51,10 @@ class StateWriteError(SourceBackfillError):
     """The daemon's own state (the mutation log under ``state_root``) could not be written durably."""
 
 
+class StateMoveError(StateWriteError):
+    """A folder of the daemon's state could not be moved aside (a source's reset): its message says which."""
+
+
 class InvalidOffsetError(SourceBackfillError):
     """An offset went backwards or is otherwise impossible for the split it belongs to."""
 
