@@ -2,7 +2,12 @@
 
 from datetime import UTC, datetime, timedelta, timezone
 
-from source_backfill.core.start_over import NEW_TABLE_TRIES, RESET_MARK, new_table_candidates, reset_folder_name
+from source_backfill.core.start_over import (
+    NEW_TABLE_TRIES,
+    RESET_MARK,
+    new_table_candidates,
+    reset_folder_name,
+)
 
 
 def test_the_folder_name_is_the_lines_time_in_utc_and_its_id():
