@@ -171,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wait", action="store_true", help="wait for the repair to finish and print what it did")
     p = action("retry", "run a failed job again (rebuilt from its table at the next epoch; with --from "
                "earliest --new-table, from the start into a new table)", cmd_jobs_retry)
-    p.add_argument("--from", dest="start_from", choices=("earliest",),
+    p.add_argument("--from", dest="start_from", choices=("earliest",), metavar="earliest",
                    help="with --new-table: start again from the earliest offsets")
     p.add_argument("--new-table", action="store_true",
                    help="with --from earliest: write a new table, the old one left as it is (for a job whose "
