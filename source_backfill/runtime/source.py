@@ -460,14 +460,17 @@ class LiveSource(JobHost[SourceBackfillJob]):
     def _check_topics(self, job: SourceBackfillJob) -> None:
         """JobError if the job's table was written from another log than the one the source reads now.
 
-        Its commits name other topic ids (:meth:`SourceBackfillJob.check_topics`), or, once the source was
-        reset, none at all while it has commits: written before ids were recorded, so before the reset,
-        its epochs those of the old checkpoint (they would skip the new one's up to them).
+        Its commits name other topic ids (:meth:`SourceBackfillJob.check_topics`), or none at all while it
+        has commits and was written before the source's reset (its ``old_tables``): written before ids
+        were recorded, its epochs are the old checkpoint's (they would skip the new one's up to them).
         """
+        from source_backfill.runtime.paths import resolve
+
         if self.topic_ids:
             job.check_topics(self.topic_ids)
-        reset = self.reset_marker is not None
-        if reset and job.committed_epoch is not None and job.recorded_topic_ids is None:
+        old = (self.reset_marker or {}).get("old_tables")
+        if isinstance(old, list) and job.committed_epoch is not None and job.recorded_topic_ids is None \
+                and str(resolve(job.spec.sink_path)) in old:
             msg = (f'job "{job.name}": its table was written before its source {self.name} was reset (its '
                    "commits name no topic id: a release before they were recorded); retry the job into a "
                    f"new table (jobs retry {job.name} --from earliest --new-table)")

@@ -9,7 +9,7 @@ A topic deleted and created again stops its source for good (``LiveSource._recre
 4. renames the source's folder ``sources/<name>`` to ``sources/<name>.reset-<UTC time>-<id>``, kept for
    inspection (one rename, then the parent folder fsynced: after a crash the next start finds the old
    folder or the new one, never half of either), and writes ``reset.json`` in the new folder
-   (:data:`MARKER`: which reset made it);
+   (:data:`MARKER`: which reset made it, and the tables its jobs had written from the old log);
 5. builds the source anew and starts it: with a new folder it records its topics' ids as they are now, and
    its live query starts a new checkpoint.
 
@@ -19,10 +19,11 @@ A crash after 3 leaves the line unapplied: the next start finishes 4 before it s
 Epoch ids start again at 0 with the new checkpoint, and nothing compares them across the reset: the new
 source object has new lanes and no live position, its anchors are in the new folder (none yet). The jobs
 failed by the recreated topic stay failed: a plain retry resumes a job from its table, which its source
-refuses (the table's commits name the old topic's id, ``SourceBackfillJob.check_topics``; a table whose
-commits name no id, written before ids were recorded, is refused too once its source was reset: its epochs
-are the old checkpoint's, and would skip the new one's up to them). A job retried into a new table has no
-commit, so no ``Transaction(job, epoch)`` of the old checkpoint; it attaches at the next epoch.
+refuses (the table's commits name the old topic's id, ``SourceBackfillJob.check_topics``; a table of the
+marker's ``old_tables`` whose commits name no id, written before ids were recorded, is refused too: its
+epochs are the old checkpoint's, and would skip the new one's up to them). A job retried into a new
+table has no commit, so no ``Transaction(job, epoch)`` of the old checkpoint; it attaches at the next
+epoch.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 from source_backfill.core.start_over import reset_folder_name
 from source_backfill.errors import SourceNotFoundError, SourceRunningError, StateMoveError, one_line
 from source_backfill.runtime.mutation_log import fsync_dir
-from source_backfill.runtime.paths import redact
+from source_backfill.runtime.paths import redact, resolve
 from source_backfill.runtime.topic_record import write_record
 
 if TYPE_CHECKING:
@@ -153,6 +154,18 @@ class SourceResets:
                 finished = self._move(name, m, at)
         return finished
 
+    def _tables_of(self, name: str) -> list[str]:
+        """The tables of the source's registered jobs, resolved: written before the reset, of the old log."""
+        found = set()
+        for record in self.registry.list():
+            if record.source == name:
+                for table in record.spec.tables:
+                    try:
+                        found.add(str(resolve(table)))
+                    except (OSError, ValueError):
+                        continue
+        return sorted(found)
+
     def _move(self, name: str, m: Mutation, at: datetime) -> ResetOutcome:
         """Rename the folder aside (once), then mark the new folder as this reset's (StateMoveError)."""
         folder = self.folders / name
@@ -164,7 +177,8 @@ class SourceResets:
                 fsync_dir(self.folders)
                 logger.info('source folder moved aside source="%s" to="%s"', name, target)
             write_record(folder / MARKER, {"reset_id": m.id, "at": at.isoformat(),
-                                           "moved_to": f"sources/{target_name}"})
+                                           "moved_to": f"sources/{target_name}",
+                                           "old_tables": self._tables_of(name)})
             fsync_dir(self.folders)
         except OSError as exc:
             msg = (f'source "{name}": its folder could not be moved aside ({exc.strerror or exc}); the reset '

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from source_backfill.config import SourceConfig
+from source_backfill.config import JobSpec, SourceConfig
 from source_backfill.errors import SourceNotFoundError, SourceRunningError, StateMoveError
 from source_backfill.runtime import source_reset
 from source_backfill.runtime.registry import JobRegistry
@@ -80,6 +80,9 @@ def state(tmp_path: Path) -> Path:
 
 def test_a_source_stopped_for_good_is_moved_aside_whole_and_started_anew(state):
     d = Daemon(state)
+    d.registry.create(JobSpec(name="a", source="src", sink_path=str(state.parent / "tables" / "a")))
+    d.registry.create(JobSpec(name="b", source="tbl", sink_path=str(state.parent / "tables" / "b"),
+                              strategy="snapshot"))  # another source's
     old = d.sources["src"]
     done = d.resets.reset("src", by="root")
     assert done.error is None and done.moved_to.startswith("sources/src.reset-")
@@ -88,8 +91,9 @@ def test_a_source_stopped_for_good_is_moved_aside_whole_and_started_anew(state):
     assert json.loads((kept / "topic_ids.json").read_text()) == {"t": "old-id"}
     new_folder = state / "sources" / "src"
     assert sorted(p.name for p in new_folder.iterdir()) == [MARKER]  # no checkpoint, ids or anchors of old
-    assert read_marker(new_folder) == {"reset_id": done.id, "at": read_marker(new_folder)["at"],
-                                       "moved_to": done.moved_to}
+    marker = read_marker(new_folder)
+    assert marker == {"reset_id": done.id, "at": marker["at"], "moved_to": done.moved_to,
+                      "old_tables": [str(state.parent / "tables" / "a")]}  # its jobs', of the old log
     assert old.calls == ["stop"] and d.sources["src"] is d.built[0] and d.built[0].calls == ["start"]
     [row] = [r for r in d.registry.audit_rows() if r["kind"] == "reset"]
     assert (row["id"], row["source"], row["by"]) == (done.id, "src", "root")
@@ -197,3 +201,29 @@ def test_a_folder_that_cannot_be_moved_is_a_state_move_error_and_stays_whole(sta
     assert str(state) not in str(caught.value)  # the API answers with it: no path of the daemon's
     assert (state / "sources" / "src" / "topic_ids.json").exists()
     d.close()
+
+
+def test_after_a_reset_a_table_of_the_old_log_without_topic_ids_is_refused_not_resumed(tmp_path):
+    """Its commits name no topic id (a release before they were recorded): resumed, its committed epochs
+    (the old checkpoint's) would make it skip the new checkpoint's epochs up to them."""
+    from types import SimpleNamespace
+
+    from source_backfill.errors import JobError
+    from source_backfill.runtime.source import LiveSource
+
+    old, new = tmp_path / "old", tmp_path / "new"
+    source = SimpleNamespace(name="src", topic_ids={"t": "new-id"},
+                             reset_marker={"reset_id": 3, "old_tables": [str(old)]})
+
+    def job(table: Path, committed: int | None, ids: dict[str, str] | None) -> Any:
+        return SimpleNamespace(name="j", spec=SimpleNamespace(sink_path=str(table)),
+                               committed_epoch=committed, recorded_topic_ids=ids,
+                               check_topics=lambda _ids: None)
+
+    with pytest.raises(JobError, match="written before its source src was reset"):
+        LiveSource._check_topics(source, job(old, 812, None))  # type: ignore[arg-type]
+    LiveSource._check_topics(source, job(old, None, None))  # type: ignore[arg-type]  # never committed
+    LiveSource._check_topics(source, job(new, 5, None))  # type: ignore[arg-type]  # written after the reset
+    LiveSource._check_topics(source, job(old, 812, {"t": "new-id"}))  # type: ignore[arg-type]  # ids: checked
+    never_reset = SimpleNamespace(name="src", topic_ids={}, reset_marker=None)
+    LiveSource._check_topics(never_reset, job(old, 812, None))  # type: ignore[arg-type]  # taken as it is
