@@ -253,6 +253,7 @@ def test_a_reset_is_a_durable_line_of_the_source_pending_until_applied(opened, d
     [row] = [r for r in reg.audit_rows() if r["kind"] == "reset"]
     assert (row["job"], row["namespace"], row["source"], row["by"]) == ("", "*", "events", "root")
     assert json.loads(row["detail"])["moved_to"].startswith("sources/events.reset-")
+    assert reg.compact()  # a compaction keeps it, with its time
     reg.close()
     again = opened(audit=True)  # replayed: still pending, at the same time (its folder's name)
     assert again.pending_resets("events") == [(m, at)]
