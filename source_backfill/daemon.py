@@ -19,7 +19,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from source_backfill import metrics
-from source_backfill.config import EMBEDDED, JobSpec, RepairSpec, Settings, check_job_fits_source
+from source_backfill.config import (
+    EMBEDDED,
+    JobSpec,
+    RepairSpec,
+    Settings,
+    SourceConfig,
+    check_job_fits_source,
+)
 from source_backfill.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -54,6 +61,8 @@ class Daemon:
         #: Jobs' Spark work (deadlines, in-flight markers) and the JVM's watchdog (with Spark only).
         self.work: Any = None
         self.watchdog: Any = None
+        #: Resets of the Kafka sources stopped for good (``runtime/source_reset.py``; valid after start).
+        self.resets: Any = None
         #: Why Spark's JVM is gone (None while it answers); the process then exits with ``exit_code``.
         self.jvm_error: str | None = None
         self.exit_code = 0
@@ -78,15 +87,12 @@ class Daemon:
         self._started.set()
 
     def _start(self) -> None:
-        from connectors.kafka.admin import KafkaAdmin
-        from connectors.kafka.factory import connector_class, connector_for
-        from connectors.kafka.security import librdkafka_options
+        from connectors.kafka.factory import connector_class
         from source_backfill.api.access import Authenticator
         from source_backfill.api.app import create_app, create_metrics_app
         from source_backfill.api.server import ApiServer
         from source_backfill.executors.spark_work import LEDGER_DIR, SparkWork, WorkLedger
         from source_backfill.runtime.registry import JobRegistry
-        from source_backfill.runtime.source import LiveSource
         from source_backfill.runtime.spark import (
             build_spark,
             daemon_conf,
@@ -114,6 +120,11 @@ class Daemon:
                 logger.warning('config job differs from the registered one, keeping the registered spec '
                                'job="%s" detail="%s" (use the API to throttle, or drop and re-create)',
                                spec.name, exc)
+        from source_backfill.runtime.source_reset import SourceResets
+
+        self.resets = SourceResets(self.registry, root, {s.name: s for s in cfg.sources}, self.sources,
+                                   self._restarted_source)
+        self.resets.finish_pending()  # a reset a crash cut short: its folder moved before the source starts
         ledger = WorkLedger(root / LEDGER_DIR)
         self._quarantine(ledger)
         # delta sources read with delta-rs: no Spark, unless their large copies are to run on it
@@ -140,12 +151,7 @@ class Daemon:
                 self.sources[source.name] = table_source
                 table_source.start()
                 continue
-            bootstrap = self._bootstrap(source.bootstrap_servers)
-            admin = KafkaAdmin(bootstrap, librdkafka_options(source))
-            live = LiveSource(
-                source, self.spark, self.registry, admin, state_root=root,
-                connector=connector_for(source, bootstrap, self.spark, admin), work=self.work,
-            )
+            live = self._kafka_source(source)
             self.sources[source.name] = live  # before start: a failed start still stops its query
             live.start()
         if cfg.metrics.port is not None:  # uvicorn like the API, with its connection limits
@@ -160,13 +166,31 @@ class Daemon:
             self.registry, health=self.health, guard_reads=cfg.api.guard_reads, auth=self.auth,
             max_body_bytes=cfg.api.max_body_bytes, allowed_hosts=cfg.api.served_hosts,
             verifications=Verifications(self._verify_work, lambda text: redact(text, root)),
-            dry_run=self._dry_run,
+            dry_run=self._dry_run, reset_source=self.resets.reset,
         )
         self._api = ApiServer(app, cfg.api.host, cfg.api.port, limits=self._server_limits())
         self._api.start()
         threading.Thread(target=self._watch_lag, name="epoch-lag", daemon=True).start()
         threading.Thread(target=self._watch_history_rates, name="history-rates", daemon=True).start()
         logger.info('daemon started api="%s" sources=%d', self._api.url, len(self.sources))
+
+    def _kafka_source(self, config: SourceConfig) -> LiveSource:
+        """A Kafka source of the daemon, built (not started): its admin client and connector."""
+        from connectors.kafka.admin import KafkaAdmin
+        from connectors.kafka.factory import connector_for
+        from connectors.kafka.security import librdkafka_options
+        from source_backfill.runtime.source import LiveSource
+
+        bootstrap = self._bootstrap(config.bootstrap_servers)
+        admin = KafkaAdmin(bootstrap, librdkafka_options(config))
+        root = Path(self.settings.daemon.state_root)
+        return LiveSource(config, self.spark, self.registry, admin, state_root=root,
+                          connector=connector_for(config, bootstrap, self.spark, admin), work=self.work)
+
+    def _restarted_source(self, config: SourceConfig) -> LiveSource:
+        """A Kafka source built again by its reset: its epochs start from 0 (the estimates forget the old)."""
+        self.history_rates.forget_epochs(config.name)
+        return self._kafka_source(config)
 
     def reload_credentials(self) -> bool:
         """Read ``api.principals_file`` again (SIGHUP): rotated tokens take effect, no restart."""

@@ -51,6 +51,10 @@ class StateWriteError(SourceBackfillError):
     """The daemon's own state (the mutation log under ``state_root``) could not be written durably."""
 
 
+class StateMoveError(StateWriteError):
+    """A folder of the daemon's state could not be moved aside (a source's reset): its message says which."""
+
+
 class InvalidOffsetError(SourceBackfillError):
     """An offset went backwards or is otherwise impossible for the split it belongs to."""
 
@@ -133,6 +137,14 @@ class JobExistsError(JobError):
 
 class SourceNotFoundError(JobError):
     """No source with that name is configured."""
+
+
+class SourceRunningError(JobError):
+    """A source's reset asked while it runs: a reset is only for a source stopped for good."""
+
+
+class JobNotFailedError(JobError):
+    """A retry into a new table asked of a job that has not failed (it would leave a running table)."""
 
 
 class QuotaExceededError(JobError):

@@ -52,7 +52,8 @@ class Rule:
 
 
 #: Every guarded route's rule, by (method, path template). PATCH needs EDITOR when it changes the transform
-#: (the route checks it); OPERATOR for the rate limit alone.
+#: (the route checks it); OPERATOR for the rate limit alone. A retry into a new table needs EDITOR (it
+#: chooses a table, as a create does; the route checks it); OPERATOR for a plain retry.
 RULES: dict[tuple[str, str], Rule] = {
     ("GET", "/jobs"): Rule(Role.VIEWER, "any"),
     ("GET", "/jobs/{name}"): Rule(Role.VIEWER, "job"),
@@ -61,13 +62,14 @@ RULES: dict[tuple[str, str], Rule] = {
     ("POST", "/jobs/{name}/resume"): Rule(Role.OPERATOR, "job"),
     ("PATCH", "/jobs/{name}"): Rule(Role.OPERATOR, "job"),
     ("POST", "/jobs/{name}/repair"): Rule(Role.OPERATOR, "job"),
-    ("POST", "/jobs/{name}/retry"): Rule(Role.OPERATOR, "job"),
+    ("POST", "/jobs/{name}/retry"): Rule(Role.OPERATOR, "job"),  # into a new table: EDITOR (the route)
     ("DELETE", "/jobs/{name}"): Rule(Role.EDITOR, "job"),
     ("POST", "/jobs/{name}/verify"): Rule(Role.VIEWER, "job"),
     ("GET", "/jobs/{name}/verify/{run_id}"): Rule(Role.VIEWER, "job"),
     ("GET", "/metrics"): Rule(Role.VIEWER, "any"),  # a role on "*": every series; else its jobs' (the route)
     ("GET", "/audit"): Rule(Role.VIEWER, "any"),
     ("GET", "/audit/refused"): Rule(Role.VIEWER, "any"),
+    ("POST", "/sources/{source}/reset"): Rule(Role.ADMIN, "all"),  # a source is every namespace's
 }
 
 

@@ -28,23 +28,26 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from source_backfill.api.access import Authenticator, authorize, principal_of, refused
 from source_backfill.api.body_limit import BodyLimit
-from source_backfill.api.context import ApiContext, DryRunHook, HealthHook
+from source_backfill.api.context import ApiContext, DryRunHook, HealthHook, ResetHook
 from source_backfill.api.guard import ControlPlaneGuard
 from source_backfill.api.models import ErrorBody
 from source_backfill.api.responses import Responses, error_response
-from source_backfill.api.routes import jobs, ops, verify
+from source_backfill.api.routes import jobs, ops, sources, verify
 from source_backfill.config import LOOPBACK_HOSTS, validation_message
 from source_backfill.errors import (
     ConfigError,
     JobError,
     JobExistsError,
+    JobNotFailedError,
     JobNotFoundError,
     QuotaExceededError,
     SinkConflictError,
     SinkPathError,
     SourceBackfillError,
     SourceNotFoundError,
+    SourceRunningError,
     StateFormatError,
+    StateMoveError,
     StateWriteError,
 )
 from source_backfill.runtime.registry import JobRegistry
@@ -59,6 +62,8 @@ ERROR_STATUS: list[tuple[type[SourceBackfillError], int, str, str | None]] = [
     (JobNotFoundError, status.HTTP_404_NOT_FOUND, "job_not_found", "name"),
     (JobExistsError, status.HTTP_409_CONFLICT, "job_exists", "name"),
     (SourceNotFoundError, status.HTTP_404_NOT_FOUND, "source_not_found", "source"),
+    (SourceRunningError, status.HTTP_409_CONFLICT, "source_running", "source"),
+    (JobNotFailedError, status.HTTP_409_CONFLICT, "job_not_failed", "name"),
     (QuotaExceededError, status.HTTP_403_FORBIDDEN, "quota_exceeded", "namespace"),
     (SinkConflictError, status.HTTP_409_CONFLICT, "sink_conflict", "sink_path"),
     (SinkPathError, HTTP_422, "invalid_request", "sink_path"),
@@ -84,6 +89,7 @@ def create_app(
     verifications: Verifications | None = None,
     dry_run: DryRunHook | None = None,
     auth: Authenticator | None = None,
+    reset_source: ResetHook | None = None,
 ) -> FastAPI:
     """The control API over ``registry``.
 
@@ -96,7 +102,9 @@ def create_app(
     ``allowed_hosts`` is refused (421; not the probes ``/live`` and ``/ready``), and so is a mutation from
     another origin (403) or with a body that is not JSON (415): :class:`ControlPlaneGuard`.
     ``verifications`` runs ``POST /jobs/{name}/verify`` (none: those routes answer 503); ``dry_run(spec)``
-    checks a create and plans it for ``POST /jobs?dry_run=true`` (none: checked by the registry, no plan).
+    checks a create and plans it for ``POST /jobs?dry_run=true`` (none: checked by the registry, no plan);
+    ``reset_source(name, by=...)`` starts a source stopped for good over for ``POST /sources/{source}/reset``
+    (none: that route answers 503).
     """
     app = FastAPI(
         title="source-backfill",
@@ -110,7 +118,7 @@ def create_app(
     guard_reads = guard_reads or auth.tenants
     page, script = ops.status_page(token_required=auth.configured)
     app.state.api = ApiContext(registry=registry, auth=auth, health=health, verifications=verifications,
-                               dry_run=dry_run, page=page, script=script)
+                               dry_run=dry_run, page=page, script=script, reset_source=reset_source)
     app.exception_handler(SourceBackfillError)(_our_error)
     app.exception_handler(RequestValidationError)(_invalid)
     app.exception_handler(HTTPException)(_http)
@@ -133,6 +141,7 @@ def create_app(
     include(jobs.mutations, guarded=True)
     include(verify.mutations, guarded=True)
     include(verify.reads, guarded=guard_reads)
+    include(sources.mutations, guarded=True)
     return app
 
 
@@ -206,6 +215,9 @@ def _state_unwritable(exc: StateWriteError) -> JSONResponse:
     """A 503 saying why (the OS's reason) but not where: the mutation log's path stays in the log."""
     error_id = uuid.uuid4().hex[:12]
     logger.error('request failed error_id="%s" error_type="%s" error="%s"', error_id, type(exc).__name__, exc)
+    if isinstance(exc, StateMoveError):  # its message names the source and the OS's reason, no path
+        return error_response(status.HTTP_503_SERVICE_UNAVAILABLE, "state_unwritable",
+                              f"{exc} (error {error_id} in the daemon's log)")
     cause = exc.__cause__
     reason = cause.strerror if isinstance(cause, OSError) and cause.strerror else "a write failed"
     message = (f"the daemon cannot write its mutation log ({reason}); nothing was changed: free space or fix "

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 HealthHook = Callable[[], dict[str, Any]]
 #: A create checked and planned for ``POST /jobs?dry_run=true``.
 DryRunHook = Callable[[JobSpec], dict[str, Any]]
+#: ``POST /sources/{source}/reset``: the source's name and who asks, to what the reset did
+#: (``runtime/source_reset.py``'s ``ResetOutcome``).
+ResetHook = Callable[..., Any]
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,8 @@ class ApiContext:
     #: The status page's markup (whether it asks for a token filled in) and script.
     page: str
     script: str
+    #: None: ``POST /sources/{source}/reset`` answers 503 (no sources here: an API over a registry alone).
+    reset_source: ResetHook | None = None
 
     def view(self, record: JobRecord) -> JobView:
         """The job as the API shows it: its record, its progress and its mutations not yet applied."""

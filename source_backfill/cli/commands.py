@@ -17,6 +17,9 @@ from typing import IO, Any
 from source_backfill.cli.client import EXIT_API, EXIT_DIFFERS, EXIT_OK, EXIT_USAGE, ApiClient, CliError
 from source_backfill.cli.render import render_jobs, render_plan, render_table, repair_text
 
+#: The least HTTP timeout of ``sources reset`` (s): it stops the source and starts its streaming query.
+RESET_TIMEOUT_S = 120.0
+
 #: A command handler: the parsed arguments and where to print, to the exit code.
 Handler = Callable[[argparse.Namespace, IO[str]], int]
 
@@ -187,6 +190,40 @@ def mutation(
         return EXIT_OK
 
     return run
+
+
+def cmd_jobs_retry(args: argparse.Namespace, out: IO[str]) -> int:
+    """``jobs retry``: resume a failed job from its table, or (``--from earliest --new-table``) start over."""
+    if args.sink is not None and not args.new_table:
+        msg = "--sink is the new table's path: give it with --from earliest --new-table"
+        raise CliError(msg, EXIT_USAGE)
+    if bool(args.start_from) != args.new_table:
+        msg = "--from earliest and --new-table go together (a retry never re-reads into the old table)"
+        raise CliError(msg, EXIT_USAGE)
+    body: dict[str, Any] | None = None
+    if args.new_table:
+        body = {"from": args.start_from, "new_table": True}
+        if args.sink is not None:  # relative to where the command runs, as a create's --sink
+            body["sink"] = args.sink if os.path.isabs(args.sink) else os.path.join(os.getcwd(), args.sink)  # noqa: PTH118
+    job = _client(args).call("POST", f"/jobs/{args.name}/retry", body)
+    into = f" from the earliest offsets into a new table {job['sink_path']}" if body is not None else ""
+    print(f'retried job "{job["name"]}"{into} (applies at the next epoch boundary)', file=out)
+    return EXIT_OK
+
+
+def cmd_sources_reset(args: argparse.Namespace, out: IO[str]) -> int:
+    """``sources reset``: start a source stopped for good over; exit 1 if it did not start again."""
+    args.timeout = max(args.timeout, RESET_TIMEOUT_S)  # it stops and starts a streaming query
+    done = _client(args).call("POST", f"/sources/{args.source}/reset")
+    kept = f"<state_root>/{done['moved_to']}"
+    if done["state"] != "running":
+        msg = (f'source "{done["source"]}" was reset (its old folder kept at {kept}) but did not start '
+               f"again: {done.get('error')}; reset it again once that is fixed")
+        raise CliError(msg)
+    print(f'reset source "{done["source"]}": its old folder is kept at {kept}, and it reads the new log. '
+          "Its jobs stay failed: run each again with "
+          "'source-backfill jobs retry NAME --from earliest --new-table'", file=out)
+    return EXIT_OK
 
 
 def cmd_jobs_repair(args: argparse.Namespace, out: IO[str]) -> int:

@@ -13,9 +13,11 @@ from source_backfill.cli.commands import (
     cmd_jobs_create,
     cmd_jobs_list,
     cmd_jobs_repair,
+    cmd_jobs_retry,
     cmd_jobs_show,
     cmd_new_token,
     cmd_run,
+    cmd_sources_reset,
     cmd_status,
     cmd_verify,
     mutation,
@@ -167,8 +169,29 @@ def build_parser() -> argparse.ArgumentParser:
     window.add_argument("--timestamps", nargs=2, type=_timestamp, metavar=("FROM_MS", "TO_MS"),
                         help="records with Kafka timestamps in [FROM_MS, TO_MS) (where Kafka holds them)")
     p.add_argument("--wait", action="store_true", help="wait for the repair to finish and print what it did")
-    action("retry", "run a failed job again (rebuilt from its table at the next epoch)",
-           mutation("retried", "POST", "/jobs/{name}/retry"))
+    p = action("retry", "run a failed job again (rebuilt from its table at the next epoch; with --from "
+               "earliest --new-table, from the start into a new table)", cmd_jobs_retry)
+    p.add_argument("--from", dest="start_from", choices=("earliest",), metavar="earliest",
+                   help="with --new-table: start again from the earliest offsets")
+    p.add_argument("--new-table", action="store_true",
+                   help="with --from earliest: write a new table, the old one left as it is (for a job whose "
+                   "topic was deleted and created again)")
+    p.add_argument("--sink", metavar="PATH",
+                   help="with --new-table: the new table's path (default: the old one with -2, -3, ... "
+                   "appended, the first free)")
+
+    sources = sub.add_parser("sources", help="start a source stopped for good over")
+    sources_sub = sources.add_subparsers(dest="sources_command", metavar="ACTION")
+    sources.set_defaults(handler=None, parser=sources)
+    p = sources_sub.add_parser(
+        "reset", help="start a source stopped for good over (its topic deleted and created again)",
+        description="Move the source's folder (checkpoint, topic ids, anchors) aside under the state root, "
+                    "kept for inspection, and start the source again in the running daemon: it reads the "
+                    "new log. Only for a source stopped for good. Its jobs stay failed: run each again with "
+                    "'jobs retry NAME --from earliest --new-table'.")
+    _api_flags(p, top=False)
+    p.add_argument("source", metavar="SRC", help="source name")
+    p.set_defaults(handler=cmd_sources_reset)
     action("drop", "detach the job at the next epoch boundary (its table stays)",
            mutation("dropped", "DELETE", "/jobs/{name}"))
 

@@ -40,6 +40,7 @@ from source_backfill.config.jobs import (
     JobSpec,
     RawFormat,
     RepairSpec,
+    RetrySpec,
     check_job_fits_source,
 )
 from source_backfill.config.kafka import (
@@ -91,6 +92,7 @@ __all__ = [
     "OidcConfig",
     "RawFormat",
     "RepairSpec",
+    "RetrySpec",
     "SECURITY_OPTIONS",
     "SchemaRegistryConfig",
     "Settings",

@@ -210,6 +210,26 @@ class RepairSpec(_Frozen):
         return self.from_timestamp_ms is not None
 
 
+class RetrySpec(_Frozen):
+    """``POST /jobs/{name}/retry`` with a body: run a failed job again from the start, into a new table.
+
+    For a job whose table holds what can no longer be resumed (its topic deleted and created again:
+    docs/guides/kafka-failures.md). The job keeps its name and everything else of its spec; its start
+    becomes the earliest offsets and its table a new one (``sink``, or the old path with ``-2``, ``-3``,
+    ... appended, the first that is free). The old table is left as it is. Without a body a retry resumes
+    the job from its table, as always.
+    """
+
+    from_: Literal["earliest"] = Field(alias="from", description=(
+        "Where the job starts again: `earliest` (the log start; the only start a retry takes)."))
+    new_table: Literal[True] = Field(description=(
+        "`true`: into a new table, the old one left as it is (a retry never re-reads into the old table)."))
+    sink: str | None = Field(default=None, min_length=1, max_length=4096, description=(
+        "The new table's path, checked like a create's `sink_path` (inside `daemon.data_root` and the "
+        "namespace's folder, overlapping no state and no other table, not an existing table); unset: the "
+        "old path with `-2` appended (`-3`, ... when taken)."))
+
+
 def check_job_fits_source(job: JobSpec, source: SourceConfig) -> None:
     """A job's mode and strategy must suit its source's kind; ValueError saying what to change."""
     if source.kind == "delta":

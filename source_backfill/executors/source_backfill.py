@@ -284,7 +284,8 @@ class SourceBackfillJob(HeldByQuota):
         if changed:
             what = "; ".join(f"topic {t} (id {recorded[t]} in the table, {ids[t]} now)" for t in changed)
             msg = (f'job "{self.name}": its table was written from another topic of the same name: {what}. '
-                   "The topic was deleted and created again; create the job again on a new table "
+                   "The topic was deleted and created again; retry the job into a new table (jobs retry "
+                   f"{self.name} --from earliest --new-table) "
                    "(docs/guides/kafka-failures.md)")
             raise JobError(msg)
 

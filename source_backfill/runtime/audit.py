@@ -28,6 +28,7 @@ from typing import Any
 import pyarrow as pa
 
 from source_backfill import metrics
+from source_backfill.core.start_over import reset_folder_name
 from source_backfill.runtime.mutation_log import Mutation
 
 logger = logging.getLogger(__name__)
@@ -195,6 +196,11 @@ def _row(m: Mutation, at: datetime, namespace: str) -> dict[str, Any]:
         detail["transform"] = m.spec.transform
     if m.repair is not None:
         detail["repair"] = m.repair.model_dump(mode="json", exclude_none=True)
+    if m.kind == "retry" and m.spec is not None:  # from the start into a new table
+        detail["new_table"] = m.spec.sink_path
+        detail["from"] = m.spec.start.kind
+    if m.kind == "reset":  # where the source's folder was moved, under the state root
+        detail["moved_to"] = f"sources/{reset_folder_name(m.source, at, m.id)}"
     return {"id": m.id, "at": at.isoformat(), "kind": m.kind, "job": m.job, "namespace": namespace,
             "source": m.source, "by": m.by, "request_id": m.request_id,
             "detail": json.dumps(detail, separators=(",", ":"))}

@@ -126,6 +126,11 @@ class HistoryRates:
             while len(seen) > 2 and at - seen[0][1] > self.window_s:
                 seen.popleft()
 
+    def forget_epochs(self, source: str) -> None:
+        """The source started over (a reset): its epoch ids start again from 0."""
+        with self._lock:
+            self._epochs.pop(source, None)
+
     def rate(self, source: str) -> float | None:
         """The source's measured history rate (rows/s, create to finish), None before any."""
         with self._lock:

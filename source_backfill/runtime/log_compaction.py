@@ -82,9 +82,17 @@ class LogCompactor:
         return True
 
 
-#: What each kind of mutation sets on a live record (the last line setting a flag is kept).
-_FLAGS = {"pause": "paused", "resume": "paused", "throttle": "rate", "retry": "error",
-          "retransform": "transform"}
+#: What each kind of mutation sets on a live record (the last line setting a flag is kept). A retry into a
+#: new table sets the job's spec too (its table and start), as a retransform does (its whole spec).
+_FLAGS: dict[str, tuple[str, ...]] = {"pause": ("paused",), "resume": ("paused",), "throttle": ("rate",),
+                                      "retry": ("error",), "retransform": ("spec",)}
+
+
+def _flags(entry: dict[str, Any]) -> tuple[str, ...]:
+    """The flags a mutation line sets on its job's live record (none: an applied repair, a reset)."""
+    if entry["kind"] == "retry" and entry.get("spec") is not None:
+        return ("error", "spec")
+    return _FLAGS.get(entry["kind"], ())
 
 
 def compact_entries(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -95,7 +103,7 @@ def compact_entries(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     replaces the record) or where it had no record, and before which no mutation is left unapplied or
     marked applied after that point (a marker of a drop deletes the record current at the marker). Inside
     that suffix, creates, drops and unapplied mutations are kept; of the other lines only the last one
-    setting each flag (paused, rate limit, error, transform) of the job's live record (an applied repair
+    setting each flag (paused, rate limit, error, spec) of the job's live record (an applied repair
     sets none: it is gone). ``applied`` markers stay in place, holding only ids still in the log; a last
     marker carries ``next_id``. Lines are kept verbatim.
     """
@@ -210,8 +218,7 @@ def _compact_job(
             if record:
                 dropped = True
         elif record and not dropped:
-            flag = _FLAGS.get(kind)
-            if flag is not None:  # an applied repair sets nothing: it is in the job's table
+            for flag in _flags(e):  # an applied repair sets nothing: it is in the job's table
                 last[flag] = i
     if alive:
         keep.update(last.values())

@@ -5,7 +5,9 @@ does not know) and a ``type``:
 
 - ``mutation``: an accepted command (:class:`Mutation`: id, kind, job, source, spec, rate limit, a
   repair's window, ``by``: the principal that asked, absent in lines of releases before tenants) and when
-  it was accepted; ids increase with log order;
+  it was accepted; ids increase with log order. A ``retry`` line carries a ``spec`` when it runs the job
+  into a new table (lines of releases before that have ``"spec": null``: a plain retry, as they meant); a
+  ``reset`` line is a source's (``job`` empty);
 - ``applied``: the ids the epoch loop applied, at which epoch; a compacted log's last one also carries
   ``next_id`` (ids of removed lines are never handed out again);
 - ``failed``: a job's failure and its error.
@@ -45,8 +47,12 @@ LOG_VERSION = 1
 COMPACT_NAME = LOG_NAME + ".compact"
 
 #: ``retransform``: the job's transform changed (``spec`` is the job's whole new spec); ``repair``: a
-#: window of the job's rows to replace (``repair``), applied once the job has committed it.
-MutationKind = Literal["create", "pause", "resume", "throttle", "drop", "retry", "retransform", "repair"]
+#: window of the job's rows to replace (``repair``), applied once the job has committed it; ``retry``: a
+#: failed job run again, from its table, or (with a ``spec``: its new table and start) from the start into
+#: a new table; ``reset``: a source stopped for good started over (its folder moved aside,
+#: ``runtime/source_reset.py``), a source's and no job's (``job`` is empty).
+MutationKind = Literal["create", "pause", "resume", "throttle", "drop", "retry", "retransform", "repair",
+                       "reset"]
 
 
 # -- what a line holds ------------------------------------------------------------------------------------
@@ -58,7 +64,8 @@ class Mutation:
     kind: MutationKind
     job: str
     source: str
-    #: The job's spec (``create``; ``retransform``: the spec with its new transform).
+    #: The job's spec (``create``; ``retransform``: the spec with its new transform; ``retry`` into a new
+    #: table: the spec with its new table and start; a plain ``retry`` has none).
     spec: JobSpec | None = None
     #: The new rate limit (``throttle``; ``create`` carries the spec's). ``None`` = unlimited.
     rate_limit: float | None = None

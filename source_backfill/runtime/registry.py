@@ -44,10 +44,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from source_backfill import metrics
-from source_backfill.config import DEFAULT_NAMESPACE, JobSpec, NamespaceConfig, RepairSpec
+from source_backfill.config import DEFAULT_NAMESPACE, JobSpec, NamespaceConfig, RepairSpec, RetrySpec
+from source_backfill.core.access import ALL_NAMESPACES
 from source_backfill.errors import (
     ConfigError,
     JobExistsError,
+    JobNotFailedError,
     JobNotFoundError,
     QuotaExceededError,
     SinkPathError,
@@ -69,6 +71,7 @@ from source_backfill.runtime.mutation_log import (
     MutationLog,
     replay_entries,
 )
+from source_backfill.runtime.new_table import check_new_tables, choose_new_table, new_table_spec
 from source_backfill.runtime.paths import (
     check_sink_owner,
     check_sink_path,
@@ -182,6 +185,8 @@ class JobRegistry:
         self._next_id = 1
         #: Per source, called (under the lock: it must not block) when a mutation of its jobs is queued.
         self._wakers: dict[str, Callable[[], None]] = {}
+        #: When each unapplied ``reset`` was accepted (its folder's name is made from it).
+        self._reset_at: dict[int, datetime] = {}
 
     def on_mutation(self, source: str, wake: Callable[[], None]) -> None:
         """Have ``wake()`` called whenever a mutation of ``source``'s jobs is queued.
@@ -243,17 +248,7 @@ class JobRegistry:
         if namespace.sources is not None and spec.source not in namespace.sources:
             msg = f'unknown source "{spec.source}"'  # the namespace's to know of, not the daemon's others
             raise SourceNotFoundError(msg)
-        if self.data_root is not None:
-            folder = self.data_root / namespace.folder
-            for table in spec.tables:
-                try:  # every place it may be opened at, as the data root's own check reads it
-                    places = readings(table)
-                except (OSError, ValueError):
-                    continue  # not a usable path: check_sink_path refuses it, saying why
-                if not all(place.is_relative_to(folder) for place in places):
-                    msg = (f"sink_path {table!r} is outside namespace {namespace.name!r}'s folder of the "
-                           f"data root (daemon.data_root/{namespace.folder}/)")
-                    raise SinkPathError(msg)
+        self._check_namespace_folder(spec, namespace)
         _check_rate_ceiling(namespace, spec.rate_limit)
         if self.table_bytes is not None:
             self.table_bytes.check_create(namespace.name)
@@ -264,6 +259,21 @@ class JobRegistry:
                 msg = (f'namespace "{namespace.name}" holds {live} jobs, its quota '
                        f"(max_jobs {namespace.max_jobs})")
                 raise QuotaExceededError(msg, namespace.name)
+
+    def _check_namespace_folder(self, spec: JobSpec, namespace: NamespaceConfig) -> None:
+        """The job's tables lie in its namespace's folder of the data root (when there is one)."""
+        if self.data_root is None:
+            return
+        folder = self.data_root / namespace.folder
+        for table in spec.tables:
+            try:  # every place it may be opened at, as the data root's own check reads it
+                places = readings(table)
+            except (OSError, ValueError):
+                continue  # not a usable path: check_sink_path refuses it, saying why
+            if not all(place.is_relative_to(folder) for place in places):
+                msg = (f"sink_path {table!r} is outside namespace {namespace.name!r}'s folder of the "
+                       f"data root (daemon.data_root/{namespace.folder}/)")
+                raise SinkPathError(msg)
 
     def ensure(self, spec: JobSpec) -> JobRecord:
         """Create a job declared in the config file, unless it is registered already with the same spec.
@@ -324,16 +334,83 @@ class JobRegistry:
                 self.table_bytes.forget([name])
             return self._jobs[name]
 
-    def retry(self, name: str, *, by: By | None = None) -> JobRecord:
+    def retry(self, name: str, *, by: By | None = None, new_table: RetrySpec | None = None) -> JobRecord:
         """Run a failed job again: its error is cleared and the epoch loop rebuilds it from its table.
 
-        A job that has not failed is left as it is (no mutation).
+        A job that has not failed is left as it is (no mutation). ``new_table``: from the earliest offsets
+        into a new table instead (:meth:`_retry_into_new_table`).
         """
+        if new_table is not None:
+            return self._retry_into_new_table(name, new_table, by)
         with self._lock:
             record = self._live(name)
             if record.error is not None:
                 self._record("retry", name, record.source, by=by)
             return self._jobs[name]
+
+    def _retry_into_new_table(self, name: str, ask: RetrySpec, by: By | None) -> JobRecord:
+        """Run a failed job again from the earliest offsets into a new table; its old table is left as is.
+
+        The job's spec changes (its ``sink_path`` and ``start``) in the ``retry`` line itself. The new table
+        is checked like a create's (:meth:`_check_new_table`); JobNotFailedError for a job that has not
+        failed (its lane would go on writing the table it leaves).
+        """
+        with self._lock:
+            record = self._failed(name)
+            spec = choose_new_table(record.spec, ask.sink,
+                                    lambda new, free: self._check_new_table(new, record, free))
+        if self.check_spec is not None and spec.source in self.sources:
+            self.check_spec(spec)  # a create's checks (its transform, its kind), outside the lock: slow
+        for table in spec.tables:
+            check_sink_owner(table, name)  # not a folder inside another Delta table
+        with self._lock:  # again: the job and the tables may have changed meanwhile
+            record = self._failed(name)
+            spec = new_table_spec(record.spec, spec.sink_path)
+            self._check_new_table(spec, record, ask.sink is None)
+            self._record("retry", name, record.source, spec=spec, by=by)
+            return self._jobs[name]
+
+    def _failed(self, name: str) -> JobRecord:
+        """The live job ``name`` if it has failed, else JobNotFailedError (the lock is held)."""
+        record = self._live(name)
+        if record.error is None:
+            msg = (f'job "{name}" has not failed: a retry into a new table is for a failed job (pause it, or '
+                   "drop it and create a job on a new table)")
+            raise JobNotFailedError(msg)
+        return record
+
+    def _check_new_table(self, spec: JobSpec, old: JobRecord, free: bool) -> None:
+        """A retried job's new tables: its namespace's folder, a create's path rules, none of its old ones."""
+        namespace = self.namespaces.get(spec.namespace)
+        if namespace is not None:
+            self._check_namespace_folder(spec, namespace)
+        protected = self._protected(spec.name)
+        for table in old.spec.tables:
+            try:
+                protected.append((f'job "{old.name}"\'s old table', resolve(table)))
+            except (OSError, ValueError):
+                continue
+        check_new_tables(spec, data_root=self.data_root, protected=protected, free=free)
+
+    def reset_source(self, source: str, *, by: By | None = None) -> tuple[Mutation, datetime]:
+        """Record a source's reset durably (a ``reset`` line, its audit row); the mutation and its time.
+
+        The caller (``runtime/source_reset.py``) then moves the source's folder aside and starts it
+        again; the line stays unapplied until the source's first epoch after it, so that a daemon that
+        crashed in between finishes the move at its next start (:meth:`pending_resets`).
+        """
+        with self._lock:
+            if source not in self.sources:
+                msg = f'unknown source "{source}"'
+                raise SourceNotFoundError(msg)
+            m = self._record("reset", "", source, by=by)
+            return m, self._reset_at[m.id]
+
+    def pending_resets(self, source: str) -> builtins.list[tuple[Mutation, datetime]]:
+        """The resets of ``source`` accepted and not yet applied, oldest first, each with its time."""
+        with self._lock:
+            return [(m, self._reset_at[i]) for i, m in sorted(self._unapplied.items())
+                    if m.kind == "reset" and m.source == source and i in self._reset_at]
 
     def retransform(self, name: str, transform: str | None, *, by: By | None = None) -> JobRecord:
         """Change the job's transform from its next epoch on (``None``: identity), checked like a create's.
@@ -561,6 +638,8 @@ class JobRegistry:
         self._compactor.maybe(4 * len(self._jobs) + len(self._unapplied) + 1)
 
     def _namespace_of(self, mutation: Mutation) -> str:
+        if mutation.kind == "reset":  # a source's, shared by namespaces: the daemon's own
+            return ALL_NAMESPACES
         if mutation.spec is not None:
             return mutation.spec.namespace
         record = self._jobs.get(mutation.job)
@@ -605,6 +684,8 @@ class JobRegistry:
                                           dropped=False, created_at=at)
             self._progress.pop(m.job, None)
             self._repairs_done.pop(m.job, None)
+        elif m.kind == "reset":  # a source's: no job's record changes
+            self._reset_at[m.id] = at
         elif record is None or record.dropped:
             logger.warning('mutation for an unknown job ignored id=%d kind="%s" job="%s"',
                            m.id, m.kind, m.job)
@@ -616,6 +697,10 @@ class JobRegistry:
             self._jobs[m.job] = replace(record, rate_limit=m.rate_limit)
         elif m.kind == "drop":
             self._jobs[m.job] = replace(record, dropped=True)
+        elif m.kind == "retry" and m.spec is not None:  # into a new table: what was of the old one goes
+            self._jobs[m.job] = replace(record, error=None, spec=m.spec)
+            self._progress.pop(m.job, None)
+            self._repairs_done.pop(m.job, None)
         elif m.kind == "retry":
             self._jobs[m.job] = replace(record, error=None)
         elif m.kind == "retransform" and m.spec is not None:
@@ -626,6 +711,7 @@ class JobRegistry:
     def _apply_applied(self, ids: Iterable[int]) -> None:
         for i in ids:
             m = self._unapplied.pop(i, None)
+            self._reset_at.pop(i, None)
             if m is None:
                 continue
             if i in self._queue:

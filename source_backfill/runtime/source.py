@@ -106,6 +106,11 @@ class LiveSource(JobHost[SourceBackfillJob]):
         self._next_start: dict[str, int] | None = None
         #: The ids of the source's topics as the cluster gave them at the last look (empty: none yet).
         self.topic_ids: dict[str, str] = {}
+        #: Why the source stopped for good (a topic of it created again: :meth:`_recreated`), else None;
+        #: only such a source may be reset (``runtime/source_reset.py``).
+        self.stopped_for_good: str | None = None
+        #: The reset that made the source's folder (``runtime/source_reset.py``), None if none did.
+        self.reset_marker: dict[str, object] | None = None
         #: Jobs created between epochs, built and reading history before the epoch that attaches them.
         self.early = EarlyJobs(config.name, registry, self._build_job, lambda: self._next_start,
                                lambda name: name not in self.jobs and not self._suspect(name),
@@ -124,7 +129,9 @@ class LiveSource(JobHost[SourceBackfillJob]):
         Its jobs are failed when a log was truncated below what it copied (:meth:`_check_truncation`).
         """
         from source_backfill.runtime.anchors import read_anchors
+        from source_backfill.runtime.source_reset import read_marker
 
+        self.reset_marker = read_marker(self.checkpoint.parent)
         self._recover_jobs()
         if self._recreated():
             return
@@ -237,14 +244,16 @@ class LiveSource(JobHost[SourceBackfillJob]):
             return False
         why = "; ".join(str(r) for r in recreated)
         self.error = (f"{why}: source {self.name} stopped, its checkpoint and its jobs' positions belong to "
-                      "the old topic. To start over: stop the daemon, remove the source's folder under the "
-                      "state root (sources/<name>), and create its jobs again on new tables "
+                      f"the old topic. To start over: source-backfill sources reset {self.name}, then "
+                      "source-backfill jobs retry <job> --from earliest --new-table for each of its jobs "
                       "(docs/guides/kafka-failures.md)")
+        self.stopped_for_good = why
         self.query_failures += 1
         logger.error('source stopped: topic recreated source="%s" why="%s"', self.name, why)
         for record in self.registry.list():
             if record.source == self.name and record.error is None and not record.dropped:
-                self._fail(record.name, f"{why}: its table holds records of the old topic")
+                self._fail(record.name, f"{why}: its table holds records of the old topic (once the source "
+                                        "is reset, retry the job --from earliest --new-table)")
         return True
 
     def _check_truncation(self) -> list[Truncation]:
@@ -441,9 +450,31 @@ class LiveSource(JobHost[SourceBackfillJob]):
         """
         job = self.early.take(spec)
         job = job if job is not None else self._build_job(spec)
+        try:
+            self._check_topics(job)
+        except JobError:
+            job.close()
+            raise
+        return job
+
+    def _check_topics(self, job: SourceBackfillJob) -> None:
+        """JobError if the job's table was written from another log than the one the source reads now.
+
+        Its commits name other topic ids (:meth:`SourceBackfillJob.check_topics`), or none at all while it
+        has commits and was written before the source's reset (its ``old_tables``): written before ids
+        were recorded, its epochs are the old checkpoint's (they would skip the new one's up to them).
+        """
+        from source_backfill.runtime.paths import resolve
+
         if self.topic_ids:
             job.check_topics(self.topic_ids)
-        return job
+        old = (self.reset_marker or {}).get("old_tables")
+        if isinstance(old, list) and job.committed_epoch is not None and job.recorded_topic_ids is None \
+                and str(resolve(job.spec.sink_path)) in old:
+            msg = (f'job "{job.name}": its table was written before its source {self.name} was reset (its '
+                   "commits name no topic id: a release before they were recorded); retry the job into a "
+                   f"new table (jobs retry {job.name} --from earliest --new-table)")
+            raise JobError(msg)
 
     def _check_job_topics(self) -> None:
         """The jobs recovered before the topics' ids were read, each checked against them.
@@ -452,7 +483,7 @@ class LiveSource(JobHost[SourceBackfillJob]):
         """
         for name, job in list(self.jobs.items()):
             try:
-                job.check_topics(self.topic_ids)
+                self._check_topics(job)
             except JobError as exc:
                 self._fail(name, str(exc))
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Request, status
+from fastapi import APIRouter, Body, Path, Query, Request, status
 from fastapi.responses import Response
 
 from source_backfill.api.access import actor_of, principal_of, require
@@ -22,7 +22,7 @@ from source_backfill.api.responses import (
     Responses,
     error_responses,
 )
-from source_backfill.config import DEFAULT_NAMESPACE, NAME_PATTERN, JobSpec, RepairSpec
+from source_backfill.config import DEFAULT_NAMESPACE, NAME_PATTERN, JobSpec, RepairSpec, RetrySpec
 from source_backfill.core.access import Role
 from source_backfill.errors import ConfigError, SinkConflictError, SourceNotFoundError
 from source_backfill.runtime.mutation_log import Actor
@@ -175,10 +175,32 @@ def repair_job(name: JobName, repair: RepairSpec, request: Request, context: Con
     return RepairView(id=repair_id, state="pending", window=repair.model_dump(mode="json"))
 
 
-@mutations.post("/jobs/{name}/retry", status_code=status.HTTP_202_ACCEPTED, responses=MUTATION_ERRORS)
-def retry_job(name: JobName, request: Request, context: Context) -> JobView:
-    """Run a failed job again: rebuilt from its table at the next epoch (no-op unless it failed)."""
-    return context.view(context.registry.retry(name, by=actor_of(request)))
+@mutations.post("/jobs/{name}/retry", status_code=status.HTTP_202_ACCEPTED,
+                responses=MUTATION_ERRORS | BODY_ERRORS)
+def retry_job(
+    name: JobName, request: Request, context: Context,
+    start_over: Annotated[RetrySpec | None, Body(description=(
+        'None: resume the job from its table. `{"from": "earliest", "new_table": true}` (and `sink`): '
+        "from the earliest offsets into a new table, the old one left as it is (editor)."))] = None,
+) -> JobView:
+    """Run a failed job again: rebuilt from its table at the next epoch (no-op unless it failed).
+
+    With a body, from the earliest offsets into a new table instead (the job's spec changes: its
+    ``sink_path`` and ``start``), for a job whose table cannot be resumed (its topic deleted and created
+    again): only a failed job (else 409), and its new table is checked like a create's sink (editor).
+    """
+    if start_over is None:
+        return context.view(context.registry.retry(name, by=actor_of(request)))
+    principal = principal_of(request)
+    require(request, principal, Role.EDITOR, context.registry.get(name).spec.namespace)
+    try:
+        record = context.registry.retry(name, by=actor_of(request), new_table=start_over)
+    except SinkConflictError:
+        if principal.is_admin or not context.auth.tenants or start_over.sink is None:
+            raise
+        msg = f"sink {start_over.sink!r} overlaps the daemon's state or another job's table"  # not whose
+        raise SinkConflictError(msg) from None
+    return context.view(record)
 
 
 @mutations.delete("/jobs/{name}", status_code=status.HTTP_202_ACCEPTED, responses=MUTATION_ERRORS)

@@ -30,9 +30,10 @@ from schemathesis import GenerationMode
 
 from source_backfill.api.app import create_app
 from source_backfill.api.server import ApiServer
-from source_backfill.config import TRANSFORM_PATTERN, JobSpec
+from source_backfill.config import TRANSFORM_PATTERN, JobSpec, SourceConfig
 from source_backfill.runtime.progress import JobProgress, SplitProgress
 from source_backfill.runtime.registry import JobRegistry
+from source_backfill.runtime.source_reset import SourceResets
 from source_backfill.runtime.verifications import Verifications
 from tests.integration.api.conftest import SOURCES, TOKEN
 
@@ -48,11 +49,16 @@ OPERATIONS = [
     ("DELETE", "/jobs/{name}"), ("POST", "/jobs/{name}/pause"), ("POST", "/jobs/{name}/resume"),
     ("POST", "/jobs/{name}/retry"), ("POST", "/jobs/{name}/verify"), ("GET", "/jobs/{name}/verify/{run_id}"),
     ("POST", "/jobs/{name}/repair"), ("GET", "/audit"), ("GET", "/audit/refused"),
+    ("POST", "/sources/{source}/reset"),
 ]
 #: Operations whose schema cannot state every rule of a valid body, so a schema-valid body may be refused:
-#: a repair's window must be non-empty (``from`` below ``to``), which JSON Schema cannot compare. Those
-#: refusals are tested where the rule is (tests/unit/config, tests/integration/daemon/test_repair.py).
-UNSTATED_RULES = {("POST", "/jobs/{name}/repair")}
+#: a repair's window must be non-empty (``from`` below ``to``), which JSON Schema cannot compare; a retry
+#: into a new table is for a failed job, its ``sink`` a free path (the file system decides); a source is
+#: reset only when stopped for good (and this API has no sources: 503). Those refusals are tested where the
+#: rule is (tests/unit/config, tests/integration/daemon/test_repair.py, tests/integration/api/
+#: test_start_over.py).
+UNSTATED_RULES = {("POST", "/jobs/{name}/repair"), ("POST", "/jobs/{name}/retry"),
+                  ("POST", "/sources/{source}/reset")}
 OPERATION_IDS = [f"{m} {p}" for m, p in OPERATIONS]
 
 #: Bounded and reproducible: a fixed sequence of examples, no per-example deadline (2 cores, a soak beside).
@@ -75,12 +81,26 @@ def _verify_nothing(_job: str):
     return _Checked
 
 
+class _Running:
+    """A source that runs (its reset is refused: 409)."""
+
+    stopped_for_good = None
+
+
+def _resets(registry: JobRegistry, state: Path) -> SourceResets:
+    configs = {name: SourceConfig(name=name, bootstrap_servers="localhost:9092", topics=["t"])
+               for name in SOURCES}
+    running = {name: _Running() for name in SOURCES}
+    return SourceResets(registry, state, configs, running, lambda _c: _Running())
+
+
 class Served:
     def __init__(self, root: Path, token: str | None, data_root: Path | None = None) -> None:
         self.registry = JobRegistry(root / "state", SOURCES, data_root=data_root)
         secret = SecretStr(token) if token is not None else None
         app = create_app(self.registry, secret, health=lambda: {"ok": True},
-                         verifications=Verifications(_verify_nothing))
+                         verifications=Verifications(_verify_nothing),
+                         reset_source=_resets(self.registry, root / "state").reset)
         self.server = ApiServer(app, "127.0.0.1", 0)
         self.server.start()
         self.client = httpx.Client(base_url=self.server.url, timeout=10)  # one: making one is not cheap
@@ -160,6 +180,9 @@ def cases(operation, path: str):
     if "{name}" in path:
         strategies += [operation.as_strategy(mode, path_parameters={"name": name})
                        for mode in GenerationMode for name in (SEEDED, BROKEN)]
+    if "{source}" in path:
+        strategies += [operation.as_strategy(mode, path_parameters={"source": name})
+                       for mode in GenerationMode for name in SOURCES]
     return st.one_of(strategies)
 
 
@@ -397,6 +420,38 @@ def test_refused_job_calls_change_nothing(confined):
         assert_refused(r)
         if not authorized and "/" not in name and name not in (".", ".."):  # else no route: 404/405
             assert r.status_code == 401
+        assert confined.state() == before
+
+    run()
+
+
+retry_attacks = st.one_of(
+    st.sampled_from(["/etc/evil", "../escape", "DATA/../escape", "DATA/seeded", "DATA/seeded/x", "DATA",
+                     "DATA/a\x00b", "s3://bucket/t", "", "relative/t", "/tmp"]).map(lambda s: {"sink": s}),
+    st.dictionaries(st.sampled_from(["from", "new_table", "sink", "sink_path", "name", "x"]), json_values,
+                    max_size=4),
+    json_values.filter(lambda v: not isinstance(v, dict)),
+)
+
+
+def test_refused_retries_into_a_new_table_change_nothing(confined):
+    """Bodies of ``POST /jobs/{name}/retry`` that must be refused: 4xx, and nothing changed."""
+    data = confined.registry.data_root
+    assert data is not None
+
+    @REFUSALS
+    @given(extra=retry_attacks, name=st.sampled_from([SEEDED, BROKEN]), whole=st.booleans())
+    def run(extra, name, whole):
+        if isinstance(extra, dict) and isinstance(extra.get("sink"), str):
+            extra = {**extra, "sink": extra["sink"].replace("DATA", str(data))}
+        sent = {"from": "earliest", "new_table": True, **extra} if whole and isinstance(extra, dict) \
+            else extra
+        if sent is None or (name == BROKEN and sent == {"from": "earliest", "new_table": True}):
+            return  # a plain retry, or the failed job into its default new table: accepted
+        before = confined.state()
+        r = confined.client.post(f"/jobs/{name}/retry", content=json.dumps(sent).encode(),
+                                 headers=AUTH | JSON)
+        assert_refused(r)
         assert confined.state() == before
 
     run()

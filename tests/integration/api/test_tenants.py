@@ -46,7 +46,10 @@ EXPECTED: dict[tuple[str, str], str] = {
     ("GET", "/metrics"): "viewer",  # its namespaces' jobs' series only (a role on "*": every series)
     ("GET", "/audit"): "viewer",  # its rows of the principal's namespaces
     ("GET", "/audit/refused"): "viewer",  # the refusals about the principal's namespaces
+    ("POST", "/sources/{source}/reset"): "admin",  # on every namespace ("*"): a source is all of theirs
 }
+#: Routes about no one namespace: the role is needed on "*" (an admin of team-a alone is refused).
+DAEMON_WIDE = {("POST", "/sources/{source}/reset")}
 #: Never guarded: the probes name no job, the status page asks for a token itself.
 UNGUARDED = {"/health", "/ready", "/live", "/ui", "/ui.js"}
 #: Bodies that pass each route's own checks far enough to show the access decision was "yes".
@@ -128,7 +131,7 @@ def _guarded_routes(app: Any) -> list[tuple[str, str]]:
 
 
 def _request(method: str, template: str, ns: str) -> tuple[str, Any]:
-    path = template.replace("{name}", f"{ns}.j").replace("{run_id}", "abc")
+    path = template.replace("{name}", f"{ns}.j").replace("{run_id}", "abc").replace("{source}", "events")
     if (method, template) == ("POST", "/jobs"):
         return path, {"name": f"{ns}.new", "namespace": ns, "source": "events", "sink_path": f"/t/{ns}/new"}
     return path, BODIES.get((method, template))
@@ -141,6 +144,7 @@ def test_every_route_has_an_expected_rule_and_the_code_has_one_too(tenants):
     assert routes - set(EXPECTED) == set(), "a route without an expected role in this test"
     assert routes - set(RULES) == set(), "a route without an access rule"
     assert {k: r.role.name.lower() for k, r in RULES.items()} == EXPECTED
+    assert {k for k, r in RULES.items() if r.scope == "all"} == DAEMON_WIDE
 
 
 @pytest.mark.parametrize("role", ROLES)
@@ -159,7 +163,10 @@ def test_the_route_role_namespace_matrix(tenants, role):
             path, body = _request(method, template, ns)
             r = t.call(method, path, token, body)
             where = (role, method, template, ns, r.status_code, r.text[:200])
-            if ns == "team-b" and "{name}" in template:
+            if (method, template) in DAEMON_WIDE:  # no role on "*": refused whatever the namespace
+                assert r.status_code == 403, where
+                assert 'every namespace' in r.json()["error"]["message"], where
+            elif ns == "team-b" and "{name}" in template:
                 # never told that team-b's job exists: the words of a job that does not
                 assert r.status_code == 404, where
                 assert r.json()["error"] == {**missing, "message": missing["message"].replace(
@@ -185,6 +192,41 @@ def test_the_transform_needs_an_editor_the_rate_limit_an_operator(tenants):
     assert t.call("PATCH", "/jobs/team-a.j", _token("a-operator"), change).status_code == 403
     assert t.call("PATCH", "/jobs/team-a.j", _token("a-operator"), {"rate_limit": 1}).status_code == 202
     assert t.call("PATCH", "/jobs/team-a.j", _token("a-editor"), change).status_code == 202
+
+
+def test_a_retry_into_a_new_table_needs_an_editor_of_the_job_s_namespace(tenants, tmp_path):
+    t = tenants("retry", data_root=tmp_path / "retry", namespaces=[_ns("team-a"), _ns("team-b")])
+    for ns in ("team-a", "team-b"):
+        t.registry.set_failed(f"{ns}.j", "topic t was deleted and created again")
+    new = {"from": "earliest", "new_table": True}
+    log = t.registry.path.read_bytes()
+    assert t.call("POST", "/jobs/team-a.j/retry", _token("a-operator"), new).status_code == 403
+    # another namespace's job: not told it exists, body or not
+    r = t.call("POST", "/jobs/team-b.j/retry", _token("a-editor"), new)
+    assert r.status_code == 404 and r.json()["error"]["message"] == 'job "team-b.j" not found'
+    # a sink in another namespace's folder, or naming another namespace's table (whose: not said)
+    for sink in ("team-b/new", "team-b/j"):
+        asked = {**new, "sink": str(tmp_path / "retry" / sink)}
+        r = t.call("POST", "/jobs/team-a.j/retry", _token("a-editor"), asked)
+        assert r.status_code == 422 and "namespace 'team-a'" in r.json()["error"]["message"], r.text
+    assert t.registry.path.read_bytes() == log
+    r = t.call("POST", "/jobs/team-a.j/retry", _token("a-editor"), new)
+    assert r.status_code == 202 and r.json()["sink_path"] == str(tmp_path / "retry" / "team-a" / "j-2")
+    assert t.call("POST", "/jobs/team-b.j/retry", _token("a-operator")).status_code == 404  # as before
+
+
+def test_a_source_is_reset_by_an_admin_of_every_namespace_only(tenants):
+    t = tenants()
+    for who in ("a-admin", "dashboard"):
+        assert t.call("POST", "/sources/events/reset", _token(who)).status_code == 403, who
+    # root passes the rule; this API has no sources to reset
+    assert t.call("POST", "/sources/events/reset", _token("root")).status_code == 503
+
+
+def _ns(name: str) -> Any:
+    from source_backfill.config import NamespaceConfig
+
+    return NamespaceConfig(name=name)
 
 
 def test_a_viewer_of_every_namespace_reads_all_and_changes_nothing(tenants):

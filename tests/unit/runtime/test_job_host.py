@@ -426,3 +426,26 @@ def test_a_suspect_job_still_runs_alone_with_every_lane_idle(lane_host) -> None:
     host._suspect = lambda name: name == "s"  # type: ignore[method-assign]
     host._run_lanes(2, [(job, partial(run, job.name)) for job in host.jobs.values()])
     assert beside["s"] == {"s"}
+
+
+def test_a_retry_into_a_new_table_builds_the_job_on_it_and_a_reset_is_applied_as_nothing(
+    host_factory,
+) -> None:
+    """The epoch loop's part of starting over: a ``retry`` carrying a new spec builds the job from that spec
+    (its new table, from the earliest offsets); a source's ``reset`` line (no job) is marked applied at the
+    first epoch of the source started again, changing no job."""
+    from source_backfill.config import RetrySpec
+
+    host = host_factory(["a", "b"], 1)
+    host.registry.mark_applied([x.id for x in host.registry.drain("src")], 0)  # their creates
+    host.registry.set_failed("a", "topic t was deleted and created again")
+    host._fail("a", "topic t was deleted and created again")  # noqa: SLF001 - as the source fails it
+    retried = host.registry.retry("a", new_table=RetrySpec.model_validate({"from": "earliest",
+                                                                          "new_table": True}))
+    m, _ = host.registry.reset_source("src")
+    pending = host.registry.drain("src")
+    applied = host._apply_mutations(pending, 0)  # noqa: SLF001 - the new checkpoint's epoch 0
+    assert [x.kind for x in applied] == ["retry", "reset"] and m in applied
+    assert "a" in host.jobs and host.built[-1] == "a"
+    assert host.registry.get("a").spec == retried.spec and retried.spec.sink_path.endswith("/a-2")
+    assert sorted(host.jobs) == ["a", "b"]
