@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from connectors.schema_registry.decode import DECODED, columns, decode, schema_id, undecodable
+from connectors.schema_registry.decode_json import decode_json
+from source_backfill.core.json_schema import parse_json_schema
 from source_backfill.core.schema_evolution import Record, check_same, evolve, parse, resolve
 from source_backfill.errors import SchemaChangeError, SchemaNotFoundError
 
@@ -28,6 +30,8 @@ if TYPE_CHECKING:
     from connectors.schema_registry.client import RegistryClient
 
 Policy = Literal["pin", "evolve", "fail"]
+#: How a record's body is written: Avro (by its writer schema) or JSON text (JSON Schema).
+Encoding = Literal["avro", "json"]
 
 
 @dataclass(frozen=True)
@@ -45,9 +49,19 @@ class DecodedBatch:
     unknown: tuple[int, ...]
 
 
+def read_schema(text: str, encoding: Encoding) -> Record:
+    """A registry's schema text as a record: Avro's JSON, or a JSON Schema; SchemaChangeError out of scope."""
+    return parse(text) if encoding == "avro" else parse_json_schema(text)
+
+
 def decode_batch(df: DataFrame, client: RegistryClient, reader: Record, policy: Policy,
-                 column: str = "value") -> DecodedBatch:
-    """Decode ``df``'s ``column`` (Confluent-framed Avro) onto ``reader`` by ``policy`` (see the module)."""
+                 column: str = "value", encoding: Encoding = "avro") -> DecodedBatch:
+    """Decode ``df``'s ``column`` (Confluent-framed ``encoding``) onto ``reader`` by ``policy`` (the module).
+
+    ``avro``: each body read by its writer schema (:func:`decode`); ``json``: each body, JSON text, read by
+    name onto the reader (:func:`decode_json`), the writers' JSON Schemas read as records
+    (:func:`parse_json_schema`) for the policy and their defaults.
+    """
     from pyspark.sql import functions as F
 
     ids = tuple(sorted(int(r[0]) for r in df.select(schema_id(F.col(column))).distinct().collect()
@@ -60,9 +74,10 @@ def decode_batch(df: DataFrame, client: RegistryClient, reader: Record, policy: 
         except SchemaNotFoundError:
             unknown.append(sid)
     final = reader
+    records: dict[int, Record] = {}
     for sid, writer_json in writers.items():
-        writer = parse(writer_json)
         try:
+            writer = records[sid] = read_schema(writer_json, encoding)
             if policy == "pin":
                 resolve(reader, writer)
             elif policy == "evolve":
@@ -72,7 +87,10 @@ def decode_batch(df: DataFrame, client: RegistryClient, reader: Record, policy: 
         except SchemaChangeError as exc:
             msg = f"writer schema id {sid}: {exc}"
             raise SchemaChangeError(msg) from exc
-    out = decode(df, writers, final, column)
+    if encoding == "avro":
+        out = decode(df, writers, final, column)
+    else:
+        out = decode_json(df, records, final, column)
     bad = out.where(undecodable(out, column)).drop(DECODED)
     good = columns(out.where(~undecodable(out, column)), final)
     return DecodedBatch(good, bad, final, out, ids, tuple(unknown))

@@ -28,16 +28,18 @@ class RawFormat(_Frozen):
 
 
 class AvroFormat(_Frozen):
-    """``avro``: each value decoded by its own writer schema's id before the transform (docs/guides/avro.md).
+    """``avro`` or ``json``: each value decoded by its own writer schema's id before the transform.
 
-    The values are in the Confluent wire format; their writer schemas come from the source's
-    ``schema_registry``; each record lands in the job's reader schema: the transform's ``{source}`` has the
-    Kafka columns without ``value`` and one column per field of the reader.
+    The values are in the Confluent wire format (docs/guides/avro.md); their writer schemas (Avro, or JSON
+    Schema for ``json``) come from the source's ``schema_registry``; each record lands in the job's reader
+    schema: the transform's ``{source}`` has the Kafka columns without ``value`` and one column per field
+    of the reader. One class for both: they differ only in how a body is read.
     """
 
-    value: Literal["avro"] = Field(description=(
-        "`avro`: Confluent-framed Avro by schema id (the source needs a `schema_registry`). Protobuf and "
-        "JSON Schema are not supported yet."))
+    value: Literal["avro", "json"] = Field(description=(
+        "`avro`: Confluent-framed Avro by schema id; `json`: Confluent-framed JSON text whose schema id "
+        "names a JSON Schema (an object of string, integer, number and boolean properties). The source "
+        "needs a `schema_registry`. Protobuf is not supported yet."))
     subject: str | None = Field(default=None, min_length=1, max_length=255, description=(
         "The registry subject of the reader schema; unset: `<topic>-value` of the source's only topic."))
     reader_version: int | None = Field(default=None, gt=0, description=(
@@ -61,11 +63,12 @@ class AvroFormat(_Frozen):
         return value
 
 
-#: How a job decodes its records: ``raw`` or ``avro``, told by ``value`` (the schema says which keys go
-#: with which, so a body the schema accepts is one the daemon accepts).
+#: How a job decodes its records: ``raw``, or by schema id (``avro``, ``json``), told by ``value`` (the
+#: schema says which keys go with which, so a body the schema accepts is one the daemon accepts).
 FormatSpec = Annotated[
-    Annotated[RawFormat, Tag("raw")] | Annotated[AvroFormat, Tag("avro")],
-    Discriminator(lambda v: (v.get("value", "raw") if isinstance(v, dict) else getattr(v, "value", "raw"))),
+    Annotated[RawFormat, Tag("raw")] | Annotated[AvroFormat, Tag("registry")],
+    Discriminator(lambda v: "raw" if (v.get("value", "raw") if isinstance(v, dict)
+                                      else getattr(v, "value", "raw")) == "raw" else "registry"),
 ]
 
 
@@ -250,9 +253,9 @@ def check_job_fits_source(job: JobSpec, source: SourceConfig) -> None:
             msg = f'job "{job.name}": format decodes Kafka records, not rows of delta source {source.name}'
             raise ValueError(msg)
         return
-    if job.format.value == "avro":
+    if job.format.value != "raw":
         if source.schema_registry is None:
-            msg = (f'job "{job.name}": format.value = "avro" needs a schema_registry on source '
+            msg = (f'job "{job.name}": format.value = "{job.format.value}" needs a schema_registry on source '
                    f'"{source.name}" (sources[].schema_registry, set by the daemon\'s operator)')
             raise ValueError(msg)
         if isinstance(job.format, AvroFormat) and job.format.subject is None and len(source.topics) != 1:
@@ -260,7 +263,8 @@ def check_job_fits_source(job: JobSpec, source: SourceConfig) -> None:
                    "one topic (its reader schema's subject)")
             raise ValueError(msg)
         if job.writer != "delta-rs":
-            msg = f'job "{job.name}": the table of an avro job is written by delta-rs (it grows its columns)'
+            msg = (f'job "{job.name}": the table of a {job.format.value} job is written by delta-rs (it '
+                   "grows its columns)")
             raise ValueError(msg)
     if job.history_source == "archive" and not source.archives:
         msg = (f'job "{job.name}": history_source = "archive" but source "{source.name}" has no archive '

@@ -1,9 +1,9 @@
 """A job's records decoded by their writer schema before its transform (``jobs[].format``, issue 48).
 
-:class:`JobDecoding` is what a job with ``format.value = "avro"`` holds beside its sink: a client of its
-source's Schema Registry and the job's **reader** schema. The reader is the one the job's table last
-committed (the table property :data:`READER_PROPERTY`, set in the same commit as the columns it gives),
-else the subject's version the job names, else its latest when the table is first made.
+:class:`JobDecoding` is what a job with ``format.value = "avro"`` (or ``"json"``) holds beside its sink: a
+client of its source's Schema Registry and the job's **reader** schema. The reader is the one the job's
+table last committed (the table property :data:`READER_PROPERTY`, set in the same commit as the columns it
+gives), else the subject's version the job names, else its latest when the table is first made.
 
 Each batch of Kafka rows (live, history, or both) goes through :meth:`JobDecoding.decode`: the writer ids
 it holds, their schemas (each fetched once), the job's policy over them
@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from connectors.schema_registry.decode import SCHEMA_ID, columns, decode, undecodable
-from connectors.schema_registry.stage import DecodedBatch, decode_batch
+from connectors.schema_registry.decode_json import decode_json
+from connectors.schema_registry.stage import DecodedBatch, Encoding, decode_batch, read_schema
 from source_backfill import metrics
 from source_backfill.config import DEAD_LETTER_SUFFIX, AvroFormat
 from source_backfill.core.schema_evolution import Record, parse
@@ -54,7 +55,8 @@ logger = logging.getLogger(__name__)
 #: What the error of a failing decoding pass starts with (:func:`decode_failure` finds it in Spark's).
 DECODE_FAILURE = "[source-backfill decode]"
 DECODE_FAILURE_END = "[end]"
-#: The table property holding the job's reader schema (Avro JSON), committed with the columns it gives.
+#: The table property holding the job's reader schema (as Avro's JSON, whatever the job's encoding: a
+#: record of columns), committed with the columns it gives.
 READER_PROPERTY = "sourceBackfill.format.reader"
 #: The Kafka columns a decoded batch keeps (``value`` is replaced by the reader's fields).
 KAFKA_COLUMNS = ("key", "topic", "partition", "offset", "timestamp", "timestampType")
@@ -98,6 +100,7 @@ class JobDecoding:
             msg = f'job "{spec.name}" decodes nothing (format.value = "{fmt.value}")'
             raise ConfigError(msg)
         self.policy = fmt.evolution
+        self.encoding: Encoding = fmt.value
         self.dead_letter = fmt.on_decode_error == "dead_letter"
 
     @classmethod
@@ -107,7 +110,7 @@ class JobDecoding:
         if not isinstance(fmt, AvroFormat):
             return None
         if source.schema_registry is None:  # the config's check_job_fits_source says so first
-            msg = f'job "{spec.name}": format.value = "avro" needs sources[].schema_registry'
+            msg = f'job "{spec.name}": format.value = "{fmt.value}" needs sources[].schema_registry'
             raise ConfigError(msg)
         client = registry_client(source.schema_registry)
         try:
@@ -118,7 +121,7 @@ class JobDecoding:
                 subject = fmt.subject or f"{source.topics[0]}-value"
                 version = (client.latest(subject) if fmt.reader_version is None
                            else client.version(subject, fmt.reader_version))
-                reader = parse(version.schema)
+                reader = read_schema(version.schema, fmt.value)
                 logger.info('job reader schema job="%s" subject="%s" version=%d id=%d', spec.name, subject,
                             version.version, version.id)
             _check_names(spec.name, reader)
@@ -139,8 +142,9 @@ class JobDecoding:
         """No rows, in the columns a decoded batch has under ``reader``: what the transform reads."""
         from connectors.kafka.ranges import kafka_schema
 
-        empty = spark.createDataFrame([], kafka_schema())
-        return columns(decode(empty, {}, reader or self.reader), reader or self.reader)
+        empty, reader = spark.createDataFrame([], kafka_schema()), reader or self.reader
+        rows = decode(empty, {}, reader) if self.encoding == "avro" else decode_json(empty, {}, reader)
+        return columns(rows, reader)
 
     def decode(self, df: DataFrame, sink: DeltaEpochSink, output: Any,
                dead_letters: DeadLetters | None) -> DataFrame:
@@ -151,7 +155,7 @@ class JobDecoding:
         ``on_decode_error = "fail"``, for records that do not decode.
         """
         try:
-            batch = decode_batch(df, self.client, self.reader, self.policy)
+            batch = decode_batch(df, self.client, self.reader, self.policy, encoding=self.encoding)
         except SchemaChangeError as exc:
             msg = f'job "{self.spec.name}": {exc} (format.evolution = "{self.policy}")'
             raise DecodeFailedError(msg) from None

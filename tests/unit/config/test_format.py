@@ -31,11 +31,22 @@ def test_raw_is_the_default_and_avro_decodes_by_the_sources_registry():
         "pin", "dead_letter", 3)
 
 
+def test_json_decodes_by_the_sources_registry_as_avro_does_and_other_encodings_are_refused():
+    spec = job(value="json", evolution="fail", subject="orders-value")
+    check_job_fits_source(spec, source())
+    assert (spec.format.value, spec.format.evolution, spec.format.subject) == ("json", "fail", "orders-value")
+    with pytest.raises(ValueError, match="needs a schema_registry"):
+        check_job_fits_source(job(value="json"), SourceConfig(name="s", topics=["t"]))
+    for other in ("protobuf", "JSON", "", None, 1):
+        with pytest.raises(ValidationError, match="format"):
+            job(value=other)
+
+
 @pytest.mark.parametrize(("fmt", "needle"), [
     ({"value": "avro", "registry": {"url": "http://evil"}}, "registry"),  # a job names no registry
     ({"value": "avro", "password_file": "/etc/shadow"}, "password_file"),
     ({"value": "protobuf"}, "value"),
-    ({"value": "json"}, "value"),
+    ({"value": "json", "evolution": "guess"}, "evolution"),
     ({"value": "avro", "evolution": "guess"}, "evolution"),
     ({"value": "avro", "on_decode_error": "skip"}, "on_decode_error"),
     ({"value": "avro", "reader_version": 0}, "reader_version"),

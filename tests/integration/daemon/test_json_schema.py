@@ -1,0 +1,150 @@
+"""JSON Schema jobs against the real Schema Registry (``format.value = "json"``): a history spanning
+versions, a live producer moving on, undecodable records as dead letters, exactly once.
+
+Records are Confluent-framed JSON text (magic byte 0, the id the registry gave the version's JSON Schema,
+the record), produced here; every row of a job's table is checked against the record it came from as the
+rules say (an absent field: its writer's default, else the reader's), and its offsets against the Kafka
+log offset by offset. Slow (``make test-slow``): they need the registry, which ``make test`` does not
+build or start.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any
+
+import httpx
+import pytest
+from deltalake import DeltaTable
+
+from source_backfill.config import DEAD_LETTER_SUFFIX
+from source_backfill.core.json_schema import parse_json_schema
+from source_backfill.core.schema_evolution import Record
+from source_backfill.executors.decoding import READER_PROPERTY
+from source_backfill.verify.log_check import compare, log_offsets, table_offsets
+from tests.integration.daemon.conftest import finished, job_spec, wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+_ID, _QTY, _SKU = {"type": "integer"}, {"type": "integer"}, {"type": "string"}
+#: v1 ⊂ v2 ⊂ v3: each adds an optional property (v3's with a default), as BACKWARD allows of a closed
+#: content model (``additionalProperties: false``; added to an open one, a property is incompatible)
+DOCS = {
+    1: {"type": "object", "title": "Order", "required": ["id", "qty", "sku"], "additionalProperties": False,
+        "properties": {"id": _ID, "qty": _QTY, "sku": _SKU}},
+    2: {"type": "object", "title": "Order", "required": ["id", "qty", "sku"], "additionalProperties": False,
+        "properties": {"id": _ID, "qty": _QTY, "sku": _SKU, "note": {"type": ["string", "null"]}}},
+    3: {"type": "object", "title": "Order", "required": ["id", "qty", "sku"], "additionalProperties": False,
+        "properties": {"id": _ID, "qty": _QTY, "sku": _SKU, "note": {"type": ["string", "null"]},
+                       "channel": {"type": "string", "default": "web"}}},
+}
+VERSIONS = {v: parse_json_schema(d) for v, d in DOCS.items()}
+
+
+class JsonTopic:
+    """A topic of Confluent-framed JSON records, each remembered by its ``id`` property."""
+
+    def __init__(self, bootstrap: str, topic: str, registry: str) -> None:
+        from confluent_kafka import Producer
+
+        self.topic, self.registry, self.subject = topic, registry, f"{topic}-value"
+        self._producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        self.ids: dict[int, int] = {}
+        self.sent: dict[int, tuple[int, dict[str, Any]]] = {}
+        self.next = 0
+
+    def version(self, v: int) -> int:
+        if v not in self.ids:
+            r = httpx.post(f"{self.registry}/subjects/{self.subject}/versions", timeout=30,
+                           json={"schema": json.dumps(DOCS[v]), "schemaType": "JSON"})
+            r.raise_for_status()
+            self.ids[v] = int(r.json()["id"])
+        return self.ids[v]
+
+    def send(self, v: int, count: int, *, corrupt_every: int = 0) -> None:
+        sid = self.version(v)
+        for _ in range(count):
+            i, self.next = self.next, self.next + 1
+            rec: dict[str, Any] = {"id": i, "qty": i % 7, "sku": f"sku-{i}"}
+            if v >= 2 and i % 2:
+                rec["note"] = f"note {i}"  # else absent: null
+            if v >= 3 and i % 3:
+                rec["channel"] = "app"  # else absent: v3's default, web
+            value = b"\x00" + struct.pack(">I", sid) + json.dumps(rec).encode()
+            if corrupt_every and i % corrupt_every == corrupt_every - 1:
+                value = value[:-3]  # the text cut short: not JSON
+            else:
+                self.sent[i] = (v, rec)
+            self._producer.produce(self.topic, key=str(i).encode(), value=value, partition=i % 2)
+        assert self._producer.flush(30) == 0
+
+    def close(self) -> None:
+        self._producer.flush(5)
+
+
+@pytest.fixture
+def json_topic(new_topic, kafka_bootstrap, schema_registry):
+    made: list[JsonTopic] = []
+
+    def make() -> JsonTopic:
+        made.append(JsonTopic(kafka_bootstrap, new_topic(2), schema_registry))
+        return made[-1]
+
+    yield make
+    for t in made:
+        t.close()
+
+
+def expected(reader: Record, v: int, rec: dict[str, Any]) -> dict[str, Any]:
+    """The row of ``rec`` (written as version ``v``): a field absent takes its writer's default, else the
+    reader's."""
+    out = {}
+    for f in reader.fields:
+        w = VERSIONS[v].get(f.name)
+        default = w.default if w is not None and w.has_default and w.default is not None else \
+            (f.default if f.has_default else None)
+        out[f.name] = rec.get(f.name, default)
+    return out
+
+
+def test_history_over_two_versions_then_a_live_third_evolves_the_table_exactly_once(
+    daemon_factory, json_topic, kafka_bootstrap, tmp_path
+):
+    topic = json_topic()
+    topic.send(1, 300)
+    topic.send(2, 300)
+    topic.send(1, 20, corrupt_every=10)  # two texts cut short
+    jobs = [job_spec("evolving", tmp_path, format={"value": "json", "on_decode_error": "dead_letter"},
+                     max_rows_per_epoch=200)]
+    d = daemon_factory([topic.topic], jobs, schema_registry={"url": topic.registry})
+    wait_for(lambda: finished(d, "evolving"), what="the json job finished its history")
+    topic.send(3, 200)  # the live producer moves to v3: a property with a default added
+    main, dead = tmp_path / "evolving", tmp_path / f"evolving{DEAD_LETTER_SUFFIX}"
+
+    def both() -> Any:
+        held: dict[str, list[int]] = {}
+        for path in (main, dead):
+            for split, offsets in table_offsets(str(path)).items():
+                held.setdefault(split, []).extend(offsets)
+        report = compare(log_offsets(kafka_bootstrap, [topic.topic]), held)
+        return report if report.ok else None
+
+    wait_for(both, timeout=180, interval=1.0, what="every offset in exactly one of the two tables")
+    table = DeltaTable(str(main))
+    from source_backfill.core.schema_evolution import parse
+
+    reader = parse(table.metadata().configuration[READER_PROPERTY])
+    assert [(f.name, f.type) for f in reader.fields] == [
+        ("id", "long"), ("qty", "long"), ("sku", "string"), ("note", "string"), ("channel", "string")]
+    rows = table.to_pyarrow_table().to_pylist()
+    got = {r["id"]: r for r in rows}
+    assert len(got) == len(rows) == len(topic.sent)
+    for i, (v, rec) in topic.sent.items():
+        want = expected(reader, v, rec)
+        assert {k: got[i][k] for k in want} == want, (i, v)
+    # the column came with the first rows that hold it
+    assert any(got[i]["channel"] == "web" for i, (v, _) in topic.sent.items() if v == 3)
+    assert all(got[i]["channel"] is None for i, (v, _) in topic.sent.items() if v < 3)
+    letters = DeltaTable(str(dead)).to_pyarrow_table().to_pylist()
+    assert len(letters) == 2 and all(r["value"] is not None for r in letters)
