@@ -343,3 +343,55 @@ def test_a_broker_quota_slows_history_and_live_reads_never_fails_them_and_ends_e
     _no_errors(d, "throttled", errors_before)
     exactly_once(table, cluster.bootstrap, [topic])
 
+
+def test_partitions_reassigned_to_other_brokers_mid_backfill_end_exactly_once_with_live_after(
+    cluster, daemon_on, tmp_path
+):
+    """A topic of replication 2 on nodes A and B; while a rate-limited job copies its history, under a
+    live producer (``acks=all``), both partitions move to other nodes (``alterPartitionReassignments``),
+    each losing its leader's replica: the job reads on from the new leaders, copies what was written
+    after the move, and ends exactly once, offset by offset."""
+    from source_backfill import metrics
+    from tests.integration.daemon.conftest import metric_total
+
+    a, b, c = sorted(cluster.nodes)
+    topic = f"reassign-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, [[a, b], [b, a]])
+    errors_before = metric_total(metrics.SOURCE_ERRORS)
+    table = tmp_path / "moved"
+    p = _producer(cluster, topic)
+    p.send(30_000, 2)
+    p.stream(2, per_second=50)
+    try:
+        # 200 rows/s: the history outlasts the move by minutes, whatever the machine's load
+        d = daemon_on(topic, [{"name": "moved", "source": "src", "sink_path": str(table), "rate_limit": 200}])
+        wait_for(lambda: (pr := d.registry.progress("moved")) is not None and pr.rows_history >= 1_000,
+                 timeout=180, what="the backfill under way")
+        before = {q: cluster.leader(topic, q) for q in (0, 1)}
+        # each partition to C (which had none of the topic) and its follower: its leader's replica goes
+        target = {q: [c, *({a, b} - {before[q]})] for q in (0, 1)}
+        at_start, t0 = d.registry.progress("moved").rows_history, time.monotonic()
+        cluster.reassign(topic, target)
+        leaders = cluster.wait_reassigned(topic, target)
+        for q in (0, 1):
+            assert leaders[q] in target[q] and leaders[q] != before[q]
+            assert before[q] not in cluster.replicas(topic, q)
+        assert not finished(d, "moved")  # the move completed mid-backfill
+        copied = d.registry.progress("moved").rows_history
+        moved_at = _log_ends(cluster, topic, 2)
+        print(f"leaders {before} -> {leaders} in {time.monotonic() - t0:.1f} s; history rows copied "
+              f"{at_start} at the move's start, {copied} at its end; log ends then {moved_at}")
+        # history read from the new leaders, and live records written to them
+        wait_for(lambda: d.registry.progress("moved").rows_history >= copied + 1_000, timeout=180,
+                 what="history copied after the move")
+        wait_for(lambda: all(e >= moved_at[q] + 100 for q, e in _log_ends(cluster, topic, 2).items()),
+                 timeout=120, what="live records written after the move")
+        d.registry.throttle("moved", None)  # the rest need not crawl
+        wait_for(lambda: finished(d, "moved"), timeout=300, what="the backfill finished")
+        wait_for(lambda: all(_table_ends(table).get(q, -1) >= moved_at[q] + 99 for q in (0, 1)), timeout=120,
+                 what="the live records written after the move copied")
+    finally:
+        p.stop()
+    exactly_once(table, cluster.bootstrap, [topic])
+    _no_errors(d, "moved", errors_before)
+    wait_for(lambda: d.health()["status"] == "ok", timeout=60, what="/health ok: every replica in sync")
