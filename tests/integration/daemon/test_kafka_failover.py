@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.daemon.conftest import INTERVAL_S, Producer, exactly_once, finished, wait_for
+from tests.integration.daemon.conftest import INTERVAL_S, Producer, exactly_once, finished, job_of, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -45,8 +45,8 @@ def topic(cluster) -> str:
 def daemon_on(daemon_factory, cluster):
     """``daemon_on(topic, jobs)``: the suite's in-process daemon (``daemon_factory``) on the cluster."""
 
-    def make(topic: str, jobs: list[dict[str, Any]]) -> Any:
-        return daemon_factory([topic], jobs, bootstrap_servers=cluster.bootstrap)
+    def make(topic: str, jobs: list[dict[str, Any]], **source: Any) -> Any:
+        return daemon_factory([topic], jobs, bootstrap_servers=cluster.bootstrap, **source)
 
     return make
 
@@ -228,14 +228,14 @@ BATCH = 128 * 1024
 
 
 def _send_bytes(cluster, topic: str, partition: int, tag: str, total: int = READ_BYTES,
-                batch: int = BATCH) -> int:
+                batch: int = BATCH, linger_ms: int = 20) -> int:
     """Write ``total`` bytes of ``VALUE``-byte records to ``partition`` (acks=all) in record batches of at
     most ``batch`` bytes; their count."""
     from confluent_kafka import Producer as KafkaProducer
 
     count = -(-total // VALUE)
     failed: list[str] = []
-    producer = KafkaProducer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 20,
+    producer = KafkaProducer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": linger_ms,
                               "batch.size": batch, "enable.idempotence": True, "log_level": 0})
     value = bytes(range(256)) * (VALUE // 256)
     for i in range(count):
@@ -341,6 +341,56 @@ def test_a_broker_quota_slows_history_and_live_reads_never_fails_them_and_ends_e
         cluster.set_client_quota({"consumer_byte_rate": None})
     print(f"throttled clients (node, client id): peak throttle-time ms: {throttled}")
     _no_errors(d, "throttled", errors_before)
+    exactly_once(table, cluster.bootstrap, [topic])
+
+
+def test_a_record_batch_over_the_quota_window_holds_the_history_read_skips_nothing_until_the_quota_allows_it(
+    cluster, daemon_on, tmp_path
+):
+    """Kafka answers a fetch that would put a client over its quota empty, after the throttle (it takes the
+    bytes back), and a fetch carries at least one whole record batch: a batch larger than the quota's
+    window (10 s x ``consumer_byte_rate``) never reaches that client. The daemon's history read of it
+    times out at the source's ``poll_timeout_s`` and is retried with backoff: the job is not failed and
+    copies nothing past the batch (its partition waits for it), the source's other jobs copy the live
+    records meanwhile; once the quota is raised over the batch's size / 10 s the job ends exactly once."""
+    from source_backfill import metrics
+    from tests.integration.daemon.conftest import metric_total
+
+    topic = f"quota-batch-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, [[1, 2, 3]])
+    # one record batch of ~930 KB (under librdkafka's batch.size and the broker's max.message.bytes,
+    # Kafka's defaults): more than the 640 KiB a client of QUOTA may fetch in the window
+    n = _send_bytes(cluster, topic, 0, "big-", total=900 * VALUE, batch=1_000_000, linger_ms=5_000)
+    errors_before = metric_total(metrics.SOURCE_ERRORS, job="held")
+    table = tmp_path / "held"
+    cluster.set_client_quota({"consumer_byte_rate": QUOTA})
+    try:
+        # a 10 s stall deadline (60 s by default) for a short test; "beside" copies live records only
+        d = daemon_on(topic, [{"name": "held", "source": "src", "sink_path": str(table)},
+                              {"name": "beside", "source": "src", "sink_path": str(tmp_path / "beside"),
+                               "start": {"kind": "latest"}}], poll_timeout_s=10)
+        wait_for(lambda: metric_total(metrics.SOURCE_ERRORS, job="held") >= errors_before + 2, timeout=180,
+                 what="the history read timed out, and again once retried")
+        progress = d.registry.progress("held")
+        # Spark's consumer: "Cannot fetch record for offset 0 in 10000 milliseconds", or its offset lookup
+        # on the muted connection: "Timeout of 3333ms expired before the position ... could be determined"
+        assert "TimeoutException" in (progress.last_error or ""), progress.last_error
+        assert d.registry.get("held").error is None  # retried, not failed
+        assert not finished(d, "held") and progress.rows_history == 0  # nothing skipped
+        # the live stream goes on: small batches after the big one are copied by the job beside
+        wait_for(lambda: job_of(d, "beside") is not None and job_of(d, "beside").states is not None,
+                 what="the job beside attached")
+        _send_bytes(cluster, topic, 0, "live-", total=20 * VALUE, batch=4 * VALUE)
+        wait_for(lambda: _table_ends(tmp_path / "beside").get(0, -1) == n + 19, timeout=120,
+                 what="the live records copied by the job beside")
+        assert d.registry.progress("held").rows_history == 0 and not finished(d, "held")
+        assert _table_ends(table).get(0, -1) == -1  # nothing past the held batch
+        # a quota whose window holds the batch: the read gets it
+        cluster.set_client_quota({"consumer_byte_rate": 2 * QUOTA})
+        wait_for(lambda: finished(d, "held"), timeout=180, what="the backfill finished")
+    finally:
+        cluster.set_client_quota({"consumer_byte_rate": None})
+    assert d.registry.get("held").error is None and d.registry.get("beside").error is None
     exactly_once(table, cluster.bootstrap, [topic])
 
 
