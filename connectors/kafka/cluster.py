@@ -383,7 +383,13 @@ class EmbeddedCluster:
             operation_timeout=30)
         futures[name].result(60)
         deadline = time.monotonic() + self._timeout
-        while any(self.leader(name, p) not in nodes for p, nodes in enumerate(replicas)):
+
+        def led() -> bool:  # the metadata may not list the new topic's partitions yet
+            found = admin.list_topics(name, timeout=10).topics.get(name)
+            parts = found.partitions if found is not None else {}
+            return all(p in parts and parts[p].leader in nodes for p, nodes in enumerate(replicas))
+
+        while not led():
             if time.monotonic() > deadline:
                 msg = f"topic {name}: no leader among its replicas {replicas} within {self._timeout:g} s"
                 raise BrokerUnavailableError(msg)
