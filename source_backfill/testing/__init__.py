@@ -355,7 +355,10 @@ def kafka_cluster_of(nodes: int = 3) -> Iterator[EmbeddedCluster]:
     ``.bootstrap`` for clients and sources; ``kill(node)``, ``restart(node)``, ``leader(topic,
     partition)`` and ``in_sync(topic, partition)`` for failover tests (the controllers elect a new leader
     after the broker session timeout, 3 s here; Kafka's default is 9 s). Topics: create them with that
-    replication factor.
+    replication factor, or on chosen nodes with ``create_topic(name, [[1, 2], [2, 1]])``. Quotas and
+    moves (Kafka's Java admin, needs a JDK): ``set_client_quota({"consumer_byte_rate": ...})``,
+    ``reassign(topic, {partition: [nodes]})`` then ``wait_reassigned``, and ``watch_fetch_throttle()``
+    for which clients the brokers throttled (:mod:`connectors.kafka.cluster`).
     """
     from connectors.kafka.cluster import EmbeddedCluster
 
