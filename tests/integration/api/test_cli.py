@@ -9,6 +9,7 @@ import threading
 import time
 import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -177,12 +178,24 @@ def test_status_bars(run, live_api) -> None:
     assert code == 0 and "p  backfilling" in out and "q  pending" in out
 
 
-def test_status_watch_until_finished(run, live_api) -> None:
+def test_status_watch_until_finished(run, live_api, monkeypatch) -> None:
     run("jobs", "create", "w", "--source", "events", "--sink", "/t/w")
     live_api.registry.publish_progress("w", _progress())
+    # the job finishes once the watch has read it unfinished (a condition, not a margin: a busy machine
+    # may poll later than any sleep)
+    read_unfinished = threading.Event()
+    progress = live_api.registry.progress
+
+    def progress_seen(name: str) -> Any:
+        out = progress(name)
+        if name == "w" and out is not None and not read_unfinished.is_set():
+            read_unfinished.set()
+        return out
+
+    monkeypatch.setattr(live_api.registry, "progress", progress_seen)
 
     def finish_later() -> None:
-        time.sleep(0.4)
+        assert read_unfinished.wait(30)
         live_api.registry.publish_progress("w", _progress(finished=True))
 
     t = threading.Thread(target=finish_later)
@@ -190,7 +203,7 @@ def test_status_watch_until_finished(run, live_api) -> None:
     started = time.monotonic()
     code, out, _ = run("status", "w", "--watch", "0.1", "--until-finished")
     t.join()
-    assert code == 0 and time.monotonic() - started < 10
+    assert code == 0 and time.monotonic() - started < 60
     frames = [f for f in out.split("\n\n") if f.strip()]
     assert len(frames) >= 2
     assert "52.0%  5200/10000  backfilling" in frames[0]
