@@ -342,8 +342,9 @@ def read_range(
             if not done and time.monotonic() - last_progress > poll_timeout_s:
                 msg = (
                     f"Kafka split {rng.split_id} stalled at offset {pos} before end {rng.end} for "
-                    f"{poll_timeout_s:.0f}s (broker {bootstrap} unreachable, or the end is past the "
-                    f"high watermark / last stable offset)"
+                    f"{poll_timeout_s:.0f}s (broker {bootstrap} unreachable; or a broker quota on this "
+                    f"client whose 10 s window is smaller than a record batch; or the end is past the high "
+                    f"watermark / last stable offset)"
                 )
                 raise KafkaConnectorError(msg)
     finally:
