@@ -195,6 +195,20 @@ def exactly_once(table: Path, bootstrap: str, topics: list[str], **kw: Any) -> A
     return report
 
 
+def both_tables(main: Path, dead: Path, bootstrap: str, topic: str) -> Any:
+    """The log against a job's table and its dead-letter table together: each offset in exactly one.
+
+    A table not made yet holds nothing (a job with no dead letter yet)."""
+    from source_backfill.verify.log_check import compare, log_offsets, table_offsets
+
+    held: dict[str, list[int]] = {}
+    for path in (main, dead):
+        if (path / "_delta_log").exists():
+            for split, offsets in table_offsets(str(path)).items():
+                held.setdefault(split, []).extend(offsets)
+    return compare(log_offsets(bootstrap, [topic]), held)
+
+
 def table_daemon_config(tmp_path: Path, port: int, extra: str = "") -> Path:
     """``config.toml`` of a daemon process with one delta source ``tbl`` over ``tmp_path / "src"``.
 

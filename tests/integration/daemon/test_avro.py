@@ -19,10 +19,9 @@ from deltalake import DeltaTable
 from source_backfill.config import DEAD_LETTER_SUFFIX
 from source_backfill.core.schema_evolution import parse, resolve
 from source_backfill.executors.decoding import READER_PROPERTY
-from source_backfill.verify.log_check import compare, log_offsets, table_offsets
 from tests.fixtures.avro import INCOMPATIBLE, KAFKA_COLUMNS, VERSIONS, AvroTopic, framed, register
 from tests.fixtures.proxy import FaultyProxy
-from tests.integration.daemon.conftest import exactly_once, finished, job_spec, wait_for
+from tests.integration.daemon.conftest import both_tables, exactly_once, finished, job_spec, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -115,13 +114,7 @@ def test_undecodable_records_go_to_the_dead_letter_table_each_offset_in_exactly_
     main, dead = tmp_path / "dl", tmp_path / f"dl{DEAD_LETTER_SUFFIX}"
 
     def both() -> Any:
-        if not (dead / "_delta_log").exists():
-            return None
-        held: dict[str, list[int]] = {}
-        for path in (main, dead):
-            for split, offsets in table_offsets(str(path)).items():
-                held.setdefault(split, []).extend(offsets)
-        report = compare(log_offsets(kafka_bootstrap, [topic.topic]), held)
+        report = both_tables(main, dead, kafka_bootstrap, topic.topic)
         return report if report.ok else None
 
     wait_for(both, timeout=120, interval=1.0, what="every offset in exactly one of the two tables")

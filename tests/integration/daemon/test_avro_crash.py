@@ -19,8 +19,7 @@ import pytest
 
 from source_backfill.config import DEAD_LETTER_SUFFIX
 from source_backfill.testing.process import DaemonProcess, free_port
-from source_backfill.verify.log_check import compare, log_offsets, table_offsets
-from tests.integration.daemon.conftest import wait_for
+from tests.integration.daemon.conftest import both_tables, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -28,15 +27,6 @@ HISTORY = 20_000
 #: History rows/s: 20k take ~20 s of daemon uptime, spread over the cycles.
 RATE = 1_000
 CYCLES = 4
-
-
-def both_tables(main, dead, bootstrap: str, topic: str):
-    held: dict[str, list[int]] = {}
-    for path in (main, dead):
-        if (path / "_delta_log").exists():
-            for split, offsets in table_offsets(str(path)).items():
-                held.setdefault(split, []).extend(offsets)
-    return compare(log_offsets(bootstrap, [topic]), held)
 
 
 def test_dead_letters_and_rows_exactly_once_through_kills(avro_topic, kafka_bootstrap, tmp_path):

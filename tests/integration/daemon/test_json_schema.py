@@ -22,8 +22,7 @@ from source_backfill.config import DEAD_LETTER_SUFFIX
 from source_backfill.core.json_schema import parse_json_schema
 from source_backfill.core.schema_evolution import Record
 from source_backfill.executors.decoding import READER_PROPERTY
-from source_backfill.verify.log_check import compare, log_offsets, table_offsets
-from tests.integration.daemon.conftest import finished, job_spec, wait_for
+from tests.integration.daemon.conftest import both_tables, finished, job_spec, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -123,11 +122,7 @@ def test_history_over_two_versions_then_a_live_third_evolves_the_table_exactly_o
     main, dead = tmp_path / "evolving", tmp_path / f"evolving{DEAD_LETTER_SUFFIX}"
 
     def both() -> Any:
-        held: dict[str, list[int]] = {}
-        for path in (main, dead):
-            for split, offsets in table_offsets(str(path)).items():
-                held.setdefault(split, []).extend(offsets)
-        report = compare(log_offsets(kafka_bootstrap, [topic.topic]), held)
+        report = both_tables(main, dead, kafka_bootstrap, topic.topic)
         return report if report.ok else None
 
     wait_for(both, timeout=180, interval=1.0, what="every offset in exactly one of the two tables")
