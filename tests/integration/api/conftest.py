@@ -47,5 +47,25 @@ def live_api(tmp_path: Path) -> Iterator[LiveApi]:
         registry.close()
 
 
+@pytest.fixture
+def cli_against(capsys, monkeypatch):
+    """``cli_against(url)`` -> ``run(*argv)`` -> (exit code, stdout, stderr): the CLI in-process against
+    the server at ``url``, the token from the environment."""
+    from source_backfill import cli
+
+    def against(url: str):
+        monkeypatch.setenv(cli.ENV_API, url)
+        monkeypatch.setenv(cli.ENV_TOKEN, TOKEN)
+
+        def invoke(*argv: str) -> tuple[int, str, str]:
+            code = cli.main(list(argv))
+            captured = capsys.readouterr()
+            return code, captured.out, captured.err
+
+        return invoke
+
+    return against
+
+
 def job_body(name: str = "j", source: str = "events", **kw) -> dict:
     return {"name": name, "source": source, "sink_path": f"/tables/{name}", **kw}

@@ -21,17 +21,9 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture
-def run(live_api, capsys, monkeypatch):
+def run(live_api, cli_against):
     """``run(*argv)`` -> (exit code, stdout, stderr) against the live server, with the token from the env."""
-    monkeypatch.setenv(cli.ENV_API, live_api.url)
-    monkeypatch.setenv(cli.ENV_TOKEN, TOKEN)
-
-    def invoke(*argv: str) -> tuple[int, str, str]:
-        code = cli.main(list(argv))
-        captured = capsys.readouterr()
-        return code, captured.out, captured.err
-
-    return invoke
+    return cli_against(live_api.url)
 
 
 def _progress(finished: bool = False) -> JobProgress:

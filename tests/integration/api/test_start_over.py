@@ -18,7 +18,6 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from source_backfill import cli
 from source_backfill.api.app import create_app
 from source_backfill.api.server import ApiServer
 from source_backfill.config import JobSpec, NamespaceConfig, SourceConfig
@@ -203,16 +202,8 @@ def test_without_sources_the_reset_answers_503(tmp_path):
 
 # -- the CLI -----------------------------------------------------------------------------------------------
 @pytest.fixture
-def run(served, capsys, monkeypatch):
-    monkeypatch.setenv(cli.ENV_API, served.server.url)
-    monkeypatch.setenv(cli.ENV_TOKEN, TOKEN)
-
-    def invoke(*argv: str) -> tuple[int, str, str]:
-        code = cli.main(list(argv))
-        captured = capsys.readouterr()
-        return code, captured.out, captured.err
-
-    return invoke
+def run(served, cli_against):
+    return cli_against(served.server.url)
 
 
 def test_the_cli_resets_a_source_and_retries_its_jobs_into_new_tables(run, served, tmp_path, monkeypatch):
