@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Literal
 
 from connectors.schema_registry.decode import DECODED, columns, decode, schema_id, undecodable
 from connectors.schema_registry.decode_json import decode_json
+from connectors.schema_registry.decode_protobuf import decode_protobuf, read_proto
 from source_backfill.core.json_schema import parse_json_schema
 from source_backfill.core.schema_evolution import Record, check_same, evolve, parse, resolve
 from source_backfill.errors import SchemaChangeError, SchemaNotFoundError
@@ -30,8 +31,8 @@ if TYPE_CHECKING:
     from connectors.schema_registry.client import RegistryClient
 
 Policy = Literal["pin", "evolve", "fail"]
-#: How a record's body is written: Avro (by its writer schema) or JSON text (JSON Schema).
-Encoding = Literal["avro", "json"]
+#: How a record's body is written: Avro (by its writer schema), JSON text (JSON Schema) or Protobuf.
+Encoding = Literal["avro", "json", "protobuf"]
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,12 @@ class DecodedBatch:
 
 
 def read_schema(text: str, encoding: Encoding) -> Record:
-    """A registry's schema text as a record: Avro's JSON, or a JSON Schema; SchemaChangeError out of scope."""
+    """A registry's schema text as a record (Avro's JSON, a JSON Schema, a ``.proto``'s first message).
+
+    SchemaChangeError for a schema out of scope.
+    """
+    if encoding == "protobuf":
+        return read_proto(text).record()
     return parse(text) if encoding == "avro" else parse_json_schema(text)
 
 
@@ -60,7 +66,8 @@ def decode_batch(df: DataFrame, client: RegistryClient, reader: Record, policy: 
 
     ``avro``: each body read by its writer schema (:func:`decode`); ``json``: each body, JSON text, read by
     name onto the reader (:func:`decode_json`), the writers' JSON Schemas read as records
-    (:func:`parse_json_schema`) for the policy and their defaults.
+    (:func:`parse_json_schema`) for the policy and their defaults; ``protobuf``: each body parsed by its
+    writer's message and projected onto the reader by name (:func:`decode_protobuf`).
     """
     from pyspark.sql import functions as F
 
@@ -89,6 +96,8 @@ def decode_batch(df: DataFrame, client: RegistryClient, reader: Record, policy: 
             raise SchemaChangeError(msg) from exc
     if encoding == "avro":
         out = decode(df, writers, final, column)
+    elif encoding == "protobuf":
+        out = decode_protobuf(df, writers, final, column)
     else:
         out = decode_json(df, records, final, column)
     bad = out.where(undecodable(out, column)).drop(DECODED)

@@ -28,18 +28,19 @@ class RawFormat(_Frozen):
 
 
 class AvroFormat(_Frozen):
-    """``avro`` or ``json``: each value decoded by its own writer schema's id before the transform.
+    """``avro``, ``json`` or ``protobuf``: each value decoded by its writer schema's id before the transform.
 
-    The values are in the Confluent wire format (docs/guides/avro.md); their writer schemas (Avro, or JSON
-    Schema for ``json``) come from the source's ``schema_registry``; each record lands in the job's reader
-    schema: the transform's ``{source}`` has the Kafka columns without ``value`` and one column per field
-    of the reader. One class for both: they differ only in how a body is read.
+    The values are in the Confluent wire format (docs/guides/avro.md); their writer schemas (Avro, JSON
+    Schema, or a ``.proto`` file) come from the source's ``schema_registry``; each record lands in the
+    job's reader schema: the transform's ``{source}`` has the Kafka columns without ``value`` and one
+    column per field of the reader. One class for all three: they differ only in how a body is read.
     """
 
-    value: Literal["avro", "json"] = Field(description=(
+    value: Literal["avro", "json", "protobuf"] = Field(description=(
         "`avro`: Confluent-framed Avro by schema id; `json`: Confluent-framed JSON text whose schema id "
-        "names a JSON Schema (an object of string, integer, number and boolean properties). The source "
-        "needs a `schema_registry`. Protobuf is not supported yet."))
+        "names a JSON Schema (an object of string, integer, number and boolean properties); `protobuf`: "
+        "Confluent-framed Protobuf whose schema id names a proto3 file (its first message, of scalar "
+        "fields). The source needs a `schema_registry`."))
     subject: str | None = Field(default=None, min_length=1, max_length=255, description=(
         "The registry subject of the reader schema; unset: `<topic>-value` of the source's only topic."))
     reader_version: int | None = Field(default=None, gt=0, description=(

@@ -31,13 +31,16 @@ def test_raw_is_the_default_and_avro_decodes_by_the_sources_registry():
         "pin", "dead_letter", 3)
 
 
-def test_json_decodes_by_the_sources_registry_as_avro_does_and_other_encodings_are_refused():
-    spec = job(value="json", evolution="fail", subject="orders-value")
+@pytest.mark.parametrize("encoding", ["json", "protobuf"])
+def test_json_and_protobuf_decode_by_the_sources_registry_as_avro_does_and_other_encodings_are_refused(
+        encoding):
+    spec = job(value=encoding, evolution="fail", subject="orders-value")
     check_job_fits_source(spec, source())
-    assert (spec.format.value, spec.format.evolution, spec.format.subject) == ("json", "fail", "orders-value")
+    assert (spec.format.value, spec.format.evolution, spec.format.subject) == (encoding, "fail",
+                                                                               "orders-value")
     with pytest.raises(ValueError, match="needs a schema_registry"):
-        check_job_fits_source(job(value="json"), SourceConfig(name="s", topics=["t"]))
-    for other in ("protobuf", "JSON", "", None, 1):
+        check_job_fits_source(job(value=encoding), SourceConfig(name="s", topics=["t"]))
+    for other in ("proto", "Protobuf", "JSON", "thrift", "", None, 1):
         with pytest.raises(ValidationError, match="format"):
             job(value=other)
 
@@ -45,7 +48,8 @@ def test_json_decodes_by_the_sources_registry_as_avro_does_and_other_encodings_a
 @pytest.mark.parametrize(("fmt", "needle"), [
     ({"value": "avro", "registry": {"url": "http://evil"}}, "registry"),  # a job names no registry
     ({"value": "avro", "password_file": "/etc/shadow"}, "password_file"),
-    ({"value": "protobuf"}, "value"),
+    ({"value": "proto3"}, "value"),
+    ({"value": "protobuf", "evolution": "guess"}, "evolution"),
     ({"value": "json", "evolution": "guess"}, "evolution"),
     ({"value": "avro", "evolution": "guess"}, "evolution"),
     ({"value": "avro", "on_decode_error": "skip"}, "on_decode_error"),
