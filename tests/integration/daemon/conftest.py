@@ -255,19 +255,23 @@ def process_running(pid: int) -> bool:
 
 
 @pytest.fixture
-def avro_topic(new_topic, kafka_bootstrap, schema_registry):
-    """``make(partitions)``: a new topic of Confluent-framed Avro records (``tests/fixtures/avro.py``)."""
-    from tests.fixtures.avro import AvroTopic
-
+def registry_topic(new_topic, kafka_bootstrap, schema_registry):
+    """``make(cls, partitions)``: a new topic of ``cls``'s framed records (``tests/fixtures/framed_topic.py``)
+    over the real registry."""
     made = []
 
-    def make(partitions: int = 2) -> AvroTopic:
-        t = AvroTopic(kafka_bootstrap, new_topic(partitions), schema_registry)
-        made.append(t)
-        return t
+    def make(cls: Any, partitions: int = 2) -> Any:
+        made.append(cls(kafka_bootstrap, new_topic(partitions), schema_registry))
+        return made[-1]
 
     yield make
     for t in made:
         t.close()
 
 
+@pytest.fixture
+def avro_topic(registry_topic):
+    """``make(partitions)``: a new topic of Confluent-framed Avro records (``tests/fixtures/avro.py``)."""
+    from tests.fixtures.avro import AvroTopic
+
+    return lambda partitions=2: registry_topic(AvroTopic, partitions)

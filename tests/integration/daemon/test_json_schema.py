@@ -11,10 +11,8 @@ build or start.
 from __future__ import annotations
 
 import json
-import struct
 from typing import Any
 
-import httpx
 import pytest
 from deltalake import DeltaTable
 
@@ -22,6 +20,7 @@ from source_backfill.config import DEAD_LETTER_SUFFIX
 from source_backfill.core.json_schema import parse_json_schema
 from source_backfill.core.schema_evolution import Record
 from source_backfill.executors.decoding import READER_PROPERTY
+from tests.fixtures.framed_topic import FramedTopic
 from tests.integration.daemon.conftest import both_tables, finished, job_spec, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -41,58 +40,27 @@ DOCS = {
 VERSIONS = {v: parse_json_schema(d) for v, d in DOCS.items()}
 
 
-class JsonTopic:
-    """A topic of Confluent-framed JSON records, each remembered by its ``id`` property."""
+class JsonTopic(FramedTopic):
+    """A topic of Confluent-framed JSON records (JSON Schema by id)."""
 
-    def __init__(self, bootstrap: str, topic: str, registry: str) -> None:
-        from confluent_kafka import Producer
+    schema_type = "JSON"
 
-        self.topic, self.registry, self.subject = topic, registry, f"{topic}-value"
-        self._producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-        self.ids: dict[int, int] = {}
-        self.sent: dict[int, tuple[int, dict[str, Any]]] = {}
-        self.next = 0
+    def schema_text(self, v: int) -> str:
+        return json.dumps(DOCS[v])
 
-    def version(self, v: int) -> int:
-        if v not in self.ids:
-            r = httpx.post(f"{self.registry}/subjects/{self.subject}/versions", timeout=30,
-                           json={"schema": json.dumps(DOCS[v]), "schemaType": "JSON"})
-            r.raise_for_status()
-            self.ids[v] = int(r.json()["id"])
-        return self.ids[v]
+    def record(self, v: int, i: int) -> dict[str, Any]:
+        rec: dict[str, Any] = {"id": i, "qty": i % 7, "sku": f"sku-{i}"}
+        if v >= 2 and i % 2:
+            rec["note"] = f"note {i}"  # else absent: null
+        if v >= 3 and i % 3:
+            rec["channel"] = "app"  # else absent: v3's default, web
+        return rec
 
-    def send(self, v: int, count: int, *, corrupt_every: int = 0) -> None:
-        sid = self.version(v)
-        for _ in range(count):
-            i, self.next = self.next, self.next + 1
-            rec: dict[str, Any] = {"id": i, "qty": i % 7, "sku": f"sku-{i}"}
-            if v >= 2 and i % 2:
-                rec["note"] = f"note {i}"  # else absent: null
-            if v >= 3 and i % 3:
-                rec["channel"] = "app"  # else absent: v3's default, web
-            value = b"\x00" + struct.pack(">I", sid) + json.dumps(rec).encode()
-            if corrupt_every and i % corrupt_every == corrupt_every - 1:
-                value = value[:-3]  # the text cut short: not JSON
-            else:
-                self.sent[i] = (v, rec)
-            self._producer.produce(self.topic, key=str(i).encode(), value=value, partition=i % 2)
-        assert self._producer.flush(30) == 0
+    def body(self, v: int, rec: dict[str, Any]) -> bytes:
+        return json.dumps(rec).encode()
 
-    def close(self) -> None:
-        self._producer.flush(5)
-
-
-@pytest.fixture
-def json_topic(new_topic, kafka_bootstrap, schema_registry):
-    made: list[JsonTopic] = []
-
-    def make() -> JsonTopic:
-        made.append(JsonTopic(kafka_bootstrap, new_topic(2), schema_registry))
-        return made[-1]
-
-    yield make
-    for t in made:
-        t.close()
+    def cut(self, value: bytes) -> bytes:
+        return value[:-3]  # the text cut short: not JSON
 
 
 def expected(reader: Record, v: int, rec: dict[str, Any]) -> dict[str, Any]:
@@ -108,9 +76,9 @@ def expected(reader: Record, v: int, rec: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_history_over_two_versions_then_a_live_third_evolves_the_table_exactly_once(
-    daemon_factory, json_topic, kafka_bootstrap, tmp_path
+    daemon_factory, registry_topic, kafka_bootstrap, tmp_path
 ):
-    topic = json_topic()
+    topic = registry_topic(JsonTopic)
     topic.send(1, 300)
     topic.send(2, 300)
     topic.send(1, 20, corrupt_every=10)  # two texts cut short
