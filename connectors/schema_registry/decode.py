@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 DECODED = "decoded"
 #: The record's writer schema id (null when the value is shorter than the header or its magic byte is not 0).
 SCHEMA_ID = "schema_id"
+#: Working columns of :func:`decode` and :func:`rows_where`, dropped before they return.
+_RAW = "_decoded_raw"
+_KEPT = "_decoded_kept"
 
 
 def schema_id(value: Column) -> Column:
@@ -49,6 +52,11 @@ def decode(df: DataFrame, writers: Mapping[int, str], reader: Record, column: st
 
     ``writers``: writer schema JSON by id (the ids this batch holds, fetched from the registry). Every
     row is kept; :func:`undecodable` tells the ones whose ``decoded`` is null.
+
+    Two projections, so that each record's body goes through ``from_avro`` once: the first decodes (one
+    branch per writer id), the second tells a struct of nulls from a record of nulls by looking at the
+    first's struct. In one expression the struct would be written out once per reader field (Spark does
+    not share an expression inside a ``CASE`` branch): measured 3-4 times slower on a 10-field record.
     """
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import from_avro
@@ -57,19 +65,35 @@ def decode(df: DataFrame, writers: Mapping[int, str], reader: Record, column: st
     ids = schema_id(value)
     body = F.expr(f"substring(`{column}`, 6, length(`{column}`) - 5)")
     options = {"avroSchema": json.dumps(reader.avro()), "mode": "PERMISSIVE"}
-    decoded: Column | None = None
+    raw: Column | None = None
+    nulls: Column | None = None
     for sid, writer in sorted(writers.items()):
         struct = from_avro(body, writer, options)
-        nulls = _null_body(writer)
-        read = reduce(operator.or_, (struct[f.name].isNotNull() for f in reader.fields), F.lit(False))
-        if nulls is not None:
-            read = read | (body == F.lit(nulls))
-        branch = F.when(read, struct)
-        decoded = F.when(ids == sid, branch) if decoded is None else decoded.when(ids == sid, branch)
-    if decoded is None:  # no writer given: nothing decodes
-        struct = from_avro(body, json.dumps(reader.avro()), options)
-        decoded = F.when(F.lit(False), struct)
-    return df.withColumn(SCHEMA_ID, ids).withColumn(DECODED, decoded)
+        raw = F.when(ids == sid, struct) if raw is None else raw.when(ids == sid, struct)
+        null_body = _null_body(writer)
+        if null_body is not None:
+            this = (ids == sid) & (body == F.lit(null_body))
+            nulls = this if nulls is None else nulls | this
+    if raw is None:  # no writer given: nothing decodes
+        raw = F.when(F.lit(False), from_avro(body, json.dumps(reader.avro()), options))
+    staged = df.withColumn(SCHEMA_ID, ids).withColumn(_RAW, raw)
+    struct = F.col(_RAW)
+    read = reduce(operator.or_, (struct[f.name].isNotNull() for f in reader.fields), F.lit(False))
+    if nulls is not None:
+        read = read | nulls
+    return staged.withColumn(DECODED, F.when(read, struct)).drop(_RAW)
+
+
+def rows_where(df: DataFrame, condition: Column) -> DataFrame:
+    """``df``'s rows where ``condition`` holds, without a filter Spark would push into the decoding.
+
+    A ``where`` over :func:`decode`'s result is pushed below its projections with the decoding inlined
+    into the condition, so every record is decoded twice (the filter's and the columns'); a generator
+    (a one-element array exploded, or none) is not, and keeps the decoding to once a record.
+    """
+    from pyspark.sql import functions as F
+
+    return df.withColumn(_KEPT, F.explode(F.when(condition, F.array(F.lit(True))))).drop(_KEPT)
 
 
 def _null_body(writer: str) -> bytes | None:
@@ -99,7 +123,10 @@ def undecodable(df: DataFrame, column: str = "value") -> Column:
 
 
 def columns(df: DataFrame, reader: Record) -> DataFrame:
-    """The decoded rows as ``reader``'s columns, beside ``df``'s other columns (the raw value dropped)."""
+    """The decoded rows as ``reader``'s columns, beside ``df``'s other columns (the raw value dropped).
+
+    Pick the rows first with :func:`rows_where`, not ``where``.
+    """
     from pyspark.sql import functions as F
 
     kept = [c for c in df.columns if c not in (DECODED, SCHEMA_ID, "value")]

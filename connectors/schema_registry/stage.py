@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from connectors.schema_registry.decode import DECODED, columns, decode, schema_id, undecodable
+from connectors.schema_registry.decode import DECODED, columns, decode, rows_where, schema_id, undecodable
 from connectors.schema_registry.decode_json import decode_json
 from connectors.schema_registry.decode_protobuf import decode_protobuf, read_proto
 from source_backfill.core.json_schema import parse_json_schema
@@ -101,5 +101,5 @@ def decode_batch(df: DataFrame, client: RegistryClient, reader: Record, policy: 
     else:
         out = decode_json(df, records, final, column)
     bad = out.where(undecodable(out, column)).drop(DECODED)
-    good = columns(out.where(~undecodable(out, column)), final)
+    good = columns(rows_where(out, ~undecodable(out, column)), final)
     return DecodedBatch(good, bad, final, out, ids, tuple(unknown))

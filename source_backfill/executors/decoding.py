@@ -29,7 +29,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from connectors.schema_registry.decode import SCHEMA_ID, columns, decode, undecodable
+from connectors.schema_registry.decode import DECODED, SCHEMA_ID, columns, decode, undecodable
 from connectors.schema_registry.decode_json import decode_json
 from connectors.schema_registry.stage import DecodedBatch, Encoding, decode_batch, read_schema
 from source_backfill import metrics
@@ -177,8 +177,8 @@ class JobDecoding:
     def _failing(self, batch: DecodedBatch) -> DataFrame:
         """The decoded rows, in a plan that fails at the first undecodable one (in the write's own pass).
 
-        Spark's ``raise_error`` in a filter (kept by the optimizer, unlike an unused column); the job
-        turns the error into :class:`DecodeFailedError` (:func:`decode_failure`).
+        Spark's ``raise_error`` in the decoded struct that every column reads (so the optimizer keeps it);
+        the job turns the error into :class:`DecodeFailedError` (:func:`decode_failure`).
         """
         from pyspark.sql import functions as F  # noqa: N812
 
@@ -188,8 +188,9 @@ class JobDecoding:
         where = F.concat_ws(" ", F.lit(f"{DECODE_FAILURE} the record at"), split, F.lit("offset"),
                             F.col("offset").cast("string"), F.lit("cannot be decoded ("), why,
                             F.lit(f") {DECODE_FAILURE_END}"))
-        guard = F.when(undecodable(out), F.raise_error(where)).otherwise(F.lit(True))
-        return columns(out.where(guard), batch.reader)
+        # in the projection, not a filter: a filter on the decoded struct would decode each record twice
+        checked = F.when(undecodable(out), F.raise_error(where)).otherwise(F.col(DECODED))
+        return columns(out.withColumn(DECODED, checked), batch.reader)
 
     def close(self) -> None:
         """Close the registry client."""

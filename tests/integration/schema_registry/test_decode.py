@@ -92,3 +92,29 @@ def test_a_record_of_nulls_decodes_and_a_cut_body_of_the_same_schema_does_not(sp
     assert {r["offset"] for r in out.where(undecodable(out)).collect()} == {2, 3}
     got = {r["offset"]: r[DECODED] for r in out.collect()}
     assert got[0].asDict() == {"a": None, "b": None} and got[1].asDict() == {"a": 7, "b": "seven"}
+
+
+def test_each_record_goes_through_from_avro_once_whichever_rows_are_kept(spark):
+    """The decoding is costly: the plan of the rows a job writes holds one ``from_avro`` per writer id.
+
+    A ``where`` on the decoded struct is pushed below the decoding with it inlined (plus once more per
+    reader field inside a ``CASE``): 20+ copies for three writers, each record decoded several times.
+    """
+    from pyspark.sql import functions as F
+
+    from connectors.schema_registry.decode import rows_where
+
+    rows = [(i, _framed(11 + i % 3, WRITERS[11 + i % 3], _record(11 + i % 3, i))) for i in range(30)]
+    df = spark.createDataFrame(rows, "offset long, value binary")
+    reader = evolve(evolve(V1, V2).reader, V3).reader
+    out = decode(df, {sid: json.dumps(s.avro()) for sid, s in WRITERS.items()}, reader)
+
+    def copies(frame: Any) -> int:
+        return str(frame._jdf.queryExecution().optimizedPlan().toString()).count("from_avro")
+
+    kept = columns(rows_where(out, ~undecodable(out)), reader)
+    assert copies(kept) == 3 and kept.count() == 30
+    failing = columns(out.withColumn(DECODED, F.when(undecodable(out), F.raise_error(F.lit("bad")))
+                                     .otherwise(F.col(DECODED))), reader)  # JobDecoding._failing's shape
+    assert copies(failing) == 3 and failing.count() == 30
+    assert copies(columns(out.where(~undecodable(out)), reader)) > 3  # what rows_where avoids
