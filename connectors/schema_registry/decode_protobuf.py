@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from connectors.schema_registry.decode import DECODED, SCHEMA_ID, schema_id
 from connectors.schema_registry.decode_json import spark_struct
-from source_backfill.core.proto_schema import ProtoField, ProtoMessage, first_message, split_indexes
+from source_backfill.core.proto_schema import TYPES, ProtoField, ProtoMessage, first_message, split_indexes
 from source_backfill.core.schema_evolution import Record, resolve
 from source_backfill.errors import SchemaChangeError
 
@@ -114,14 +114,16 @@ def message_class(message: ProtoMessage) -> Any:
 class _Decoder:
     """The UDF's function: ``(schema id, value) -> the reader's row or None``; pickled to the workers.
 
-    Holds plain data (messages, resolutions); the message classes are built on first use in each worker.
+    Holds plain data (messages, resolutions); each writer's message class and its row plan (per reader
+    column: the writer field it reads and how it is promoted, or the default it takes) are built on first
+    use in each worker.
     """
 
     def __init__(self, writers: Mapping[int, ProtoMessage], reader: Record) -> None:
         self.writers = dict(writers)
         self.reader = reader
         self.resolutions = {sid: resolve(reader, m.record()) for sid, m in self.writers.items()}
-        self._readers: dict[int, Callable[[bytes], dict[str, Any]]] = {}
+        self._readers: dict[int, Callable[[bytes], tuple[Any, ...]]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         return {"writers": self.writers, "reader": self.reader, "resolutions": self.resolutions}
@@ -134,29 +136,56 @@ class _Decoder:
         if sid is None or value is None or sid not in self.writers:
             return None
         try:
-            indexes, at = split_indexes(memoryview(value)[5:])
-            if indexes != (0,):
-                return None
-            values = self._reader(sid)(bytes(value[5 + at:]))
-            row = self.resolutions[sid].project(values)
+            if len(value) > 5 and value[5] == 0:  # [0], the first message: what nearly every record says
+                at = 1
+            else:
+                indexes, at = split_indexes(memoryview(value)[5:])
+                if indexes != (0,):
+                    return None
+            return self._reader(sid)(value[5 + at:])
         except Exception:  # noqa: BLE001 - any record that does not read is undecodable, not a crash
             return None
-        return tuple(_column_value(row[f.name], f.type) for f in self.reader.fields)
 
-    def _reader(self, sid: int) -> Callable[[bytes], dict[str, Any]]:
-        read = self._readers.get(sid)
-        if read is None:
-            message = self.writers[sid]
-            cls = message_class(message)
-            names = [(f.name, f.optional) for f in message.fields]
+    def _reader(self, sid: int) -> Callable[[bytes], tuple[Any, ...]]:
+        known = self._readers.get(sid)
+        if known is not None:
+            return known
+        message = self.writers[sid]
+        cls = message_class(message)
+        resolution = self.resolutions[sid]
+        writer = {f.name: f for f in message.fields}
+        steps: list[tuple[str | None, bool, Callable[[Any], Any] | None, Any]] = []
+        for f in self.reader.fields:
+            name = resolution.read.get(f.name)
+            if name is None:
+                steps.append((None, False, None, _column_value(resolution.filled[f.name], f.type)))
+            else:
+                w = writer[name]
+                steps.append((name, w.optional, _PROMOTE.get((TYPES[w.type], f.type)), None))
 
-            def read(body: bytes) -> dict[str, Any]:
-                parsed = cls.FromString(body)
-                return {name: (getattr(parsed, name) if not optional or parsed.HasField(name) else None)
-                        for name, optional in names}
+        def read(body: bytes) -> tuple[Any, ...]:
+            parsed = cls.FromString(body)
+            row = []
+            for name, optional, promote, default in steps:
+                if name is None:
+                    row.append(default)
+                elif optional and not parsed.HasField(name):
+                    row.append(None)
+                else:
+                    got = getattr(parsed, name)
+                    row.append(got if promote is None else promote(got))
+            return tuple(row)
 
-            self._readers[sid] = read
+        self._readers[sid] = read
         return read
+
+
+#: How a writer's value is read as a reader column of a wider type (the Avro promotions), by (writer's
+#: column type, reader's); a pair not here is read as it is.
+_PROMOTE: dict[tuple[str, str], Callable[[Any], Any]] = {
+    ("int", "float"): float, ("int", "double"): float, ("long", "float"): float, ("long", "double"): float,
+    ("string", "bytes"): lambda v: v.encode(), ("bytes", "string"): lambda v: v.decode(),
+}
 
 
 def _column_value(value: Any, kind: str) -> Any:
