@@ -1,4 +1,4 @@
-"""Avro backfills by schema id (issue 48): ``formats.avro_ratio_vs_raw_copy``, ``.evolution_exactly_once``.
+"""Backfills decoded by schema id (issue 48): ``formats.avro_ratio_vs_raw_copy``, ``.evolution_exactly_once``.
 
 One embedded broker (full JIT, as production brokers run) and the embedded Schema Registry.
 
@@ -9,7 +9,9 @@ kind: a raw copy (the bytes as they are, the daemon's defaults) and an Avro job 
 "avro"``: every record decoded into typed columns). ``formats.avro_ratio_vs_raw_copy`` = records/s of
 the Avro job / records/s of the raw copy, medians (goal >= 0.7). Also, the same with the raw copy reading
 its history inside the epochs as the Avro job does (``read_ahead = false``):
-``formats.avro_ratio_vs_raw_in_epoch``, what decoding alone costs.
+``formats.avro_ratio_vs_raw_in_epoch``, what decoding alone costs. And a Protobuf job over the same
+values as a proto3 message on a topic of their own (``format.value = "protobuf"``, decoded in Python
+workers): ``formats.protobuf_ratio_vs_raw_copy`` (no goal).
 
 **Evolution, exactly once.** A topic of ``BENCH_FORMATS_EVOLUTION_RECORDS`` (1,000,000) records written by
 v1, v2 and v3 of a subject (a third each), then an Avro job (``evolve``), and while it backfills a live
@@ -76,6 +78,7 @@ class _Writer:
         self.topic = topic
         self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50,
                                   "batch.num.messages": 20000, "queue.buffering.max.messages": 1_000_000})
+        self.sent = 0
 
     def write(self, sid: int, schema: dict[str, Any], records: Any) -> int:
         import fastavro
@@ -87,24 +90,58 @@ class _Writer:
             buf = io.BytesIO()
             buf.write(header)
             fastavro.schemaless_writer(buf, parsed, rec)
-            while True:
-                try:
-                    self.producer.produce(self.topic, value=buf.getvalue(), partition=rec["id"] % PARTITIONS)
-                    break
-                except BufferError:
-                    self.producer.poll(0.05)
+            self.produce(buf.getvalue(), rec["id"] % PARTITIONS)
             n += 1
-            if n % 20000 == 0:
-                self.producer.poll(0)
         self.producer.flush(300)
         return n
 
+    def produce(self, value: bytes, partition: int) -> None:
+        """One record, waiting while the producer's queue is full."""
+        while True:
+            try:
+                self.producer.produce(self.topic, value=value, partition=partition)
+                break
+            except BufferError:
+                self.producer.poll(0.05)
+        self.sent += 1
+        if self.sent % 20000 == 0:
+            self.producer.poll(0)
+
+
+#: WIDE as a proto3 message (the same fields, types and values)
+WIDE_PROTO = """syntax = "proto3";
+message Payment {
+  int64 id = 1; int64 account = 2; double amount = 3; double fee = 4; string currency = 5;
+  string merchant = 6; string city = 7; string channel = 8; bool approved = 9; optional string note = 10;
+}
+"""
+
+
+def _write_protobuf(bootstrap: str, registry: str, topic: str) -> None:
+    """:data:`RECORDS` records of :data:`WIDE_PROTO` (the Avro topic's values) into ``topic``."""
+    import httpx
+
+    from connectors.schema_registry.decode_protobuf import message_class
+    from source_backfill.core.proto_schema import first_message, zigzag_indexes
+
+    r = httpx.post(f"{registry}/subjects/{topic}-value/versions", timeout=30,
+                   json={"schema": WIDE_PROTO, "schemaType": "PROTOBUF"})
+    r.raise_for_status()
+    header = b"\x00" + struct.pack(">I", int(r.json()["id"])) + zigzag_indexes((0,))
+    cls = message_class(first_message(WIDE_PROTO))
+    writer = _Writer(bootstrap, topic)
+    for i in range(RECORDS):
+        rec = {k: v for k, v in _wide(i).items() if v is not None}
+        writer.produce(header + cls(**rec).SerializeToString(), i % PARTITIONS)
+    writer.producer.flush(300)
+
 
 def _decoding_cost(daemon: Any, work: Path) -> dict[str, float]:
-    kinds = {
+    kinds: dict[str, dict[str, Any]] = {
         "raw": {},
         "raw_in_epoch": {"read_ahead": False},
         "avro": {"format": {"value": "avro"}},
+        "protobuf": {"source": "wide_proto", "format": {"value": "protobuf"}},
     }
     times: dict[str, list[float]] = {k: [] for k in kinds}
     for kind, extra in kinds.items():  # warm-up, not timed
@@ -121,13 +158,17 @@ def _decoding_cost(daemon: Any, work: Path) -> dict[str, float]:
     med = {k: statistics.median(v) for k, v in times.items()}
     ratio = med["raw"] / med["avro"]
     in_epoch = med["raw_in_epoch"] / med["avro"]
+    proto = med["raw"] / med["protobuf"]
     print(f"formats.avro_ratio_vs_raw_copy = {ratio:.3f} (raw {med['raw']:.1f} s, avro {med['avro']:.1f} s, "
           f"medians of {PAIRS}; goal >= 0.7); vs a raw copy read in its epochs {in_epoch:.3f} "
-          f"({med['raw_in_epoch']:.1f} s)", flush=True)
+          f"({med['raw_in_epoch']:.1f} s); formats.protobuf_ratio_vs_raw_copy = {proto:.3f} (protobuf "
+          f"{med['protobuf']:.1f} s, no goal)", flush=True)
     return {"formats.avro_ratio_vs_raw_copy": round(ratio, 3), "formats.avro_ratio_vs_raw_in_epoch":
-            round(in_epoch, 3), "formats.raw_backfill_s": round(med["raw"], 2),
+            round(in_epoch, 3), "formats.protobuf_ratio_vs_raw_copy": round(proto, 3),
+            "formats.raw_backfill_s": round(med["raw"], 2),
             "formats.raw_in_epoch_backfill_s": round(med["raw_in_epoch"], 2),
-            "formats.avro_backfill_s": round(med["avro"], 2), "formats.records": RECORDS}
+            "formats.avro_backfill_s": round(med["avro"], 2),
+            "formats.protobuf_backfill_s": round(med["protobuf"], 2), "formats.records": RECORDS}
 
 
 def _evolution(daemon: Any, bootstrap: str, registry: str, writer: _Writer, ids: dict[int, int],
@@ -208,13 +249,16 @@ def main() -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="bench-formats-"))
     with EmbeddedBroker(full_jit=True) as broker, schema_registry_url() as registry:
         admin = KafkaAdmin(broker.bootstrap)
-        for topic in ("bench-wide", "bench-orders"):
+        for topic in ("bench-wide", "bench-wide-proto", "bench-orders"):
             admin.create_topic(topic, PARTITIONS)
         admin.close()
         t = time.monotonic()
         wide = _Writer(broker.bootstrap, "bench-wide")
         wide.write(_register(registry, "bench-wide-value", WIDE), WIDE, (_wide(i) for i in range(RECORDS)))
         print(f"  {RECORDS:,} Avro records in {time.monotonic() - t:.1f} s", flush=True)
+        t = time.monotonic()
+        _write_protobuf(broker.bootstrap, registry, "bench-wide-proto")
+        print(f"  {RECORDS:,} Protobuf records in {time.monotonic() - t:.1f} s", flush=True)
         orders = _Writer(broker.bootstrap, "bench-orders")
         ids = {v: _register(registry, "bench-orders-value", EVOLUTION[v]) for v in (1, 2, 3)}
         third = EVOLUTION_RECORDS // 3
@@ -226,6 +270,7 @@ def main() -> dict[str, Any]:
         settings = load_settings(
             daemon={"state_root": str(work / "state")}, api={"port": 0}, metrics={"port": None},
             sources=[{**base, "name": "wide", "topics": ["bench-wide"]},
+                     {**base, "name": "wide_proto", "topics": ["bench-wide-proto"]},
                      {**base, "name": "orders", "topics": ["bench-orders"]}],
         )
         daemon = Daemon(settings)
