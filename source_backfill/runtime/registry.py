@@ -43,19 +43,16 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from source_backfill import metrics
 from source_backfill.config import DEFAULT_NAMESPACE, JobSpec, NamespaceConfig, RepairSpec, RetrySpec
 from source_backfill.core.access import ALL_NAMESPACES
 from source_backfill.errors import (
     ConfigError,
-    JobExistsError,
     JobNotFailedError,
     JobNotFoundError,
-    QuotaExceededError,
-    SinkPathError,
     SourceNotFoundError,
     StateWriteError,
 )
+from source_backfill.runtime.admission import Admission, check_rate_ceiling
 from source_backfill.runtime.audit import AuditTable, RefusalTable
 from source_backfill.runtime.job_record import JobRecord
 from source_backfill.runtime.log_compaction import LogCompactor
@@ -71,16 +68,12 @@ from source_backfill.runtime.mutation_log import (
     MutationLog,
     replay_entries,
 )
-from source_backfill.runtime.new_table import check_new_tables, choose_new_table, new_table_spec
+from source_backfill.runtime.new_table import choose_new_table, new_table_spec
 from source_backfill.runtime.paths import (
     check_sink_owner,
-    check_sink_path,
     make_private_dir,
-    overlaps,
-    readings,
     redact,
     resolve,
-    state_paths,
 )
 from source_backfill.runtime.progress import JobProgress
 from source_backfill.runtime.quotas import TableBytes
@@ -91,17 +84,6 @@ logger = logging.getLogger(__name__)
 
 #: Finished repairs kept per job for the API.
 REPAIRS_KEPT = 20
-
-
-def _check_rate_ceiling(namespace: NamespaceConfig, rate_limit: float | None) -> None:
-    """QuotaExceededError when a job of ``namespace`` would copy history faster than its ceiling allows."""
-    ceiling = namespace.max_rate_limit
-    if ceiling is not None and (rate_limit is None or rate_limit > ceiling):
-        metrics.QUOTA_REFUSALS.labels(namespace.name, "max_rate_limit").inc()
-        asked = "unlimited" if rate_limit is None else f"{rate_limit:g} rows/s"
-        msg = (f'namespace "{namespace.name}" copies history at most {ceiling:g} rows/s per job '
-               f"(max_rate_limit); asked {asked}")
-        raise QuotaExceededError(msg, namespace.name)
 
 
 # -- the registry ---------------------------------------------------------------------------------------
@@ -149,6 +131,9 @@ class JobRegistry:
         #: The bytes of the day of the namespaces that bound them (``max_bytes_per_day``); None: none does.
         bounded = any(n.max_bytes_per_day is not None for n in self.namespaces.values())
         self.table_bytes = TableBytes(self.state_root, self.namespaces) if bounded else None
+        #: The checks a create, a throttle and a retry into a new table pass (called under the lock).
+        self._admission = Admission(self.state_root, self.sources, self.namespaces, self.data_root,
+                                    self.protected_paths, self.table_bytes)
         accepted: builtins.list[tuple[Mutation, datetime, str]] = []
 
         def replay(entry: LogEntry) -> None:
@@ -165,7 +150,7 @@ class JobRegistry:
             if record.source not in self.sources:
                 logger.warning('job reads a source that is not configured job="%s" source="%s"',
                                record.name, record.source)
-            overlap = self._protected_overlap(record.spec.sink_path, record.name)
+            overlap = self._admission.protected_overlap(record.spec.sink_path, record.name, self._jobs)
             if overlap is not None:  # registered before sinks were checked so: kept, but said loudly
                 logger.warning('job table overlaps the daemon state job="%s" sink="%s" overlaps="%s"; drop '
                                'it and re-create it on a sink path outside the state root', record.name,
@@ -210,7 +195,8 @@ class JobRegistry:
         """Register a new job; JobExistsError if its name is live, SourceNotFoundError for a bad source."""
         self.check_create(spec)
         with self._lock:
-            self._check_new(spec)  # again under the lock: another create may have taken the name or path
+            # again under the lock: another create may have taken the name or path
+            self._admission.check_new(spec, self._jobs)
             self._record("create", spec.name, spec.source, spec=spec, rate_limit=spec.rate_limit, by=by)
             return self._jobs[spec.name]
 
@@ -223,57 +209,8 @@ class JobRegistry:
         if self.check_spec is not None and spec.source in self.sources:
             self.check_spec(spec)
         with self._lock:
-            self._check_new(spec)
+            self._admission.check_new(spec, self._jobs)
         check_sink_owner(spec.sink_path, spec.name)
-
-    def _check_new(self, spec: JobSpec) -> None:
-        current = self._jobs.get(spec.name)
-        if current is not None and not current.dropped:
-            msg = f'job "{spec.name}" already exists'
-            raise JobExistsError(msg)
-        if spec.source not in self.sources:
-            msg = f'unknown source "{spec.source}" (configured: {sorted(self.sources)})'
-            raise SourceNotFoundError(msg)
-        namespace = self.namespaces.get(spec.namespace)
-        if namespace is not None:
-            self._check_namespace(spec, namespace)
-        for table in spec.tables:  # its dead-letter table too: no other table may overlap it either
-            self._check_sink_path(table, spec.name)
-
-    def _check_namespace(self, spec: JobSpec, namespace: NamespaceConfig) -> None:
-        """The job keeps to its declared namespace: its sources, its folder of the data root, its quota.
-
-        Called under the lock, so two creates that race cannot both take a quota's last job.
-        """
-        if namespace.sources is not None and spec.source not in namespace.sources:
-            msg = f'unknown source "{spec.source}"'  # the namespace's to know of, not the daemon's others
-            raise SourceNotFoundError(msg)
-        self._check_namespace_folder(spec, namespace)
-        _check_rate_ceiling(namespace, spec.rate_limit)
-        if self.table_bytes is not None:
-            self.table_bytes.check_create(namespace.name)
-        if namespace.max_jobs is not None:
-            live = sum(1 for r in self._jobs.values() if not r.dropped and r.spec.namespace == namespace.name)
-            if live >= namespace.max_jobs:
-                metrics.QUOTA_REFUSALS.labels(namespace.name, "max_jobs").inc()
-                msg = (f'namespace "{namespace.name}" holds {live} jobs, its quota '
-                       f"(max_jobs {namespace.max_jobs})")
-                raise QuotaExceededError(msg, namespace.name)
-
-    def _check_namespace_folder(self, spec: JobSpec, namespace: NamespaceConfig) -> None:
-        """The job's tables lie in its namespace's folder of the data root (when there is one)."""
-        if self.data_root is None:
-            return
-        folder = self.data_root / namespace.folder
-        for table in spec.tables:
-            try:  # every place it may be opened at, as the data root's own check reads it
-                places = readings(table)
-            except (OSError, ValueError):
-                continue  # not a usable path: check_sink_path refuses it, saying why
-            if not all(place.is_relative_to(folder) for place in places):
-                msg = (f"sink_path {table!r} is outside namespace {namespace.name!r}'s folder of the "
-                       f"data root (daemon.data_root/{namespace.folder}/)")
-                raise SinkPathError(msg)
 
     def ensure(self, spec: JobSpec) -> JobRecord:
         """Create a job declared in the config file, unless it is registered already with the same spec.
@@ -320,7 +257,7 @@ class JobRegistry:
             record = self._live(name)
             namespace = self.namespaces.get(record.spec.namespace)
             if namespace is not None:
-                _check_rate_ceiling(namespace, rate_limit)
+                check_rate_ceiling(namespace, rate_limit)
             if record.rate_limit != rate_limit:
                 self._record("throttle", name, record.source, rate_limit=rate_limit, by=by)
             return self._jobs[name]
@@ -352,13 +289,14 @@ class JobRegistry:
         """Run a failed job again from the earliest offsets into a new table; its old table is left as is.
 
         The job's spec changes (its ``sink_path`` and ``start``) in the ``retry`` line itself. The new table
-        is checked like a create's (:meth:`_check_new_table`); JobNotFailedError for a job that has not
-        failed (its lane would go on writing the table it leaves).
+        is checked like a create's (:meth:`.Admission.check_new_table`); JobNotFailedError for a job that
+        has not failed (its lane would go on writing the table it leaves).
         """
         with self._lock:
             record = self._failed(name)
-            spec = choose_new_table(record.spec, ask.sink,
-                                    lambda new, free: self._check_new_table(new, record, free))
+            spec = choose_new_table(
+                record.spec, ask.sink,
+                lambda new, free: self._admission.check_new_table(new, record, free, self._jobs))
         if self.check_spec is not None and spec.source in self.sources:
             self.check_spec(spec)  # a create's checks (its transform, its kind), outside the lock: slow
         for table in spec.tables:
@@ -366,7 +304,7 @@ class JobRegistry:
         with self._lock:  # again: the job and the tables may have changed meanwhile
             record = self._failed(name)
             spec = new_table_spec(record.spec, spec.sink_path)
-            self._check_new_table(spec, record, ask.sink is None)
+            self._admission.check_new_table(spec, record, ask.sink is None, self._jobs)
             self._record("retry", name, record.source, spec=spec, by=by)
             return self._jobs[name]
 
@@ -378,19 +316,6 @@ class JobRegistry:
                    "drop it and create a job on a new table)")
             raise JobNotFailedError(msg)
         return record
-
-    def _check_new_table(self, spec: JobSpec, old: JobRecord, free: bool) -> None:
-        """A retried job's new tables: its namespace's folder, a create's path rules, none of its old ones."""
-        namespace = self.namespaces.get(spec.namespace)
-        if namespace is not None:
-            self._check_namespace_folder(spec, namespace)
-        protected = self._protected(spec.name)
-        for table in old.spec.tables:
-            try:
-                protected.append((f'job "{old.name}"\'s old table', resolve(table)))
-            except (OSError, ValueError):
-                continue
-        check_new_tables(spec, data_root=self.data_root, protected=protected, free=free)
 
     def reset_source(self, source: str, *, by: By | None = None) -> tuple[Mutation, datetime]:
         """Record a source's reset durably (a ``reset`` line, its audit row); the mutation and its time.
@@ -561,39 +486,6 @@ class JobRegistry:
             return [r for r in self._jobs.values() if r.error is not None and not r.dropped]
 
     # -- internals ---------------------------------------------------------------------------------------
-    def _check_sink_path(self, sink_path: str, name: str) -> None:
-        """A sink path must be inside ``data_root`` (if set) and disjoint from state and other tables.
-
-        Allow-list reasoning (:mod:`source_backfill.runtime.paths`): the path is resolved as the sink
-        opens it, then must be under the data root and overlap none of the protected paths: the state
-        root, each state folder and file under it (resolved on its own), the configured protected paths,
-        and every other registered job's table (one whose drop is pending too: it writes until then).
-        """
-        check_sink_path(sink_path, data_root=self.data_root, protected=self._protected(name))
-
-    def _protected(self, name: str) -> builtins.list[tuple[str, Path]]:
-        found = state_paths(self.state_root, self.sources, LOG_NAME)
-        found += [("a protected path", p) for p in self.protected_paths]
-        for record in self._jobs.values():
-            if record.name != name:
-                for table in record.spec.tables:
-                    try:
-                        found.append((f'job "{record.name}"\'s table', resolve(table)))
-                    except (OSError, ValueError):
-                        continue
-        return found
-
-    def _protected_overlap(self, sink_path: str, name: str) -> str | None:
-        """What a registered job's sink overlaps among the daemon's state (not other jobs), else None."""
-        try:
-            sink = resolve(sink_path)
-        except (OSError, ValueError):
-            return None
-        for what, path in self._protected(name):
-            if not what.startswith("job ") and overlaps(sink, path):
-                return f"{what} ({path})"
-        return None
-
     def _live(self, name: str) -> JobRecord:
         record = self._jobs.get(name)
         if record is None or record.dropped:
