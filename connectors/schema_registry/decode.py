@@ -25,6 +25,7 @@ from functools import reduce
 from typing import TYPE_CHECKING
 
 from source_backfill.core.schema_evolution import Record
+from source_backfill.core.varint import varint, zigzag
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -106,12 +107,7 @@ def _null_body(writer: str) -> bytes | None:
         kind = field.get("type")
         if not isinstance(kind, list) or "null" not in kind:
             return None
-        index = kind.index("null") * 2  # zigzag of a non-negative int
-        while True:
-            byte, index = index & 0x7F, index >> 7
-            out.append(byte | (0x80 if index else 0))
-            if not index:
-                break
+        out += varint(zigzag(kind.index("null")))
     return bytes(out)
 
 

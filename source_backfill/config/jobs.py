@@ -54,6 +54,14 @@ class AvroFormat(_Frozen):
         "A record that cannot be decoded (another magic byte, an id the registry does not know, a "
         "truncated body): `fail` the job, or `dead_letter` it into the Delta table at `<sink_path>"
         "_dead_letters` (raw record, offset, error), exactly once beside the job's table."))
+    key: Literal["raw", "avro", "json", "protobuf"] = Field(default="raw", description=(
+        "How each record's key is read: `raw` keeps Kafka's bytes in the `key` column; `avro`, `json`, "
+        "`protobuf` decode it by its own schema id as the value is, by the same `evolution` and "
+        "`on_decode_error`, into one column per field of the key's reader schema named `key_<field>` "
+        "(a null key: every such column null)."))
+    key_subject: str | None = Field(default=None, min_length=1, max_length=255, description=(
+        "The registry subject of the key's reader schema (its latest version when the job's table is "
+        "created); unset: `<topic>-key` of the source's only topic."))
 
     @field_validator("reader_version", mode="before")
     @classmethod
@@ -262,6 +270,11 @@ def check_job_fits_source(job: JobSpec, source: SourceConfig) -> None:
         if isinstance(job.format, AvroFormat) and job.format.subject is None and len(source.topics) != 1:
             msg = (f'job "{job.name}": format.subject is needed when source "{source.name}" reads other than '
                    "one topic (its reader schema's subject)")
+            raise ValueError(msg)
+        if isinstance(job.format, AvroFormat) and job.format.key != "raw" and \
+                job.format.key_subject is None and len(source.topics) != 1:
+            msg = (f'job "{job.name}": format.key_subject is needed when source "{source.name}" reads other '
+                   "than one topic (its key's reader schema's subject)")
             raise ValueError(msg)
         if job.writer != "delta-rs":
             msg = (f'job "{job.name}": the table of a {job.format.value} job is written by delta-rs (it '

@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from source_backfill.core.schema_evolution import Field, Record
+from source_backfill.core.varint import varint, zigzag
 from source_backfill.errors import SchemaChangeError
 
 #: Protobuf's scalar types and the record field type each becomes.
@@ -293,15 +294,7 @@ def zigzag_indexes(indexes: tuple[int, ...]) -> bytes:
     """The message-index bytes a Confluent serializer writes for ``indexes`` (``[0]`` is one ``0x00``)."""
     if indexes == (0,):
         return b"\x00"
-    out = bytearray()
-    for value in (len(indexes), *indexes):
-        encoded = (value << 1) ^ (value >> 63)
-        while True:
-            byte, encoded = encoded & 0x7F, encoded >> 7
-            out.append(byte | (0x80 if encoded else 0))
-            if not encoded:
-                break
-    return bytes(out)
+    return b"".join(varint(zigzag(value)) for value in (len(indexes), *indexes))
 
 
 def render_proto(message: ProtoMessage) -> str:

@@ -1,15 +1,17 @@
 """A job's records decoded by their writer schema before its transform (``jobs[].format``, issue 48).
 
-:class:`JobDecoding` is what a job with ``format.value = "avro"`` (or ``"json"``) holds beside its sink: a
-client of its source's Schema Registry and the job's **reader** schema. The reader is the one the job's
-table last committed (the table property :data:`READER_PROPERTY`, set in the same commit as the columns it
-gives), else the subject's version the job names, else its latest when the table is first made.
+:class:`JobDecoding` is what a job with ``format.value = "avro"`` (``"json"``, ``"protobuf"``) holds beside
+its sink: a client of its source's Schema Registry and the job's **reader** schema. The reader is the one
+the job's table last committed (the table property :data:`READER_PROPERTY`, set in the same commit as the
+columns it gives), else the subject's version the job names, else its latest when the table is first made.
 
 Each batch of Kafka rows (live, history, or both) goes through :meth:`JobDecoding.decode`: the writer ids
 it holds, their schemas (each fetched once), the job's policy over them
 (:func:`connectors.schema_registry.stage.decode_batch`), one decoding pass. When ``evolve`` grew the reader,
 the job's output is computed again and the sink grows the table's columns (additions only) and its reader
-property with the commit that writes these rows. The rows that do not decode fail the job
+property with the commit that writes these rows. A job with ``format.key`` other than ``raw`` decodes each
+key the same way first (its own reader, :data:`KEY_READER_PROPERTY`), and ``key`` becomes ``key_<field>``
+columns; a record is undecodable when its key or its value is. The rows that do not decode fail the job
 (``on_decode_error = "fail"``: :class:`~source_backfill.errors.DecodeFailedError`) or go to the dead-letter
 table (:class:`DeadLetters`) before the job's own commit.
 
@@ -58,6 +60,13 @@ DECODE_FAILURE_END = "[end]"
 #: The table property holding the job's reader schema (as Avro's JSON, whatever the job's encoding: a
 #: record of columns), committed with the columns it gives.
 READER_PROPERTY = "sourceBackfill.format.reader"
+#: The table property holding the key's reader schema (a job with ``format.key`` other than ``raw``).
+KEY_READER_PROPERTY = "sourceBackfill.format.keyReader"
+#: What a decoded key's columns are named: ``key_<field>``.
+KEY_PREFIX = "key_"
+#: Working columns of a batch whose keys are decoded (dropped before the transform sees the rows).
+_KEY_DECODED = "_key_decoded"
+_KEY_SCHEMA_ID = "_key_schema_id"
 #: The Kafka columns a decoded batch keeps (``value`` is replaced by the reader's fields).
 KAFKA_COLUMNS = ("key", "topic", "partition", "offset", "timestamp", "timestampType")
 #: The dead-letter table's key: one row per Kafka record, whatever the number of times it was read.
@@ -91,16 +100,20 @@ def table_properties(path: str) -> dict[str, str]:
 class JobDecoding:
     """One job's decoding: its registry client, reader schema and policies (see the module)."""
 
-    def __init__(self, spec: JobSpec, client: RegistryClient, reader: Record) -> None:
+    def __init__(self, spec: JobSpec, client: RegistryClient, reader: Record,
+                 key_reader: Record | None = None) -> None:
         self.spec = spec
         self.client = client
         self.reader = reader
+        #: the key's reader schema; None: the key stays Kafka's bytes (``format.key = "raw"``)
+        self.key_reader = key_reader
         fmt = spec.format
         if not isinstance(fmt, AvroFormat):
             msg = f'job "{spec.name}" decodes nothing (format.value = "{fmt.value}")'
             raise ConfigError(msg)
         self.policy = fmt.evolution
         self.encoding: Encoding = fmt.value
+        self.key_encoding: Encoding | None = None if fmt.key == "raw" else fmt.key
         self.dead_letter = fmt.on_decode_error == "dead_letter"
 
     @classmethod
@@ -113,6 +126,7 @@ class JobDecoding:
             msg = f'job "{spec.name}": format.value = "{fmt.value}" needs sources[].schema_registry'
             raise ConfigError(msg)
         client = registry_client(source.schema_registry)
+        what = "its reader schema"
         try:
             saved = table_properties(spec.sink_path).get(READER_PROPERTY)
             if saved is not None:
@@ -125,26 +139,37 @@ class JobDecoding:
                 logger.info('job reader schema job="%s" subject="%s" version=%d id=%d', spec.name, subject,
                             version.version, version.id)
             _check_names(spec.name, reader)
+            key_reader = None
+            if fmt.key != "raw":
+                what = "its key's reader schema"
+                key_reader = _key_reader(spec, source, client, fmt)
+                _check_key_names(spec.name, reader, key_reader)
         except (SchemaNotFoundError, SchemaChangeError) as exc:
             client.close()
-            msg = f'job "{spec.name}": its reader schema: {exc}'
+            msg = f'job "{spec.name}": {what}: {exc}'
             raise DecodeFailedError(msg) from None
         except Exception:
             client.close()
             raise
-        return cls(spec, client, reader)
+        return cls(spec, client, reader, key_reader)
 
     def properties(self, reader: Record | None = None) -> dict[str, str]:
-        """The table properties that record ``reader`` (the job's current one by default)."""
-        return {READER_PROPERTY: json.dumps((reader or self.reader).avro(), sort_keys=True)}
+        """The table properties that record ``reader`` (the job's current one by default) and the key's."""
+        out = {READER_PROPERTY: json.dumps((reader or self.reader).avro(), sort_keys=True)}
+        if self.key_reader is not None:
+            out[KEY_READER_PROPERTY] = json.dumps(self.key_reader.avro(), sort_keys=True)
+        return out
 
     def empty_input(self, spark: SparkSession, reader: Record | None = None) -> DataFrame:
         """No rows, in the columns a decoded batch has under ``reader``: what the transform reads."""
         from connectors.kafka.ranges import kafka_schema
 
         empty, reader = spark.createDataFrame([], kafka_schema()), reader or self.reader
+        if self.key_reader is not None:
+            keys = decode_json(empty, {}, self.key_reader, column="key")
+            empty = keys.withColumnsRenamed({DECODED: _KEY_DECODED, SCHEMA_ID: _KEY_SCHEMA_ID})
         rows = decode(empty, {}, reader) if self.encoding == "avro" else decode_json(empty, {}, reader)
-        return columns(rows, reader)
+        return self._key_columns(columns(rows, reader))
 
     def decode(self, df: DataFrame, sink: DeltaEpochSink, output: Any,
                dead_letters: DeadLetters | None) -> DataFrame:
@@ -154,6 +179,21 @@ class JobDecoding:
         table by. Raises :class:`DecodeFailedError` for a writer schema the policy refuses and, with
         ``on_decode_error = "fail"``, for records that do not decode.
         """
+        from pyspark.sql import functions as F  # noqa: N812
+
+        if self.key_reader is not None:
+            return self._decode_with_keys(df, sink, output, dead_letters)
+        batch = self._decode_values(df)
+        self._grow(batch, None, sink, output)
+        if dead_letters is not None:
+            n = dead_letters.write(batch.undecodable, _why_column(F.col(SCHEMA_ID), batch.unknown))
+            if n:
+                metrics.DEAD_LETTERS.labels(self.spec.name).inc(n)
+            return batch.rows
+        return self._failing(batch.decoded, undecodable(batch.decoded),
+                             _why_column(F.col(SCHEMA_ID), batch.unknown), batch.reader)
+
+    def _decode_values(self, df: DataFrame) -> DecodedBatch:
         try:
             batch = decode_batch(df, self.client, self.reader, self.policy, encoding=self.encoding)
         except SchemaChangeError as exc:
@@ -162,19 +202,66 @@ class JobDecoding:
         if batch.unknown:
             logger.warning('schema ids unknown to the registry job="%s" ids=%s', self.spec.name,
                            ",".join(map(str, batch.unknown)))
-        if batch.reader != self.reader:
-            added = sink.grow(output(batch.reader), self.properties(batch.reader))
-            logger.info('job reader schema evolved job="%s" ids=%s added_columns=%s', self.spec.name,
-                        ",".join(map(str, batch.ids)), ",".join(added) or "-")
-            self.reader = batch.reader
+        return batch
+
+    def _decode_with_keys(self, df: DataFrame, sink: DeltaEpochSink, output: Any,
+                          dead_letters: DeadLetters | None) -> DataFrame:
+        """:meth:`decode` of a job whose keys are decoded too: a record is undecodable when either is."""
+        from pyspark.sql import functions as F  # noqa: N812
+
+        from connectors.schema_registry.decode import rows_where
+
+        assert self.key_reader is not None and self.key_encoding is not None  # noqa: S101 - the caller's
+        try:
+            keys = decode_batch(df, self.client, self.key_reader, self.policy, column="key",
+                                encoding=self.key_encoding)
+        except SchemaChangeError as exc:
+            msg = f'job "{self.spec.name}": its key: {exc} (format.evolution = "{self.policy}")'
+            raise DecodeFailedError(msg) from None
+        keyed = keys.decoded.withColumnsRenamed({DECODED: _KEY_DECODED, SCHEMA_ID: _KEY_SCHEMA_ID})
+        batch = self._decode_values(keyed)
+        self._grow(batch, keys, sink, output)
+        out = batch.decoded
+        key_bad = F.col("key").isNotNull() & F.col(_KEY_DECODED).isNull()
+        bad = undecodable(out) | key_bad
+        key_why = F.concat(F.lit("its key: "), _why_column(F.col(_KEY_SCHEMA_ID), keys.unknown))
+        why = F.when(key_bad, key_why).otherwise(_why_column(F.col(SCHEMA_ID), batch.unknown))
         if dead_letters is not None:
-            n = dead_letters.write(batch)
+            n = dead_letters.write(rows_where(out, bad), why)
             if n:
                 metrics.DEAD_LETTERS.labels(self.spec.name).inc(n)
-            return batch.rows
-        return self._failing(batch)
+            return self._key_columns(columns(rows_where(out, ~bad), batch.reader))
+        return self._failing(out, bad, why, batch.reader)
 
-    def _failing(self, batch: DecodedBatch) -> DataFrame:
+    def _grow(self, batch: DecodedBatch, keys: DecodedBatch | None, sink: DeltaEpochSink,
+              output: Any) -> None:
+        """Grow the table (columns and reader properties) when the batch grew the reader or the key's."""
+        key_reader = keys.reader if keys is not None else self.key_reader
+        if batch.reader == self.reader and key_reader == self.key_reader:
+            return
+        self.key_reader = key_reader  # output() reads the key's columns from it
+        added = sink.grow(output(batch.reader), self.properties(batch.reader))
+        ids = batch.ids + (keys.ids if keys is not None else ())
+        logger.info('job reader schema evolved job="%s" ids=%s added_columns=%s', self.spec.name,
+                    ",".join(map(str, ids)), ",".join(added) or "-")
+        self.reader = batch.reader
+
+    def _key_columns(self, df: DataFrame) -> DataFrame:
+        """``df`` with ``key`` replaced, in place, by the key's decoded columns (``key_<field>``)."""
+        from pyspark.sql import functions as F  # noqa: N812
+
+        if self.key_reader is None:
+            return df
+        out: list[Any] = []
+        for c in df.columns:
+            if c == "key":
+                out += [F.col(f"{_KEY_DECODED}.{f.name}").alias(f"{KEY_PREFIX}{f.name}")
+                        for f in self.key_reader.fields]
+            elif c not in (_KEY_DECODED, _KEY_SCHEMA_ID):
+                out.append(F.col(c))
+        return df.select(*out)
+
+    def _failing(self, out: DataFrame, bad: Any, why: Any, reader: Record) -> DataFrame:
         """The decoded rows, in a plan that fails at the first undecodable one (in the write's own pass).
 
         Spark's ``raise_error`` in the decoded struct that every column reads (so the optimizer keeps it);
@@ -182,15 +269,13 @@ class JobDecoding:
         """
         from pyspark.sql import functions as F  # noqa: N812
 
-        out = batch.decoded
-        why = _why_column(F.col(SCHEMA_ID), batch.unknown)
         split = F.concat_ws(":", F.col("topic"), F.col("partition").cast("string"))
         where = F.concat_ws(" ", F.lit(f"{DECODE_FAILURE} the record at"), split, F.lit("offset"),
                             F.col("offset").cast("string"), F.lit("cannot be decoded ("), why,
                             F.lit(f") {DECODE_FAILURE_END}"))
         # in the projection, not a filter: a filter on the decoded struct would decode each record twice
-        checked = F.when(undecodable(out), F.raise_error(where)).otherwise(F.col(DECODED))
-        return columns(out.withColumn(DECODED, checked), batch.reader)
+        checked = F.when(bad, F.raise_error(where)).otherwise(F.col(DECODED))
+        return self._key_columns(columns(out.withColumn(DECODED, checked), reader))
 
     def close(self) -> None:
         """Close the registry client."""
@@ -214,14 +299,12 @@ class DeadLetters:
         #: The epoch the job is committing (set by the job before it decodes the epoch's rows).
         self.epoch = 0
 
-    def write(self, batch: DecodedBatch) -> int:
-        """Merge ``batch``'s undecodable rows (none: nothing written); how many there were."""
+    def write(self, bad: DataFrame, why: Any) -> int:
+        """Merge the undecodable rows ``bad`` (none: nothing written), ``why`` each; how many there were."""
         from pyspark.sql import functions as F  # noqa: N812
 
         from connectors.delta.merge import CHANGE_TYPE
 
-        bad = batch.undecodable
-        why = _why_column(F.col(SCHEMA_ID), batch.unknown)
         rows = bad.select(*(F.col(c) for c in ("topic", "partition", "offset", "timestamp", "key", "value")),
                           F.col(SCHEMA_ID).alias("schema_id"), why.alias("error"),
                           F.lit(self.epoch).cast("long").alias("epoch"), F.lit("insert").alias(CHANGE_TYPE))
@@ -260,6 +343,28 @@ def dead_letter_schema() -> StructType:
         StructField("schema_id", LongType()), StructField("error", StringType()),
         StructField("epoch", LongType()), StructField("_change_type", StringType()),
     ])
+
+
+def _key_reader(spec: JobSpec, source: SourceConfig, client: RegistryClient, fmt: AvroFormat) -> Record:
+    """The key's reader: the one the job's table committed, else its subject's latest version."""
+    saved = table_properties(spec.sink_path).get(KEY_READER_PROPERTY)
+    if saved is not None:
+        return parse(saved)
+    subject = fmt.key_subject or f"{source.topics[0]}-key"
+    version = client.latest(subject)
+    logger.info('job key reader schema job="%s" subject="%s" version=%d id=%d', spec.name, subject,
+                version.version, version.id)
+    encoding: Encoding = "avro" if fmt.key == "raw" else fmt.key  # not raw: the caller checked
+    return read_schema(version.schema, encoding)
+
+
+def _check_key_names(job: str, reader: Record, key_reader: Record) -> None:
+    names = {f"{KEY_PREFIX}{f.name}" for f in key_reader.fields}
+    clash = sorted(names & ({f.name for f in reader.fields} | set(KAFKA_COLUMNS)))
+    if clash:
+        msg = (f'job "{job}": the key\'s columns {clash} are named like the value\'s or Kafka\'s: the '
+               "decoded rows cannot hold both")
+        raise SchemaChangeError(msg)
 
 
 def _check_names(job: str, reader: Record) -> None:

@@ -209,6 +209,16 @@ def both_tables(main: Path, dead: Path, bootstrap: str, topic: str) -> Any:
     return compare(log_offsets(bootstrap, [topic]), held)
 
 
+def await_both_tables(main: Path, dead: Path, bootstrap: str, topic: str, timeout: float = 180.0) -> Any:
+    """Wait until each offset of ``topic`` is in exactly one of a job's table and its dead-letter table."""
+
+    def both() -> Any:
+        report = both_tables(main, dead, bootstrap, topic)
+        return report if report.ok else None
+
+    return wait_for(both, timeout=timeout, interval=1.0, what="every offset in exactly one of the two tables")
+
+
 def table_daemon_config(tmp_path: Path, port: int, extra: str = "") -> Path:
     """``config.toml`` of a daemon process with one delta source ``tbl`` over ``tmp_path / "src"``.
 

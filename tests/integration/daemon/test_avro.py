@@ -21,7 +21,7 @@ from source_backfill.core.schema_evolution import parse, resolve
 from source_backfill.executors.decoding import READER_PROPERTY
 from tests.fixtures.avro import INCOMPATIBLE, KAFKA_COLUMNS, VERSIONS, AvroTopic, framed, register
 from tests.fixtures.proxy import FaultyProxy
-from tests.integration.daemon.conftest import both_tables, exactly_once, finished, job_spec, wait_for
+from tests.integration.daemon.conftest import await_both_tables, exactly_once, finished, job_spec, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -113,11 +113,7 @@ def test_undecodable_records_go_to_the_dead_letter_table_each_offset_in_exactly_
     topic.send(1, 200, corrupt_every=100)  # live ones too
     main, dead = tmp_path / "dl", tmp_path / f"dl{DEAD_LETTER_SUFFIX}"
 
-    def both() -> Any:
-        report = both_tables(main, dead, kafka_bootstrap, topic.topic)
-        return report if report.ok else None
-
-    wait_for(both, timeout=120, interval=1.0, what="every offset in exactly one of the two tables")
+    await_both_tables(main, dead, kafka_bootstrap, topic.topic, timeout=120)
     # `verify` counts the dead-letter table with the job's: each offset in exactly one of the two
     from connectors.kafka.admin import KafkaAdmin
     from source_backfill.verify.kafka_job import verify_job

@@ -21,7 +21,7 @@ from source_backfill.core.json_schema import parse_json_schema
 from source_backfill.core.schema_evolution import Record
 from source_backfill.executors.decoding import READER_PROPERTY
 from tests.fixtures.framed_topic import FramedTopic
-from tests.integration.daemon.conftest import both_tables, finished, job_spec, wait_for
+from tests.integration.daemon.conftest import await_both_tables, finished, job_spec, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -89,11 +89,7 @@ def test_history_over_two_versions_then_a_live_third_evolves_the_table_exactly_o
     topic.send(3, 200)  # the live producer moves to v3: a property with a default added
     main, dead = tmp_path / "evolving", tmp_path / f"evolving{DEAD_LETTER_SUFFIX}"
 
-    def both() -> Any:
-        report = both_tables(main, dead, kafka_bootstrap, topic.topic)
-        return report if report.ok else None
-
-    wait_for(both, timeout=180, interval=1.0, what="every offset in exactly one of the two tables")
+    await_both_tables(main, dead, kafka_bootstrap, topic.topic, timeout=180)
     table = DeltaTable(str(main))
     from source_backfill.core.schema_evolution import parse
 

@@ -23,7 +23,7 @@ from source_backfill.core.proto_schema import first_message, zigzag_indexes
 from source_backfill.core.schema_evolution import parse
 from source_backfill.executors.decoding import READER_PROPERTY
 from tests.fixtures.framed_topic import FramedTopic
-from tests.integration.daemon.conftest import both_tables, exactly_once, finished, job_spec, wait_for
+from tests.integration.daemon.conftest import await_both_tables, exactly_once, finished, job_spec, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -85,13 +85,8 @@ def test_history_over_two_versions_then_a_live_third_evolves_the_table_exactly_o
     wait_for(lambda: finished(d, "evolving") and finished(d, "pinned"), what="both jobs finished history")
     topic.send(3, 200)  # the live producer moves to v3
     for name in ("evolving", "pinned"):
-        main, dead = tmp_path / name, tmp_path / f"{name}{DEAD_LETTER_SUFFIX}"
-
-        def both(main: Any = main, dead: Any = dead) -> Any:
-            report = both_tables(main, dead, kafka_bootstrap, topic.topic)
-            return report if report.ok else None
-
-        wait_for(both, timeout=180, interval=1.0, what=f"{name}: every offset in exactly one of two tables")
+        dead = tmp_path / f"{name}{DEAD_LETTER_SUFFIX}"
+        await_both_tables(tmp_path / name, dead, kafka_bootstrap, topic.topic)
         letters = DeltaTable(str(dead)).to_pyarrow_table().to_pylist()
         assert len(letters) == 2 and all(r["value"] is not None for r in letters)
     evolving = DeltaTable(str(tmp_path / "evolving"))

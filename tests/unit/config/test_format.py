@@ -49,6 +49,9 @@ def test_json_and_protobuf_decode_by_the_sources_registry_as_avro_does_and_other
     ({"value": "avro", "registry": {"url": "http://evil"}}, "registry"),  # a job names no registry
     ({"value": "avro", "password_file": "/etc/shadow"}, "password_file"),
     ({"value": "proto3"}, "value"),
+    ({"value": "avro", "key": "thrift"}, "key"),
+    ({"value": "raw", "key": "avro"}, "key"),  # keys are decoded beside decoded values only
+    ({"value": "avro", "key": "avro", "key_subject": ""}, "key_subject"),
     ({"value": "protobuf", "evolution": "guess"}, "evolution"),
     ({"value": "json", "evolution": "guess"}, "evolution"),
     ({"value": "avro", "evolution": "guess"}, "evolution"),
@@ -122,3 +125,14 @@ def test_a_spark_failure_on_an_undecodable_record_becomes_the_jobs_decode_failur
     assert str(failure).startswith('job "j": the record at t:3 offset 99 cannot be decoded (schema id 7 is '
                                    "unknown to the registry); format.on_decode_error")
     assert decode_failure("j", RuntimeError("the broker went away")) is None
+
+
+def test_keys_decode_by_their_own_subject_and_one_is_named_when_the_source_has_several_topics():
+    spec = job(value="avro", key="protobuf")
+    assert (spec.format.key, spec.format.key_subject) == ("protobuf", None)
+    check_job_fits_source(spec, source())
+    several = SourceConfig(name="s", topics=["a", "b"], schema_registry=REGISTRY)
+    with pytest.raises(ValueError, match="key_subject is needed"):
+        check_job_fits_source(job(value="avro", key="avro", subject="a-value"), several)
+    check_job_fits_source(job(value="avro", key="avro", subject="a-value", key_subject="a-key"), several)
+    assert job(value="avro").format.key == "raw"
