@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
     "test_my_pipeline.py",
     pytest.param("test_my_secured_pipeline.py", marks=pytest.mark.slow),  # its own secured broker: slow tier
     pytest.param("test_my_avro_pipeline.py", marks=pytest.mark.slow),  # the registry: slow tier
+    pytest.param("test_my_protobuf_pipeline.py", marks=pytest.mark.slow),
 ])
 def test_the_example_pipeline_test_passes_with_the_plugin(example, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
