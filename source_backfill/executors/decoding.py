@@ -264,18 +264,22 @@ class JobDecoding:
     def _failing(self, out: DataFrame, bad: Any, why: Any, reader: Record) -> DataFrame:
         """The decoded rows, in a plan that fails at the first undecodable one (in the write's own pass).
 
-        Spark's ``raise_error`` in the decoded struct that every column reads (so the optimizer keeps it);
-        the job turns the error into :class:`DecodeFailedError` (:func:`decode_failure`).
+        Spark's ``raise_error`` in the condition of :func:`~connectors.schema_registry.decode.rows_where`:
+        a generator, so the optimizer keeps it whatever columns the transform reads (a projection would
+        drop a check no output column reads) and does not push it into the decoding (a filter would decode
+        each record twice). The job turns the error into :class:`DecodeFailedError`
+        (:func:`decode_failure`).
         """
         from pyspark.sql import functions as F  # noqa: N812
+
+        from connectors.schema_registry.decode import rows_where
 
         split = F.concat_ws(":", F.col("topic"), F.col("partition").cast("string"))
         where = F.concat_ws(" ", F.lit(f"{DECODE_FAILURE} the record at"), split, F.lit("offset"),
                             F.col("offset").cast("string"), F.lit("cannot be decoded ("), why,
                             F.lit(f") {DECODE_FAILURE_END}"))
-        # in the projection, not a filter: a filter on the decoded struct would decode each record twice
-        checked = F.when(bad, F.raise_error(where)).otherwise(F.col(DECODED))
-        return self._key_columns(columns(out.withColumn(DECODED, checked), reader))
+        guard = F.when(bad, F.raise_error(where)).otherwise(F.lit(True))
+        return self._key_columns(columns(rows_where(out, guard), reader))
 
     def close(self) -> None:
         """Close the registry client."""

@@ -114,7 +114,24 @@ def test_each_record_goes_through_from_avro_once_whichever_rows_are_kept(spark):
 
     kept = columns(rows_where(out, ~undecodable(out)), reader)
     assert copies(kept) == 3 and kept.count() == 30
-    failing = columns(out.withColumn(DECODED, F.when(undecodable(out), F.raise_error(F.lit("bad")))
-                                     .otherwise(F.col(DECODED))), reader)  # JobDecoding._failing's shape
+    guard = F.when(undecodable(out), F.raise_error(F.lit("bad"))).otherwise(F.lit(True))
+    failing = columns(rows_where(out, guard), reader)  # JobDecoding._failing's shape
     assert copies(failing) == 3 and failing.count() == 30
     assert copies(columns(out.where(~undecodable(out)), reader)) > 3  # what rows_where avoids
+
+
+def test_the_fail_paths_check_holds_whatever_columns_are_read(spark):
+    """A job failing on undecodable records fails even when its transform reads no decoded column."""
+    from pyspark.errors import PySparkException
+    from pyspark.sql import functions as F
+
+    from connectors.schema_registry.decode import rows_where
+
+    rows = [(i, _framed(11, V1, _record(11, i))) for i in range(5)] + [(5, b"\x00\x00\x00\x00\x0b\x02")]
+    out = decode(spark.createDataFrame(rows, "offset long, value binary"), {11: json.dumps(V1.avro())}, V1)
+    guard = F.when(undecodable(out), F.raise_error(F.lit("undecodable at 5"))).otherwise(F.lit(True))
+    with pytest.raises(PySparkException, match="undecodable at 5"):
+        columns(rows_where(out, guard), V1).select("offset").collect()
+    good = out.where(F.col("offset") < 5)
+    assert columns(rows_where(good, F.when(undecodable(good), F.raise_error(F.lit("x"))).otherwise(
+        F.lit(True))), V1).select("offset").count() == 5
