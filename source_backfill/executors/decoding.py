@@ -181,17 +181,25 @@ class JobDecoding:
         """
         from pyspark.sql import functions as F  # noqa: N812
 
-        if self.key_reader is not None:
-            return self._decode_with_keys(df, sink, output, dead_letters)
-        batch = self._decode_values(df)
-        self._grow(batch, None, sink, output)
+        from connectors.schema_registry.decode import rows_where
+
+        keys = self._decode_keys(df) if self.key_reader is not None else None
+        batch = self._decode_values(df if keys is None else keys.decoded.withColumnsRenamed(
+            {DECODED: _KEY_DECODED, SCHEMA_ID: _KEY_SCHEMA_ID}))
+        self._grow(batch, keys, sink, output)
+        out = batch.decoded
+        bad = undecodable(out)
+        why = _why_column(F.col(SCHEMA_ID), batch.unknown)
+        if keys is not None:  # a record is undecodable when its key is
+            key_bad = F.col("key").isNotNull() & F.col(_KEY_DECODED).isNull()
+            key_why = F.concat(F.lit("its key: "), _why_column(F.col(_KEY_SCHEMA_ID), keys.unknown))
+            bad, why = bad | key_bad, F.when(key_bad, key_why).otherwise(why)
         if dead_letters is not None:
-            n = dead_letters.write(batch.undecodable, _why_column(F.col(SCHEMA_ID), batch.unknown))
+            n = dead_letters.write(rows_where(out, bad), why)
             if n:
                 metrics.DEAD_LETTERS.labels(self.spec.name).inc(n)
-            return batch.rows
-        return self._failing(batch.decoded, undecodable(batch.decoded),
-                             _why_column(F.col(SCHEMA_ID), batch.unknown), batch.reader)
+            return self._key_columns(columns(rows_where(out, ~bad), batch.reader))
+        return self._failing(out, bad, why, batch.reader)
 
     def _decode_values(self, df: DataFrame) -> DecodedBatch:
         try:
@@ -204,34 +212,15 @@ class JobDecoding:
                            ",".join(map(str, batch.unknown)))
         return batch
 
-    def _decode_with_keys(self, df: DataFrame, sink: DeltaEpochSink, output: Any,
-                          dead_letters: DeadLetters | None) -> DataFrame:
-        """:meth:`decode` of a job whose keys are decoded too: a record is undecodable when either is."""
-        from pyspark.sql import functions as F  # noqa: N812
-
-        from connectors.schema_registry.decode import rows_where
-
+    def _decode_keys(self, df: DataFrame) -> DecodedBatch:
+        """``df``'s keys decoded onto the key's reader (every row kept, :data:`DECODED` the key's)."""
         assert self.key_reader is not None and self.key_encoding is not None  # noqa: S101 - the caller's
         try:
-            keys = decode_batch(df, self.client, self.key_reader, self.policy, column="key",
+            return decode_batch(df, self.client, self.key_reader, self.policy, column="key",
                                 encoding=self.key_encoding)
         except SchemaChangeError as exc:
             msg = f'job "{self.spec.name}": its key: {exc} (format.evolution = "{self.policy}")'
             raise DecodeFailedError(msg) from None
-        keyed = keys.decoded.withColumnsRenamed({DECODED: _KEY_DECODED, SCHEMA_ID: _KEY_SCHEMA_ID})
-        batch = self._decode_values(keyed)
-        self._grow(batch, keys, sink, output)
-        out = batch.decoded
-        key_bad = F.col("key").isNotNull() & F.col(_KEY_DECODED).isNull()
-        bad = undecodable(out) | key_bad
-        key_why = F.concat(F.lit("its key: "), _why_column(F.col(_KEY_SCHEMA_ID), keys.unknown))
-        why = F.when(key_bad, key_why).otherwise(_why_column(F.col(SCHEMA_ID), batch.unknown))
-        if dead_letters is not None:
-            n = dead_letters.write(rows_where(out, bad), why)
-            if n:
-                metrics.DEAD_LETTERS.labels(self.spec.name).inc(n)
-            return self._key_columns(columns(rows_where(out, ~bad), batch.reader))
-        return self._failing(out, bad, why, batch.reader)
 
     def _grow(self, batch: DecodedBatch, keys: DecodedBatch | None, sink: DeltaEpochSink,
               output: Any) -> None:
@@ -239,8 +228,12 @@ class JobDecoding:
         key_reader = keys.reader if keys is not None else self.key_reader
         if batch.reader == self.reader and key_reader == self.key_reader:
             return
-        self.key_reader = key_reader  # output() reads the key's columns from it
-        added = sink.grow(output(batch.reader), self.properties(batch.reader))
+        before, self.key_reader = self.key_reader, key_reader  # output() reads the key's columns from it
+        try:
+            added = sink.grow(output(batch.reader), self.properties(batch.reader))
+        except BaseException:
+            self.key_reader = before  # not grown: the next batch tries again
+            raise
         ids = batch.ids + (keys.ids if keys is not None else ())
         logger.info('job reader schema evolved job="%s" ids=%s added_columns=%s', self.spec.name,
                     ",".join(map(str, ids)), ",".join(added) or "-")
