@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from source_backfill.core.splits import SplitId, parse_split_id
 
@@ -111,39 +112,58 @@ def check(anchor: Anchor, found: Found) -> Truncation | None:
     return None
 
 
+KINDS = frozenset({"checked", "newest"})
+#: How many passed anchors a split keeps between two checks (the oldest are let go first).
+MAX_PASSED = 64
+
+
 @dataclass(frozen=True)
 class Anchors:
-    """A source's anchors: per split the newest an epoch gave, and the one the last check verified.
+    """A source's anchors per split: the newest, the last verified, and those epochs *passed*.
 
-    An epoch replaces the newest freely; a check reads both again. The verified one keeps a truncation
-    found even when the live stream has since read past the old log's end in the new log (the newest
-    anchor then lies in the new log, and holds): what a check cannot see is a truncation that lost only
-    records copied since the previous check and was refilled past them before this one.
+    The newest is the one an epoch gave last; the verified one the last check read; the passed ones were
+    newest once and replaced before a check read them. A check reads all of them again.
+
+    The verified one keeps a truncation found even when the live stream has since read past the old log's
+    end in the new log (the newest anchor then lies in the new log, and holds); the passed ones find a
+    truncation of records copied since the previous check and refilled past them before this one (the
+    last anchor the old log gave is among them). What a check cannot see: such a truncation when more than
+    :data:`MAX_PASSED` epochs anchored the split between two checks (the oldest passed ones go first).
     """
 
     checked: dict[SplitId, Anchor] = field(default_factory=dict)
     newest: dict[SplitId, Anchor] = field(default_factory=dict)
+    passed: dict[SplitId, tuple[Anchor, ...]] = field(default_factory=dict)
 
     def advanced(self, new: Iterable[Anchor]) -> Anchors:
-        """With an epoch's anchors (:func:`newest`)."""
-        return Anchors(self.checked, newest(self.newest, new))
+        """With an epoch's anchors (:func:`newest`); a replaced newest one not verified is passed."""
+        now = newest(self.newest, new)
+        passed = dict(self.passed)
+        for split, old in self.newest.items():
+            if now[split] != old and self.checked.get(split) != old:
+                passed[split] = (*passed.get(split, ()), old)[-MAX_PASSED:]
+        return Anchors(self.checked, now, dict(sorted(passed.items())))
 
     def to_check(self) -> list[Anchor]:
-        """Every anchor a check reads again: each split's verified one and its newest."""
-        return sorted({*self.checked.values(), *self.newest.values()})
+        """Every anchor a check reads again: each split's verified one, its passed ones and its newest."""
+        return sorted({*self.checked.values(), *self.newest.values(),
+                       *(a for kept in self.passed.values() for a in kept)})
 
     def after_check(self, now: Anchors, truncated: Iterable[Truncation], read: Iterable[Anchor]) -> Anchors:
         """``now`` (the anchors as epochs left them since ``self`` was checked) after the check's verdicts.
 
         A truncated split loses its anchors (the next epoch anchors it in the log as it is now); every
-        other split whose newest anchor at the check was ``read`` (a verdict was reached) has it verified.
+        other split whose newest anchor at the check was ``read`` (a verdict was reached) has it verified,
+        and its passed anchors that were read are let go (those not read are read again next time).
         """
         bad = {t.anchor.split for t in truncated}
         done = set(read)
         checked = {**{s: a for s, a in now.checked.items() if s not in bad},
                    **{s: a for s, a in self.newest.items() if s not in bad and a in done}}
         kept = {s: a for s, a in now.newest.items() if s not in bad}
-        return Anchors(dict(sorted(checked.items())), kept)
+        passed = {s: left for s, was in now.passed.items()
+                  if s not in bad and (left := tuple(a for a in was if a not in done))}
+        return Anchors(dict(sorted(checked.items())), kept, passed)
 
 
 def first_per_split(found: Iterable[Truncation]) -> list[Truncation]:
@@ -154,18 +174,34 @@ def first_per_split(found: Iterable[Truncation]) -> list[Truncation]:
     return list(out.values())
 
 
-def anchors_to_json(anchors: Anchors) -> dict[str, dict[str, dict[str, object]]]:
-    """The record of ``anchors.json``: ``{"checked"|"newest": {split: {"offset": o, "fingerprint": f}}}``."""
-    return {kind: {split: a.to_json() for split, a in sorted(kept.items())}
-            for kind, kept in (("checked", anchors.checked), ("newest", anchors.newest))}
+def anchors_to_json(anchors: Anchors) -> dict[str, dict[str, Any]]:
+    """The record of ``anchors.json``.
+
+    ``{"checked"|"newest": {split: {"offset": o, "fingerprint": f}}}``, and ``"passed": {split: [{"offset":
+    o, "fingerprint": f}, ...]}`` (oldest first) when an epoch passed an anchor no check has read yet
+    (absent otherwise, as the release before wrote it).
+    """
+    out: dict[str, dict[str, Any]] = {
+        kind: {split: a.to_json() for split, a in sorted(kept.items())}
+        for kind, kept in (("checked", anchors.checked), ("newest", anchors.newest))}
+    if anchors.passed:
+        out["passed"] = {split: [a.to_json() for a in kept] for split, kept in sorted(anchors.passed.items())}
+    return out
 
 
 def anchors_from_json(data: object) -> Anchors:
     """The anchors of :func:`anchors_to_json`'s record; ValueError on anything else."""
-    if not isinstance(data, dict) or set(data) != {"checked", "newest"}:
-        msg = "not an object of checked and newest anchors"
+    if not isinstance(data, dict) or not KINDS <= set(data) <= {*KINDS, "passed"}:
+        msg = "not an object of checked, newest and passed anchors"
         raise ValueError(msg)
-    return Anchors(_split_anchors(data["checked"]), _split_anchors(data["newest"]))
+    passed = data.get("passed", {})
+    if not isinstance(passed, dict) or not all(isinstance(v, list) and v for v in passed.values()):
+        msg = "passed anchors are not lists by split"
+        raise ValueError(msg)
+    by_split = {split: tuple(_split_anchors({split: entry})[split] for entry in entries)
+                for split, entries in passed.items()}
+    return Anchors(_split_anchors(data["checked"]), _split_anchors(data["newest"]),
+                   dict(sorted(by_split.items())))
 
 
 def _split_anchors(data: object) -> dict[SplitId, Anchor]:

@@ -1,10 +1,11 @@
 """A source's anchors, kept beside its checkpoint, and their check against Kafka (``core/anchors.py``).
 
 ``<state_root>/sources/<source>/anchors.json``: ``{"newest": {split: {"offset": o, "fingerprint": f}},
-"checked": {...}}``, the last record of each split as the source's newest completed epoch gave it (all of
-its jobs' steps handed off), and the one its last check verified (``core.anchors.Anchors``), written
-whole (``topic_record.write_record``). A folder without it (a release before this one, a new source)
-starts with none and writes them at its next epoch.
+"checked": {...}, "passed": {split: [...]}}``, the last record of each split as the source's newest
+completed epoch gave it (all of its jobs' steps handed off), the one its last check verified, and those
+epochs replaced before a check read them (``core.anchors.Anchors``; ``passed`` absent when none, as
+releases before 2026-11-29 wrote it), written whole (``topic_record.write_record``). A folder without it
+(an earlier release, a new source) starts with none and writes them at its next epoch.
 
 :func:`find_truncations` reads each anchor's offset again on the driver (librdkafka with the source's
 options and security, ``read_committed`` as the jobs read): the split's log start and end, and the record

@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from source_backfill.core.anchors import (
+    MAX_PASSED,
     Anchor,
     Anchors,
     Found,
@@ -56,16 +57,34 @@ def test_newest_keeps_the_highest_offset_per_split_whatever_the_order(first, sec
     assert newest(merged, [Anchor(a.split, a.offset, "other") for a in merged.values()]) == merged
 
 
-@given(st.lists(anchors), st.lists(anchors))
-def test_the_record_reads_back_what_was_written(checked, found):
+@given(st.lists(anchors), st.lists(anchors), st.lists(st.lists(anchors, max_size=3)))
+def test_the_record_reads_back_what_was_written(checked, found, epochs):
     kept = Anchors(newest({}, checked), newest({}, found))
+    for epoch in epochs:
+        kept = kept.advanced(epoch)
     assert anchors_from_json(anchors_to_json(kept)) == kept
+
+
+def test_the_record_a_release_before_the_passed_anchors_wrote_reads_with_none_passed():
+    """Written by 11f10b8 (``checked`` and ``newest`` only); a record with none passed is written alike."""
+    old = {"checked": {"t:0": {"offset": 9, "fingerprint": "a9"}},
+           "newest": {"t:0": {"offset": 29, "fingerprint": "b19"}, "t:1": {"offset": 3, "fingerprint": "x"}}}
+    kept = anchors_from_json(old)
+    assert kept == Anchors({"t:0": Anchor("t:0", 9, "a9")},
+                           {"t:0": Anchor("t:0", 29, "b19"), "t:1": Anchor("t:1", 3, "x")})
+    assert kept.passed == {}
+    assert anchors_to_json(kept) == old
 
 
 @pytest.mark.parametrize("bad", [[], {"t:0": 3}, {"newest": {}}, {"checked": {}, "newest": {"t:0": 3}},
                                  {"checked": {}, "newest": {"t:0": {"offset": "1", "fingerprint": "f"}}},
                                  {"checked": {"t:0": {"offset": True, "fingerprint": "f"}}, "newest": {}},
-                                 {"checked": {}, "newest": {"t:0": {"offset": 1}}}])
+                                 {"checked": {}, "newest": {"t:0": {"offset": 1}}},
+                                 {"checked": {}, "newest": {}, "passed": {"t:0": []}},
+                                 {"checked": {}, "newest": {},
+                                  "passed": {"t:0": {"offset": 1, "fingerprint": "f"}}},
+                                 {"checked": {}, "newest": {}, "passed": {"t:0": [{"offset": 1}]}},
+                                 {"checked": {}, "newest": {}, "other": {}}])
 def test_a_malformed_record_is_refused(bad):
     with pytest.raises(ValueError):  # noqa: PT011 - the message names the entry
         anchors_from_json(bad)
@@ -79,11 +98,42 @@ def test_a_check_reads_the_verified_and_the_newest_anchor_and_verifies_only_what
     # meanwhile an epoch advanced t:1; the check read a29, a49 (held) but not b5 (no answer)
     now = at_check.advanced([Anchor("t:1", 9, "b9")])
     after = at_check.after_check(now, [], [a29, a49])
-    assert after == Anchors({"t:0": a49}, {"t:0": a49, "t:1": Anchor("t:1", 9, "b9")})
+    assert after == Anchors({"t:0": a49}, {"t:0": a49, "t:1": Anchor("t:1", 9, "b9")},
+                            {"t:1": (b5,)})  # passed by the epoch, not read: read next time
     # a truncation drops the split's anchors: the next epoch anchors it in the log as it is
     cut = Truncation(a29, Found(0, 10))
     after = at_check.after_check(now, [cut], [a29, a49, b5])
     assert after == Anchors({"t:1": b5}, {"t:1": now.newest["t:1"]})
+
+
+def test_an_anchor_passed_before_a_check_is_read_by_it_and_finds_a_truncation_refilled_past_it():
+    """Checked at 9; an epoch anchors 29 (the old log); the log is cut at 10 and refilled to 50, and the live
+    stream anchors 49 (the new log) before any check: the check reads 29 too, and finds c19 there."""
+    a9, a29, a49 = Anchor("t:0", 9, "a9"), Anchor("t:0", 29, "b19"), Anchor("t:0", 49, "c39")
+    at_check = Anchors({"t:0": a9}, {"t:0": a9}).advanced([a29]).advanced([a49])
+    assert at_check.passed == {"t:0": (a29,)}
+    assert at_check.to_check() == [a9, a29, a49]
+    assert check(a29, Found(0, 50, 29, "c19")) is not None
+    # no truncation: what was read is let go; an anchor passed during the check waits for the next one
+    now = at_check.advanced([Anchor("t:0", 60, "d")])
+    after = at_check.after_check(now, [], [a9, a29, a49])
+    assert after == Anchors({"t:0": a49}, {"t:0": Anchor("t:0", 60, "d")}, {})
+    after = at_check.after_check(now, [], [a9])  # 29 and 49 not read (no answer): read again next time
+    assert after.passed == {"t:0": (a29, a49)} and after.checked == {"t:0": a9}
+
+
+@given(st.lists(st.integers(1, 5), max_size=3 * MAX_PASSED))
+def test_every_anchor_since_the_last_check_is_read_by_the_next_up_to_the_bound(steps):
+    kept = Anchors()
+    offset, given_ = 0, []
+    for step in steps:
+        offset += step
+        given_.append(Anchor("t:0", offset, str(offset)))
+        kept = kept.advanced([given_[-1]])
+    to_check = kept.to_check()
+    assert to_check == given_[-(MAX_PASSED + 1):]  # the newest, and the passed ones the bound keeps
+    after = kept.after_check(kept, [], to_check)
+    assert after.passed == {} and after.to_check() == given_[-1:]
 
 
 def test_the_verified_anchor_finds_a_truncation_the_live_stream_has_read_past():
