@@ -166,6 +166,14 @@ class DecodeFailedError(JobError):
     """
 
 
+class ReaderOutgrownError(SourceBackfillError):
+    """A history read ahead met records its reader schema (the one it was started under) does not cover.
+
+    Never a job's failure: the read is thrown away and the job reads that history in its epochs, where
+    the table grows with the rows that need it.
+    """
+
+
 class SparkWorkTimeoutError(JobError):
     """A job's Spark work (an epoch's, or a read ahead's) ran past its deadline and was cancelled."""
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +41,7 @@ from source_backfill.core.schema_evolution import Record, parse
 from source_backfill.errors import (
     ConfigError,
     DecodeFailedError,
+    ReaderOutgrownError,
     SchemaChangeError,
     SchemaNotFoundError,
 )
@@ -54,6 +56,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: A job's reader schemas: its value's, and its key's (None: the key stays Kafka's bytes).
+Readers = tuple[Record, Record | None]
 #: What the error of a failing decoding pass starts with (:func:`decode_failure` finds it in Spark's).
 DECODE_FAILURE = "[source-backfill decode]"
 DECODE_FAILURE_END = "[end]"
@@ -169,24 +173,40 @@ class JobDecoding:
             keys = decode_json(empty, {}, self.key_reader, column="key")
             empty = keys.withColumnsRenamed({DECODED: _KEY_DECODED, SCHEMA_ID: _KEY_SCHEMA_ID})
         rows = decode(empty, {}, reader) if self.encoding == "avro" else decode_json(empty, {}, reader)
-        return self._key_columns(columns(rows, reader))
+        return self._key_columns(columns(rows, reader), self.key_reader)
+
+    def readers(self) -> Readers:
+        """The job's reader schemas now: the value's and the key's (what a read ahead decodes onto)."""
+        return self.reader, self.key_reader
 
     def decode(self, df: DataFrame, sink: DeltaEpochSink, output: Any,
-               dead_letters: DeadLetters | None) -> DataFrame:
+               dead_letters: DeadLetters | None, *, ahead: Readers | None = None) -> DataFrame:
         """``df``'s Kafka rows decoded (see the module); the table grown first when the reader grew.
 
         ``output``: the job's output schema for a reader (``output(reader) -> StructType``), to grow the
         table by. Raises :class:`DecodeFailedError` for a writer schema the policy refuses and, with
         ``on_decode_error = "fail"``, for records that do not decode.
+
+        ``ahead``: the readers a history read ahead decodes onto (:meth:`readers` when it was started).
+        It grows nothing (a table's growth lands with an epoch's commit, on the epoch's thread): records
+        those readers do not cover raise :class:`ReaderOutgrownError`, and the job reads them in an epoch.
         """
         from pyspark.sql import functions as F  # noqa: N812
 
         from connectors.schema_registry.decode import rows_where
 
-        keys = self._decode_keys(df) if self.key_reader is not None else None
+        reader, key_reader = self.readers() if ahead is None else ahead
+        keys = self._decode_keys(df, key_reader) if key_reader is not None else None
         batch = self._decode_values(df if keys is None else keys.decoded.withColumnsRenamed(
-            {DECODED: _KEY_DECODED, SCHEMA_ID: _KEY_SCHEMA_ID}))
-        self._grow(batch, keys, sink, output)
+            {DECODED: _KEY_DECODED, SCHEMA_ID: _KEY_SCHEMA_ID}), reader)
+        if ahead is None:
+            self._grow(batch, keys, sink, output)
+        elif batch.reader != reader or (keys is not None and keys.reader != key_reader):
+            ids = batch.ids + (keys.ids if keys is not None else ())
+            msg = (f'job "{self.spec.name}": writer schema ids {",".join(map(str, ids))} grow its reader '
+                   "schema: read in an epoch")
+            raise ReaderOutgrownError(msg)
+        key_reader = None if keys is None else keys.reader  # the grown one, when the batch grew it
         out = batch.decoded
         bad = undecodable(out)
         why = _why_column(F.col(SCHEMA_ID), batch.unknown)
@@ -198,12 +218,12 @@ class JobDecoding:
             n = dead_letters.write(rows_where(out, bad), why)
             if n:
                 metrics.DEAD_LETTERS.labels(self.spec.name).inc(n)
-            return self._key_columns(columns(rows_where(out, ~bad), batch.reader))
-        return self._failing(out, bad, why, batch.reader)
+            return self._key_columns(columns(rows_where(out, ~bad), batch.reader), key_reader)
+        return self._failing(out, bad, why, batch.reader, key_reader)
 
-    def _decode_values(self, df: DataFrame) -> DecodedBatch:
+    def _decode_values(self, df: DataFrame, reader: Record) -> DecodedBatch:
         try:
-            batch = decode_batch(df, self.client, self.reader, self.policy, encoding=self.encoding)
+            batch = decode_batch(df, self.client, reader, self.policy, encoding=self.encoding)
         except SchemaChangeError as exc:
             msg = f'job "{self.spec.name}": {exc} (format.evolution = "{self.policy}")'
             raise DecodeFailedError(msg) from None
@@ -212,11 +232,11 @@ class JobDecoding:
                            ",".join(map(str, batch.unknown)))
         return batch
 
-    def _decode_keys(self, df: DataFrame) -> DecodedBatch:
-        """``df``'s keys decoded onto the key's reader (every row kept, :data:`DECODED` the key's)."""
-        assert self.key_reader is not None and self.key_encoding is not None  # noqa: S101 - the caller's
+    def _decode_keys(self, df: DataFrame, key_reader: Record) -> DecodedBatch:
+        """``df``'s keys decoded onto ``key_reader`` (every row kept, :data:`DECODED` the key's)."""
+        assert self.key_encoding is not None  # noqa: S101 - the caller's: a key reader for a decoded key
         try:
-            return decode_batch(df, self.client, self.key_reader, self.policy, column="key",
+            return decode_batch(df, self.client, key_reader, self.policy, column="key",
                                 encoding=self.key_encoding)
         except SchemaChangeError as exc:
             msg = f'job "{self.spec.name}": its key: {exc} (format.evolution = "{self.policy}")'
@@ -239,22 +259,23 @@ class JobDecoding:
                     ",".join(map(str, ids)), ",".join(added) or "-")
         self.reader = batch.reader
 
-    def _key_columns(self, df: DataFrame) -> DataFrame:
+    def _key_columns(self, df: DataFrame, key_reader: Record | None) -> DataFrame:
         """``df`` with ``key`` replaced, in place, by the key's decoded columns (``key_<field>``)."""
         from pyspark.sql import functions as F  # noqa: N812
 
-        if self.key_reader is None:
+        if key_reader is None:
             return df
         out: list[Any] = []
         for c in df.columns:
             if c == "key":
                 out += [F.col(f"{_KEY_DECODED}.{f.name}").alias(f"{KEY_PREFIX}{f.name}")
-                        for f in self.key_reader.fields]
+                        for f in key_reader.fields]
             elif c not in (_KEY_DECODED, _KEY_SCHEMA_ID):
                 out.append(F.col(c))
         return df.select(*out)
 
-    def _failing(self, out: DataFrame, bad: Any, why: Any, reader: Record) -> DataFrame:
+    def _failing(self, out: DataFrame, bad: Any, why: Any, reader: Record,
+                 key_reader: Record | None) -> DataFrame:
         """The decoded rows, in a plan that fails at the first undecodable one (in the write's own pass).
 
         Spark's ``raise_error`` in the condition of :func:`~connectors.schema_registry.decode.rows_where`:
@@ -272,7 +293,7 @@ class JobDecoding:
                             F.col("offset").cast("string"), F.lit("cannot be decoded ("), why,
                             F.lit(f") {DECODE_FAILURE_END}"))
         guard = F.when(bad, F.raise_error(where)).otherwise(F.lit(True))
-        return self._key_columns(columns(rows_where(out, guard), reader))
+        return self._key_columns(columns(rows_where(out, guard), reader), key_reader)
 
     def close(self) -> None:
         """Close the registry client."""
@@ -295,9 +316,18 @@ class DeadLetters:
                                    key_columns=DEAD_LETTER_KEY)
         #: The epoch the job is committing (set by the job before it decodes the epoch's rows).
         self.epoch = 0
+        self._lock = threading.Lock()
 
     def write(self, bad: DataFrame, why: Any) -> int:
-        """Merge the undecodable rows ``bad`` (none: nothing written), ``why`` each; how many there were."""
+        """Merge the undecodable rows ``bad`` (none: nothing written), ``why`` each; how many there were.
+
+        Epochs and the job's history reads ahead write in turn (one commit at a time: each takes the
+        next transaction version).
+        """
+        with self._lock:
+            return self._write(bad, why)
+
+    def _write(self, bad: DataFrame, why: Any) -> int:
         from pyspark.sql import functions as F  # noqa: N812
 
         from connectors.delta.merge import CHANGE_TYPE

@@ -52,6 +52,8 @@ class ReadAhead:
     progress: StagedProgress = field(default_factory=StagedProgress)
     #: Spark tasks the copy was started with (its job's share of the source's history width then).
     tasks: int = 1
+    #: What its rows were shaped under (a decoding job's reader schemas then); adopted only while current.
+    shaped_under: object = None
 
     @property
     def rows(self) -> int:
@@ -161,14 +163,16 @@ class ReadsAhead:
 
     def start(self, ranges: Sequence[HistoryRange],
               stage: Callable[[ReadAhead], tuple[StagedFiles, dict[str, int]]],
-              then: Callable[[ReadAhead], None], *, tasks: int = 1) -> ReadAhead:
+              then: Callable[[ReadAhead], None], *, tasks: int = 1, shaped_under: object = None) -> ReadAhead:
         """Run ``stage(read)`` in a new thread as a cancellable Spark job group; ``then(read)`` after.
 
         ``tasks``: the Spark tasks ``stage`` copies with (kept: :meth:`tasks_in_flight`).
+        ``shaped_under``: what the rows are shaped under (kept: :attr:`ReadAhead.shaped_under`).
         """
         from pyspark import InheritableThread
 
-        read = ReadAhead(tuple(ranges), f"history-{self.job}-{uuid.uuid4().hex[:12]}", tasks=tasks)
+        read = ReadAhead(tuple(ranges), f"history-{self.job}-{uuid.uuid4().hex[:12]}", tasks=tasks,
+                         shaped_under=shaped_under)
         read.thread = InheritableThread(target=self._run, args=(read, stage, then), name=read.group,
                                         daemon=True)
         with self.lock:

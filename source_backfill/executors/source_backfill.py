@@ -82,14 +82,16 @@ from source_backfill.core.latency import Latencies, LatencyWindow, merge
 from source_backfill.core.state_log import SnapshotPolicy
 from source_backfill.errors import (
     ArchiveError,
+    DecodeFailedError,
     JobError,
+    ReaderOutgrownError,
     SourceBackfillError,
     SparkWorkTimeoutError,
     one_line,
 )
 from source_backfill.executors.accounting import JobMetrics, Rates, live_latencies
 from source_backfill.executors.commit_gate import CommitGate
-from source_backfill.executors.decoding import DeadLetters, JobDecoding, decode_failure
+from source_backfill.executors.decoding import DeadLetters, JobDecoding, Readers, decode_failure
 from source_backfill.executors.history import (
     HistoryReader,
     count_per_split,
@@ -218,9 +220,10 @@ class SourceBackfillJob(HeldByQuota):
                                    on_conflict=metrics.COMMIT_CONFLICTS.labels(spec.name).inc,
                                    extra_properties=None if self.decoding is None
                                    else self.decoding.properties())
-        # a decoding job reads its history inside its epochs: a read ahead staged under one reader schema
-        # would be committed beside rows of a grown one, its added fields null instead of their defaults
-        self.reads_ahead = spec.read_ahead and self.sink.writes_before_commit() and self.decoding is None
+        self.reads_ahead = spec.read_ahead and self.sink.writes_before_commit()
+        #: A decoding job's readers when a read ahead met records they do not cover (or that do not
+        #: decode): its history is read in its epochs until an epoch grows them (or fails the job).
+        self._inline_under: Readers | None = None
         #: Set by the source while the job had Spark work in flight at the JVM's last death: its epochs
         #: run alone and start no read ahead, so none of its work is in flight beside another job's.
         self.alone = False
@@ -316,10 +319,14 @@ class SourceBackfillJob(HeldByQuota):
             empty = self.spark.createDataFrame([], kafka_schema())
         return apply_transform(self.spark, self.spec.transform, empty).schema
 
-    def transform(self, df: DataFrame) -> DataFrame:
-        """The job's rows from Kafka rows: decoded by schema id (a decoding job), then its SQL transform."""
+    def transform(self, df: DataFrame, *, ahead: Readers | None = None) -> DataFrame:
+        """The job's rows from Kafka rows: decoded by schema id (a decoding job), then its SQL transform.
+
+        ``ahead``: a read ahead's, decoded onto the readers it was started under, growing nothing
+        (:meth:`JobDecoding.decode`).
+        """
         if self.decoding is not None:
-            df = self.decoding.decode(df, self.sink, self.output_schema, self.dead_letters)
+            df = self.decoding.decode(df, self.sink, self.output_schema, self.dead_letters, ahead=ahead)
         return apply_transform(self.spark, self.spec.transform, df)
 
     @property
@@ -695,11 +702,16 @@ class SourceBackfillJob(HeldByQuota):
         """
         taken = within_cap(self._reads.done(), self.spec.max_rows_per_epoch)
         error = next((a.error for a in taken if a.error is not None), None)
+        if error is not None and self._decodes_inline(error):
+            self._reads.drop()
+            return states, Adopted()
         counts: dict[str, int] = {}
         for a in taken:
             _add_counts(counts, a.counts)
         ranges = [r for a in taken for r in a.ranges]
-        adopted = None if error is not None or budget == 0 else adopt_history(states, ranges, counts)
+        shaped = self.decoding is None or all(a.shaped_under == self.decoding.readers() for a in taken)
+        adopted = None if error is not None or budget == 0 or not shaped \
+            else adopt_history(states, ranges, counts)
         if adopted is None:
             if budget == 0 or taken:
                 self._reads.drop()  # the reads in flight chain on the ones thrown away
@@ -718,9 +730,34 @@ class SourceBackfillJob(HeldByQuota):
 
         That is when nothing is read ahead any more and the history left up to the targets fits the
         epoch's budget: the job then finishes in this epoch instead of chasing the live stream with one
-        more read ahead (and a small history finishes in its first epoch).
+        more read ahead (and a small history finishes in its first epoch). And while a decoding job's
+        history is read in its epochs (:meth:`_decodes_inline`).
         """
+        if self._inline_decoding():
+            return True
         return not self._reads.in_flight_besides(ahead.reads) and _tail_fits(plan.states, budget)
+
+    def _decodes_inline(self, error: Exception) -> bool:
+        """Whether a read ahead's ``error`` sends the decoding job's history to its epochs (then it does).
+
+        A read ahead grows no table: records its readers do not cover, a writer schema the policy
+        refuses and (``on_decode_error = "fail"``) an undecodable record are read again in an epoch,
+        which grows the table, or fails the job, as a live batch would. Read ahead again once the
+        readers grew. Not a read error: nothing is counted nor backed off.
+        """
+        if self.decoding is None:
+            return False
+        if not isinstance(error, ReaderOutgrownError | DecodeFailedError) \
+                and decode_failure(self.name, error) is None:
+            return False
+        self._inline_under = self.decoding.readers()
+        logger.info('history read in epochs job="%s" why="%s"', self.name, one_line(error))
+        return True
+
+    def _inline_decoding(self) -> bool:
+        """A read ahead sent the job's history to its epochs, and its readers have not grown since."""
+        return (self._inline_under is not None and self.decoding is not None
+                and self._inline_under == self.decoding.readers())
 
     def _read_ahead(self) -> None:
         """Start the next history read ahead if the job may read history now and none is running.
@@ -736,7 +773,7 @@ class SourceBackfillJob(HeldByQuota):
         with self._reads.lock:
             states = self.states if self.states is not None else self._early
             if (self.failed is not None or states is None or self.alone or not self._reads.may_start()
-                    or self._pace.backing_off):
+                    or self._pace.backing_off or self._inline_decoding()):
                 return False
             planned = ahead_of(states, self._reads.ranges())
             epoch_budget = self._budget(self._interval_s)
@@ -760,18 +797,26 @@ class SourceBackfillJob(HeldByQuota):
             self._pace.spend(sum(r.size for r in ranges))
             self.history.count_data_loss(self.name, ranges)
             after = self.committed_epoch if self.committed_epoch is not None else -1
-            self._reads.start(ranges, self._stage_read(after, tasks), self._read_done, tasks=tasks)
+            readers = None if self.decoding is None else self.decoding.readers()
+            self._reads.start(ranges, self._stage_read(after, tasks, readers), self._read_done, tasks=tasks,
+                              shaped_under=readers)
             return True
 
-    def _stage_read(self, after_epoch: int,
-                    tasks: int) -> Callable[[ReadAhead], tuple[StagedFiles, dict[str, int]]]:
-        """A read ahead's copy: its ranges into staged files on ``tasks`` Spark tasks, watched as it goes."""
+    def _stage_read(self, after_epoch: int, tasks: int,
+                    readers: Readers | None) -> Callable[[ReadAhead], tuple[StagedFiles, dict[str, int]]]:
+        """A read ahead's copy: its ranges into staged files on ``tasks`` Spark tasks, watched as it goes.
+
+        ``readers``: a decoding job's reader schemas now; its rows are decoded onto them.
+        """
+        def shape(df: DataFrame) -> DataFrame:
+            return self.transform(df, ahead=readers)
+
         def stage(read: ReadAhead) -> tuple[StagedFiles, dict[str, int]]:
             def watch(folder: Path) -> None:
                 read.progress.folder = folder
 
             return self.history.stage(self.sink, read.ranges, after_epoch, on_folder=watch,
-                                      transform=self.transform if self.shapes_rows else None, tasks=tasks)
+                                      transform=shape if self.shapes_rows else None, tasks=tasks)
 
         return stage
 

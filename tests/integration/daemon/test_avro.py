@@ -70,6 +70,26 @@ def test_history_over_three_versions_then_a_live_fourth_evolves_the_table_exactl
     assert any(got[i]["amount"] is not None for i, (v, _) in topic.sent.items() if v == 4)
 
 
+def test_history_read_ahead_meets_newer_writers_reads_them_in_epochs_and_reads_ahead_again(
+    daemon_factory, avro_topic, kafka_bootstrap, tmp_path
+):
+    """A read ahead grows no table: one that meets a writer its reader does not cover is thrown away,
+    the job reads on in its epochs until one grows the table, then reads ahead again under the new one."""
+    from source_backfill import metrics
+    from tests.integration.daemon.conftest import metric_total
+
+    topic = avro_topic()
+    for v in (1, 2, 3):
+        topic.send(v, 400)
+    job = job_spec("grows-ahead", tmp_path, format={"value": "avro", "reader_version": 1}, max_rows_per_epoch=100)
+    d = avro_daemon(daemon_factory, topic, [job])
+    wait_for(lambda: finished(d, "grows-ahead"), timeout=300, what="the avro job finished its history")
+    exactly_once(tmp_path / "grows-ahead", kafka_bootstrap, [topic.topic])
+    assert_rows_as_resolved(tmp_path / "grows-ahead", topic, ["id", "qty", "sku", "note", "channel"])
+    assert metric_total(metrics.HISTORY_READS_AHEAD, job="grows-ahead", outcome="adopted") >= 2  # v1's, v3's
+    assert d.registry.get("grows-ahead").error is None
+
+
 def test_pin_keeps_the_readers_columns_and_an_incompatible_writer_fails_that_job_alone(
     daemon_factory, avro_topic, kafka_bootstrap, tmp_path
 ):
