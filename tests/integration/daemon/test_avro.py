@@ -81,7 +81,8 @@ def test_history_read_ahead_meets_newer_writers_reads_them_in_epochs_and_reads_a
     topic = avro_topic()
     for v in (1, 2, 3):
         topic.send(v, 400)
-    job = job_spec("grows-ahead", tmp_path, format={"value": "avro", "reader_version": 1}, max_rows_per_epoch=100)
+    job = job_spec("grows-ahead", tmp_path, format={"value": "avro", "reader_version": 1},
+                   max_rows_per_epoch=100)
     d = avro_daemon(daemon_factory, topic, [job])
     wait_for(lambda: finished(d, "grows-ahead"), timeout=300, what="the avro job finished its history")
     exactly_once(tmp_path / "grows-ahead", kafka_bootstrap, [topic.topic])
