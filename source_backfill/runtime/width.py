@@ -17,7 +17,9 @@ definition). From them:
   the governor's step (``core.governor.Governor``: it doubles from ``min_tasks`` while the target holds,
   falls back to the last good width or halves when it does not, then searches and probes). The gathered
   latencies are then dropped, so each step sees only its own width;
-* **no Finished job** on the source: there is no live latency to keep, the copies run at ``max_tasks``.
+* **no Finished job** on the source, or none has committed a live row yet (a source whose topics
+  receive nothing new): there is no live latency to keep, the copies run at ``max_tasks``. From the first
+  live row on, the governor steps from its start as above.
 
 The governor counts in eighths of a task (``UNITS``): from one task up it is the tasks the copies may
 run at once; below, the **duty**, the share of the time one task may copy (down to ``min_duty``): one
@@ -74,6 +76,8 @@ class HistoryWidth:
         self._epochs = 0
         #: Epochs since the last one with a copy (a daemon starts quiet).
         self._since_copy = QUIET_AFTER + 1
+        #: A Finished job committed a live row since the daemon started (before: no latency to keep).
+        self._live_seen = False
         #: The p99 of the governor's last step and the target it was held to (None: none yet).
         self.latency_s: float | None = None
         self.target_s: float | None = None
@@ -134,7 +138,8 @@ class HistoryWidth:
         fixed = self._fixed()
         if fixed is not None:
             return self._set(fixed)
-        if not parts:  # nobody's live latency to keep: as wide as allowed
+        self._live_seen = self._live_seen or any(p.rows for p in parts)
+        if not parts or not self._live_seen:  # nobody's live latency to keep: as wide as allowed
             self._gathered, self._epochs = [], 0
             return self._set(self.governor.max_width if self.latency_s is None else self._units)
         if not copying or not at_width:

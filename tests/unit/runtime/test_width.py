@@ -39,6 +39,17 @@ def test_without_a_finished_job_the_copies_run_as_wide_as_allowed() -> None:
     assert width.per_job(3) == 2 and width.per_job(16) == 1
 
 
+def test_finished_jobs_without_a_live_row_keep_no_latency_the_copies_run_wide_until_the_first_one() -> None:
+    """A source whose topics receive nothing new: its Finished jobs commit no live row, and nothing would
+    ever step the governor up from ``min_tasks``; the copies run at the allowed width until a live row."""
+    width = HistoryWidth("s", HistoryWidthConfig(), slots=8, interval_s=1.0)
+    for i in range(3 * STEP_EPOCHS):
+        assert width.after_epoch(float(i), copying=True, finished=[Latencies.empty(), Latencies.empty()]) == 8
+    # the first live row: the governor steps from its start (min_tasks) as for any source
+    assert width.after_epoch(20.0, copying=True, finished=[rows_at(1.0)]) == 1
+    assert width.after_epoch(21.0, copying=True, finished=[Latencies.empty()]) == 1
+
+
 def test_the_width_doubles_while_the_live_latency_keeps_the_target_then_narrows_when_it_rises() -> None:
     width = HistoryWidth("s", HistoryWidthConfig(), slots=16, interval_s=1.0)
     for i in range(5):  # idle epochs: the Finished jobs' p99 is 1.0 s, the target 1.2 s
