@@ -92,6 +92,12 @@ class RegistryClient:
             self._schemas.setdefault(version.id, version.schema)
         return version
 
+    def versions(self, subject: str) -> list[SubjectVersion]:
+        """Every version of the subject, oldest first."""
+        what = f"the versions of subject {subject!r}"
+        numbers = self._get(f"/subjects/{quote(subject, safe='')}/versions", what, listing=True)
+        return [self.version(subject, int(n)) for n in numbers]
+
     def close(self) -> None:
         """Close the client's connections."""
         self._http.close()
@@ -103,15 +109,18 @@ class RegistryClient:
         self.close()
 
     # -- requests ------------------------------------------------------------------------------------------
-    def _get(self, path: str, what: str) -> dict[str, Any]:
-        """``GET path``'s JSON, retried while the registry is unavailable, up to ``deadline_s``."""
+    def _get(self, path: str, what: str, *, listing: bool = False) -> Any:
+        """``GET path``'s JSON, retried while the registry is unavailable, up to ``deadline_s``.
+
+        A schema's (an object with ``schema``), or with ``listing`` a list of version numbers.
+        """
         last: list[str] = []
         try:
             for attempt in Retrying(retry=retry_if_exception_type(_Unavailable),
                                     stop=stop_after_delay(self.deadline_s),
                                     wait=wait_exponential(multiplier=0.2, max=5), reraise=True):
                 with attempt:
-                    return self._once(path, what, last)
+                    return self._once(path, what, last, listing)
         except _Unavailable:
             msg = (f"Schema Registry at {self.url} unavailable for {self.deadline_s:g} s while asking for "
                    f"{what}: {last[-1] if last else 'no answer'}")
@@ -119,7 +128,7 @@ class RegistryClient:
         msg = "tenacity's Retrying ended without an attempt"  # pragma: no cover - it returns or raises
         raise AssertionError(msg)
 
-    def _once(self, path: str, what: str, last: list[str]) -> dict[str, Any]:
+    def _once(self, path: str, what: str, last: list[str], listing: bool = False) -> Any:
         self.requests += 1
         try:
             response = self._http.get(path)
@@ -140,6 +149,12 @@ class RegistryClient:
             msg = f"the Schema Registry at {self.url} answered HTTP {response.status_code} for {what}"
             raise SchemaRegistryError(msg)
         body = response.json()
+        if listing:
+            if not isinstance(body, list) or not all(isinstance(n, int) and not isinstance(n, bool)
+                                                     for n in body):
+                msg = f"the Schema Registry at {self.url} answered for {what} with {str(body)[:200]}"
+                raise SchemaRegistryError(msg)
+            return body
         if not isinstance(body, dict) or "schema" not in body:
             msg = f"the Schema Registry at {self.url} answered for {what} without a schema: {str(body)[:200]}"
             raise SchemaRegistryError(msg)

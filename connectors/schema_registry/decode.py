@@ -69,7 +69,8 @@ def decode(df: DataFrame, writers: Mapping[int, str], reader: Record, column: st
     raw: Column | None = None
     nulls: Column | None = None
     for sid, writer in sorted(writers.items()):
-        struct = from_avro(body, writer, options)
+        # a writer that is the reader decodes without Avro's resolution (its decoder reads straight on)
+        struct = from_avro(body, writer, {"mode": "PERMISSIVE"} if _is(writer, reader) else options)
         raw = F.when(ids == sid, struct) if raw is None else raw.when(ids == sid, struct)
         null_body = _null_body(writer)
         if null_body is not None:
@@ -95,6 +96,16 @@ def rows_where(df: DataFrame, condition: Column) -> DataFrame:
     from pyspark.sql import functions as F
 
     return df.withColumn(_KEPT, F.explode(F.when(condition, F.array(F.lit(True))))).drop(_KEPT)
+
+
+def _is(writer: str, reader: Record) -> bool:
+    """Whether the writer schema (JSON) is the reader's record: the same fields, types and defaults."""
+    from source_backfill.core.schema_evolution import parse
+
+    try:
+        return parse(writer) == reader
+    except Exception:  # noqa: BLE001 - a schema the rules cannot read is decoded with resolution
+        return False
 
 
 def _null_body(writer: str) -> bytes | None:

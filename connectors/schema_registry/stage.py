@@ -15,6 +15,7 @@ error of the batch: its records cannot be decoded and go with the undecodable on
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -26,7 +27,7 @@ from source_backfill.core.schema_evolution import Record, check_same, evolve, pa
 from source_backfill.errors import SchemaChangeError, SchemaNotFoundError
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
     from connectors.schema_registry.client import RegistryClient
 
@@ -61,18 +62,67 @@ def read_schema(text: str, encoding: Encoding) -> Record:
 
 
 def decode_batch(df: DataFrame, client: RegistryClient, reader: Record, policy: Policy,
-                 column: str = "value", encoding: Encoding = "avro") -> DecodedBatch:
+                 column: str = "value", encoding: Encoding = "avro",
+                 ids: tuple[int, ...] | None = None) -> DecodedBatch:
     """Decode ``df``'s ``column`` (Confluent-framed ``encoding``) onto ``reader`` by ``policy`` (the module).
 
     ``avro``: each body read by its writer schema (:func:`decode`); ``json``: each body, JSON text, read by
     name onto the reader (:func:`decode_json`), the writers' JSON Schemas read as records
     (:func:`parse_json_schema`) for the policy and their defaults; ``protobuf``: each body parsed by its
     writer's message and projected onto the reader by name (:func:`decode_protobuf`).
+
+    ``ids``: the writer ids the batch is taken to hold, instead of collecting them (no Spark action);
+    a record of another id then does not decode, and the caller must tell it from an undecodable one
+    (:func:`outside`).
     """
     from pyspark.sql import functions as F
 
-    ids = tuple(sorted(int(r[0]) for r in df.select(schema_id(F.col(column))).distinct().collect()
-                       if r[0] is not None))
+    if ids is None:
+        ids = tuple(sorted(int(r[0]) for r in df.select(schema_id(F.col(column))).distinct().collect()
+                           if r[0] is not None))
+    writers, unknown, final, records = _by_policy(client, ids, reader, policy, encoding)
+    if encoding == "avro":
+        out = decode(df, writers, final, column)
+    elif encoding == "protobuf":
+        out = decode_protobuf(df, writers, final, column)
+    else:
+        out = decode_json(df, records, final, column)
+    bad = out.where(undecodable(out, column)).drop(DECODED)
+    good = columns(rows_where(out, ~undecodable(out, column)), final)
+    return DecodedBatch(good, bad, final, out, ids, tuple(unknown))
+
+
+def outside(sid: Column, ids: tuple[int, ...]) -> Column:
+    """Whether a record's writer id ``sid`` (a column) is one and not among ``ids``."""
+    from pyspark.sql import functions as F
+
+    return sid.isNotNull() & ~sid.isin(*ids) if ids else sid.isNotNull() & F.lit(True)
+
+
+def taken_as_is(client: RegistryClient, ids: Iterable[int], reader: Record, policy: Policy,
+                encoding: Encoding = "avro") -> tuple[int, ...]:
+    """Of ``ids``, those the registry knows whose writers ``policy`` takes onto ``reader`` as it is.
+
+    No growth, no refusal: the writer ids a batch may be taken to hold (:func:`decode_batch`'s ``ids``).
+    """
+    out = []
+    for sid in sorted(set(ids)):
+        try:
+            writers, _, final, _ = _by_policy(client, (sid,), reader, policy, encoding)
+        except SchemaChangeError:
+            continue
+        if writers and final == reader:
+            out.append(sid)
+    return tuple(out)
+
+
+def _by_policy(client: RegistryClient, ids: Iterable[int], reader: Record, policy: Policy,
+               encoding: Encoding) -> tuple[dict[int, str], list[int], Record, dict[int, Record]]:
+    """The writers of ``ids`` (JSON by id), the ids the registry does not know, and more.
+
+    Also the reader after the policy over the writers (in id order) and the writers as records.
+    SchemaChangeError: a writer the policy refuses.
+    """
     writers: dict[int, str] = {}
     unknown: list[int] = []
     for sid in ids:
@@ -94,12 +144,4 @@ def decode_batch(df: DataFrame, client: RegistryClient, reader: Record, policy: 
         except SchemaChangeError as exc:
             msg = f"writer schema id {sid}: {exc}"
             raise SchemaChangeError(msg) from exc
-    if encoding == "avro":
-        out = decode(df, writers, final, column)
-    elif encoding == "protobuf":
-        out = decode_protobuf(df, writers, final, column)
-    else:
-        out = decode_json(df, records, final, column)
-    bad = out.where(undecodable(out, column)).drop(DECODED)
-    good = columns(rows_where(out, ~undecodable(out, column)), final)
-    return DecodedBatch(good, bad, final, out, ids, tuple(unknown))
+    return writers, unknown, final, records

@@ -58,6 +58,10 @@ logger = logging.getLogger(__name__)
 
 #: A job's reader schemas: its value's, and its key's (None: the key stays Kafka's bytes).
 Readers = tuple[Record, Record | None]
+#: Writer schema ids.
+Ids = tuple[int, ...]
+#: What a write fails with when a ``seen_only`` decoding meets a writer id not seen before.
+UNSEEN_WRITER = "[source-backfill unseen writer id]"
 #: What the error of a failing decoding pass starts with (:func:`decode_failure` finds it in Spark's).
 DECODE_FAILURE = "[source-backfill decode]"
 DECODE_FAILURE_END = "[end]"
@@ -105,7 +109,8 @@ class JobDecoding:
     """One job's decoding: its registry client, reader schema and policies (see the module)."""
 
     def __init__(self, spec: JobSpec, client: RegistryClient, reader: Record,
-                 key_reader: Record | None = None) -> None:
+                 key_reader: Record | None = None,
+                 subjects: tuple[str | None, str | None] = (None, None)) -> None:
         self.spec = spec
         self.client = client
         self.reader = reader
@@ -119,6 +124,11 @@ class JobDecoding:
         self.encoding: Encoding = fmt.value
         self.key_encoding: Encoding | None = None if fmt.key == "raw" else fmt.key
         self.dead_letter = fmt.on_decode_error == "dead_letter"
+        #: The value's and the key's subjects: their versions are the writers first taken (``seen_only``).
+        self.subjects = {"value": subjects[0], "key": subjects[1]}
+        #: Writer ids decoded onto a reader without growing it, by (column, reader): ``seen_only``'s.
+        self._seen_ids: dict[tuple[str, str], tuple[int, ...]] = {}
+        self._asked: set[tuple[str, str]] = set()
 
     @classmethod
     def open(cls, spec: JobSpec, source: SourceConfig) -> JobDecoding | None:
@@ -155,7 +165,9 @@ class JobDecoding:
         except Exception:
             client.close()
             raise
-        return cls(spec, client, reader, key_reader)
+        key_subject = None if fmt.key == "raw" else fmt.key_subject or f"{source.topics[0]}-key"
+        value_subject = fmt.subject or f"{source.topics[0]}-value"
+        return cls(spec, client, reader, key_reader, (value_subject, key_subject))
 
     def properties(self, reader: Record | None = None) -> dict[str, str]:
         """The table properties that record ``reader`` (the job's current one by default) and the key's."""
@@ -180,7 +192,8 @@ class JobDecoding:
         return self.reader, self.key_reader
 
     def decode(self, df: DataFrame, sink: DeltaEpochSink, output: Any,
-               dead_letters: DeadLetters | None, *, ahead: Readers | None = None) -> DataFrame:
+               dead_letters: DeadLetters | None, *, ahead: Readers | None = None,
+               seen_only: bool = False, epoch: int | None = None) -> DataFrame:
         """``df``'s Kafka rows decoded (see the module); the table grown first when the reader grew.
 
         ``output``: the job's output schema for a reader (``output(reader) -> StructType``), to grow the
@@ -190,18 +203,31 @@ class JobDecoding:
         ``ahead``: the readers a history read ahead decodes onto (:meth:`readers` when it was started).
         It grows nothing (a table's growth lands with an epoch's commit, on the epoch's thread): records
         those readers do not cover raise :class:`ReaderOutgrownError`, and the job reads them in an epoch.
+
+        ``epoch``: the dead letters' (:meth:`DeadLetters.write`).
+
+        ``seen_only``: take the batch to hold only writer ids seen before under these readers (none
+        growing them), instead of collecting its ids first (a Spark action less); a record of another id
+        fails the write naming :data:`UNSEEN_WRITER` (:func:`unseen_writer`), and the caller decodes the
+        rows again without it. Nothing is taken when no id was seen yet.
         """
         from pyspark.sql import functions as F  # noqa: N812
 
         from connectors.schema_registry.decode import rows_where
+        from connectors.schema_registry.stage import outside
 
         reader, key_reader = self.readers() if ahead is None else ahead
-        keys = self._decode_keys(df, key_reader) if key_reader is not None else None
+        seen = self._seen(reader, key_reader) if seen_only else None
+        keys = self._decode_keys(df, key_reader, None if seen is None else seen[1]) \
+            if key_reader is not None else None
         batch = self._decode_values(df if keys is None else keys.decoded.withColumnsRenamed(
-            {DECODED: _KEY_DECODED, SCHEMA_ID: _KEY_SCHEMA_ID}), reader)
+            {DECODED: _KEY_DECODED, SCHEMA_ID: _KEY_SCHEMA_ID}), reader, None if seen is None else seen[0])
+        grew = batch.reader != reader or (keys is not None and keys.reader != key_reader)
+        if not grew and seen is None:
+            self._saw(reader, key_reader, batch, keys)
         if ahead is None:
             self._grow(batch, keys, sink, output)
-        elif batch.reader != reader or (keys is not None and keys.reader != key_reader):
+        elif grew:
             ids = batch.ids + (keys.ids if keys is not None else ())
             msg = (f'job "{self.spec.name}": writer schema ids {",".join(map(str, ids))} grow its reader '
                    "schema: read in an epoch")
@@ -214,16 +240,60 @@ class JobDecoding:
             key_bad = F.col("key").isNotNull() & F.col(_KEY_DECODED).isNull()
             key_why = F.concat(F.lit("its key: "), _why_column(F.col(_KEY_SCHEMA_ID), keys.unknown))
             bad, why = bad | key_bad, F.when(key_bad, key_why).otherwise(why)
+        if seen is not None:  # evaluated wherever ``bad`` is (the generators' conditions): never pruned
+            unseen = outside(F.col(SCHEMA_ID), seen[0])
+            if keys is not None:
+                unseen = unseen | outside(F.col(_KEY_SCHEMA_ID), seen[1])
+            bad = F.when(unseen, F.raise_error(F.lit(f"{UNSEEN_WRITER} {DECODE_FAILURE_END}"))).otherwise(bad)
         if dead_letters is not None:
-            n = dead_letters.write(rows_where(out, bad), why)
+            n = dead_letters.write(rows_where(out, bad), why, epoch)
             if n:
                 metrics.DEAD_LETTERS.labels(self.spec.name).inc(n)
             return self._key_columns(columns(rows_where(out, ~bad), batch.reader), key_reader)
         return self._failing(out, bad, why, batch.reader, key_reader)
 
-    def _decode_values(self, df: DataFrame, reader: Record) -> DecodedBatch:
+    def _seen(self, reader: Record, key_reader: Record | None) -> tuple[Ids, Ids] | None:
+        """The writer ids seen under these readers (value's, key's), None if either has none yet.
+
+        Before any batch was decoded onto a reader, its subject's versions the policy takes onto it as
+        it is (asked once): the writers a topic's records are usually of.
+        """
+        values = self._seen_under("value", reader)
+        keys = () if key_reader is None else self._seen_under("key", key_reader)
+        return (values, keys) if values and (key_reader is None or keys) else None
+
+    def _seen_under(self, column: str, reader: Record) -> Ids:
+        from connectors.schema_registry.stage import taken_as_is
+
+        where = (column, _text(reader))
+        subject = self.subjects[column]
+        if where not in self._seen_ids and where not in self._asked and subject is not None:
+            self._asked.add(where)
+            encoding = self.encoding if column == "value" else self.key_encoding
+            try:
+                ids = [v.id for v in self.client.versions(subject)]
+                found = taken_as_is(self.client, ids, reader, self.policy, encoding or "avro")
+            except Exception as exc:  # noqa: BLE001 - then the batch's ids are collected, as always
+                logger.info('subject versions not read job="%s" subject="%s" error="%s"', self.spec.name,
+                            subject, exc)
+                found = ()
+            if found:
+                self._seen_ids.setdefault(where, found)
+        return self._seen_ids.get(where, ())
+
+    def _saw(self, reader: Record, key_reader: Record | None, batch: DecodedBatch,
+             keys: DecodedBatch | None) -> None:
+        """A batch's writer ids (the registry knew them) decoded onto the readers without growing them."""
+        for column, on, decoded in (("value", reader, batch), ("key", key_reader, keys)):
+            if on is not None and decoded is not None:
+                where = (column, _text(on))
+                known = set(decoded.ids) - set(decoded.unknown) | set(self._seen_ids.get(where, ()))
+                if known:  # a batch without a record (an epoch's, say) saw nothing
+                    self._seen_ids[where] = tuple(sorted(known))
+
+    def _decode_values(self, df: DataFrame, reader: Record, ids: tuple[int, ...] | None) -> DecodedBatch:
         try:
-            batch = decode_batch(df, self.client, reader, self.policy, encoding=self.encoding)
+            batch = decode_batch(df, self.client, reader, self.policy, encoding=self.encoding, ids=ids)
         except SchemaChangeError as exc:
             msg = f'job "{self.spec.name}": {exc} (format.evolution = "{self.policy}")'
             raise DecodeFailedError(msg) from None
@@ -232,12 +302,12 @@ class JobDecoding:
                            ",".join(map(str, batch.unknown)))
         return batch
 
-    def _decode_keys(self, df: DataFrame, key_reader: Record) -> DecodedBatch:
+    def _decode_keys(self, df: DataFrame, key_reader: Record, ids: tuple[int, ...] | None) -> DecodedBatch:
         """``df``'s keys decoded onto ``key_reader`` (every row kept, :data:`DECODED` the key's)."""
         assert self.key_encoding is not None  # noqa: S101 - the caller's: a key reader for a decoded key
         try:
             return decode_batch(df, self.client, key_reader, self.policy, column="key",
-                                encoding=self.key_encoding)
+                                encoding=self.key_encoding, ids=ids)
         except SchemaChangeError as exc:
             msg = f'job "{self.spec.name}": its key: {exc} (format.evolution = "{self.policy}")'
             raise DecodeFailedError(msg) from None
@@ -318,32 +388,39 @@ class DeadLetters:
         self.epoch = 0
         self._lock = threading.Lock()
 
-    def write(self, bad: DataFrame, why: Any) -> int:
+    def write(self, bad: DataFrame, why: Any, epoch: int | None = None) -> int:
         """Merge the undecodable rows ``bad`` (none: nothing written), ``why`` each; how many there were.
 
         Epochs and the job's history reads ahead write in turn (one commit at a time: each takes the
         next transaction version).
+        ``epoch``: the job's epoch the rows are read for (its ``epoch`` column), :attr:`epoch` by default;
+        a history read ahead's is the first epoch that may commit it (its adopting one is not known yet).
         """
         with self._lock:
-            return self._write(bad, why)
+            return self._write(bad, why, self.epoch if epoch is None else epoch)
 
-    def _write(self, bad: DataFrame, why: Any) -> int:
+    def _write(self, bad: DataFrame, why: Any, epoch: int) -> int:
         from pyspark.sql import functions as F  # noqa: N812
 
         from connectors.delta.merge import CHANGE_TYPE
 
         rows = bad.select(*(F.col(c) for c in ("topic", "partition", "offset", "timestamp", "key", "value")),
                           F.col(SCHEMA_ID).alias("schema_id"), why.alias("error"),
-                          F.lit(self.epoch).cast("long").alias("epoch"), F.lit("insert").alias(CHANGE_TYPE))
+                          F.lit(epoch).cast("long").alias("epoch"), F.lit("insert").alias(CHANGE_TYPE))
         table = rows.toArrow()
         if table.num_rows == 0:
             return 0
         done = self.sink.committed_epoch()
-        epoch = self.epoch if done is None or done < self.epoch else done + 1
-        self.sink.commit_epoch(epoch, table, {"dead_letters": table.num_rows})
+        version = epoch if done is None or done < epoch else done + 1
+        self.sink.commit_epoch(version, table, {"dead_letters": table.num_rows})
         logger.warning('records dead-lettered job="%s" epoch=%d count=%d table="%s"', self.sink.job_id,
-                       self.epoch, table.num_rows, self.path)
+                       epoch, table.num_rows, self.path)
         return int(table.num_rows)
+
+
+def unseen_writer(exc: BaseException) -> bool:
+    """Whether ``exc`` is a ``seen_only`` decoding meeting a writer id not seen before."""
+    return UNSEEN_WRITER in str(exc)
 
 
 def decode_failure(job: str, exc: BaseException) -> DecodeFailedError | None:
@@ -400,6 +477,10 @@ def _check_names(job: str, reader: Record) -> None:
         msg = (f'job "{job}": the reader schema has fields named like Kafka\'s columns {clash}: the decoded '
                "rows cannot hold both")
         raise SchemaChangeError(msg)
+
+
+def _text(reader: Record) -> str:
+    return json.dumps(reader.avro(), sort_keys=True)
 
 
 def _why(sid: int | None, unknown: tuple[int, ...]) -> str:

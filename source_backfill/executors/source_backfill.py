@@ -91,7 +91,13 @@ from source_backfill.errors import (
 )
 from source_backfill.executors.accounting import JobMetrics, Rates, live_latencies
 from source_backfill.executors.commit_gate import CommitGate
-from source_backfill.executors.decoding import DeadLetters, JobDecoding, Readers, decode_failure
+from source_backfill.executors.decoding import (
+    DeadLetters,
+    JobDecoding,
+    Readers,
+    decode_failure,
+    unseen_writer,
+)
 from source_backfill.executors.history import (
     HistoryReader,
     count_per_split,
@@ -319,14 +325,17 @@ class SourceBackfillJob(HeldByQuota):
             empty = self.spark.createDataFrame([], kafka_schema())
         return apply_transform(self.spark, self.spec.transform, empty).schema
 
-    def transform(self, df: DataFrame, *, ahead: Readers | None = None) -> DataFrame:
+    def transform(self, df: DataFrame, *, ahead: Readers | None = None, seen_only: bool = False,
+                  epoch: int | None = None) -> DataFrame:
         """The job's rows from Kafka rows: decoded by schema id (a decoding job), then its SQL transform.
 
-        ``ahead``: a read ahead's, decoded onto the readers it was started under, growing nothing
+        ``ahead``: a read ahead's, decoded onto the readers it was started under, growing nothing;
+        ``seen_only``: its records taken to be of writer ids seen before; ``epoch``: its dead letters'
         (:meth:`JobDecoding.decode`).
         """
         if self.decoding is not None:
-            df = self.decoding.decode(df, self.sink, self.output_schema, self.dead_letters, ahead=ahead)
+            df = self.decoding.decode(df, self.sink, self.output_schema, self.dead_letters, ahead=ahead,
+                                      seen_only=seen_only, epoch=epoch)
         return apply_transform(self.spark, self.spec.transform, df)
 
     @property
@@ -461,6 +470,11 @@ class SourceBackfillJob(HeldByQuota):
             batch = inp.rows
             written = self._commit(inp, plan, budget, ahead, lambda: live_rows_arrow(batch, plan.emit_above),
                                    {}, read_s=0.0)
+        elif not plan.history and self.sink.writes_before_commit() and _output_rows_bound(inp, plan, {}) == 0:
+            # no row to write (an attach; an epoch adopting reads ahead): the commit carries the state and
+            # the staged files alone, and no Spark job runs for the job's transform or decoding
+            schema = self.sink.arrow_schema
+            written = self._commit(inp, plan, budget, ahead, schema.empty_table, {}, read_s=0.0)
         else:
             if self.dead_letters is not None:
                 self.dead_letters.epoch = inp.epoch
@@ -806,17 +820,31 @@ class SourceBackfillJob(HeldByQuota):
                     readers: Readers | None) -> Callable[[ReadAhead], tuple[StagedFiles, dict[str, int]]]:
         """A read ahead's copy: its ranges into staged files on ``tasks`` Spark tasks, watched as it goes.
 
-        ``readers``: a decoding job's reader schemas now; its rows are decoded onto them.
+        ``readers``: a decoding job's reader schemas now; its rows are decoded onto them, first taken to be
+        of writer ids seen before (one pass over the records, no Spark action collecting their ids), and
+        once more with their ids collected when a record of another id is met.
         """
-        def shape(df: DataFrame) -> DataFrame:
-            return self.transform(df, ahead=readers)
-
         def stage(read: ReadAhead) -> tuple[StagedFiles, dict[str, int]]:
             def watch(folder: Path) -> None:
                 read.progress.folder = folder
 
-            return self.history.stage(self.sink, read.ranges, after_epoch, on_folder=watch,
-                                      transform=shape if self.shapes_rows else None, tasks=tasks)
+            def copy(seen_only: bool) -> tuple[StagedFiles, dict[str, int]]:
+                def shape(df: DataFrame) -> DataFrame:
+                    return self.transform(df, ahead=readers, seen_only=seen_only, epoch=after_epoch + 1)
+
+                return self.history.stage(self.sink, read.ranges, after_epoch, on_folder=watch,
+                                          transform=shape if self.shapes_rows else None, tasks=tasks)
+
+            if readers is None:
+                return copy(False)
+            try:
+                return copy(True)
+            except Exception as exc:
+                if not unseen_writer(exc):
+                    raise
+                logger.info('history read ahead met a writer id not seen before, decoding it again job="%s"',
+                            self.name)
+                return copy(False)
 
         return stage
 

@@ -135,3 +135,59 @@ def test_the_fail_paths_check_holds_whatever_columns_are_read(spark):
     good = out.where(F.col("offset") < 5)
     assert columns(rows_where(good, F.when(undecodable(good), F.raise_error(F.lit("x"))).otherwise(
         F.lit(True))), V1).select("offset").count() == 5
+
+
+class _Schemas:
+    """The registry's answers by id (``RegistryClient.schema``): the writer schemas of :data:`WRITERS`."""
+
+    def __init__(self, writers: dict[int, Any]) -> None:
+        self.writers = writers
+
+    def schema(self, sid: int) -> str:
+        from source_backfill.errors import SchemaNotFoundError
+
+        if sid not in self.writers:
+            raise SchemaNotFoundError(str(sid))
+        return json.dumps(self.writers[sid].avro())
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_read_ahead_taking_the_writer_ids_seen_decodes_alike_and_fails_at_an_unseen_one(spark):
+    """``seen_only`` (``JobDecoding.decode``): the ids a read ahead decoded without growing the reader
+    are taken as the next read's, in one pass; a record of another id fails the write, naming it."""
+    from pyspark.errors import PySparkException
+
+    from connectors.kafka.ranges import kafka_schema
+    from source_backfill.config import JobSpec
+    from source_backfill.executors.decoding import JobDecoding, unseen_writer
+
+    v1_again = {**WRITERS, 14: V1}  # another id of the same schema: one the reads have not met
+    spec = JobSpec(name="j", source="s", sink_path="/nowhere", format={"value": "avro", "evolution": "pin"})
+    decoding = JobDecoding(spec, _Schemas(v1_again), V2)  # type: ignore[arg-type]
+    readers = decoding.readers()
+
+    def kafka_rows(sids: list[int]) -> Any:
+        rows = [(None, _framed(sid, WRITERS[11 if sid == 14 else sid], _record(11 if sid == 14 else sid, i)),
+                 "t", 0, i, None, 0) for i, sid in enumerate(sids)]
+        return spark.createDataFrame(rows, kafka_schema())
+
+    def decoded(df: Any, seen_only: bool) -> list[tuple[Any, ...]]:
+        out = decoding.decode(df, None, None, None, ahead=readers, seen_only=seen_only)  # type: ignore[arg-type]
+        return sorted(tuple(r) for r in out.drop("timestamp").collect())
+
+    assert decoded(kafka_rows([]), False) == []  # an empty batch (an epoch's) sees no id
+    assert decoding._seen(*readers) is None
+    first = kafka_rows([11, 12] * 20)
+    collected = decoded(first, True)  # no id seen yet: collected as an epoch does
+    assert decoding._seen(*readers) == ((11, 12), ())
+    assert decoded(first, True) == collected  # the seen ids taken: the same rows
+    # offset, id, sku
+    assert [(r[3], r[5], r[7]) for r in collected] == [(i, i, f"sku-{i}") for i in range(40)]
+    met = kafka_rows([11, 12, 14, 11])
+    with pytest.raises(PySparkException) as failed:
+        decoded(met, True)
+    assert unseen_writer(failed.value)
+    assert len(decoded(met, False)) == 4  # decoded again, its ids collected: 14 is V1, resolved onto V2
+    assert decoding._seen(*readers) == ((11, 12, 14), ())

@@ -45,6 +45,9 @@ def test_schemas_by_id_are_fetched_once_and_latest_names_the_newest(schema_regis
             client.schema(987654321)
         with pytest.raises(SchemaNotFoundError, match="no-such-subject"):
             client.latest("no-such-subject")
+        assert [(v.version, v.id) for v in client.versions(subject)] == [(1, v1), (2, v2)]
+        with pytest.raises(SchemaNotFoundError, match="no-such-subject"):
+            client.versions("no-such-subject")
 
 
 def test_a_registry_that_stops_answering_delays_the_fetch_and_gives_up_only_at_its_deadline(schema_registry):
