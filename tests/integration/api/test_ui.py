@@ -147,6 +147,18 @@ def test_pause_resume_and_throttle_with_the_token(page, live_api) -> None:
     assert page.find_element(By.ID, "message").text == ""
 
 
+#: The page's ``GET jobs`` answered with the listing it got last (every other request goes through).
+HOLD_LISTING = """
+window.__fetch = window.fetch;
+window.fetch = async (path, init) => {
+  const listing = (!init || !init.method || init.method === "GET") && String(path).endsWith("jobs");
+  if (!listing) return window.__fetch(path, init);
+  if (window.__held === undefined) window.__held = await (await window.__fetch(path, init)).text();
+  return new Response(window.__held, {status: 200, headers: {"Content-Type": "application/json"}});
+};
+"""
+
+
 def test_api_errors_are_shown(page, live_api) -> None:
     section = job(page, "orders-copy")
     enter_token(page, "not-the-token")
@@ -162,10 +174,15 @@ def test_api_errors_are_shown(page, live_api) -> None:
     section.find_element(By.CLASS_NAME, "rate").send_keys("-3")
     section.find_element(By.CLASS_NAME, "throttle").click()
     assert ">= 0" in until(lambda: page.find_element(By.ID, "message").text)
+    # the page's polls keep seeing the job (its listing held), so the section stays while the job is
+    # dropped under it: a busy machine may otherwise poll between the drop and the click
+    page.execute_script(HOLD_LISTING)
+    until(lambda: page.execute_script("return window.__held !== undefined"))
     live_api.registry.drop("orders-copy")  # gone under the page: the API's 404 is shown
     section.find_element(By.CLASS_NAME, "rate").clear()
     section.find_element(By.CLASS_NAME, "throttle").click()
     until(lambda: 'job "orders-copy" not found' in page.find_element(By.ID, "message").text)
+    page.execute_script("window.fetch = window.__fetch")  # the listing as it is
     until(lambda: not page.find_elements(By.CSS_SELECTOR, "section.job"))  # the next poll drops it
 
 
