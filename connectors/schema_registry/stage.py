@@ -94,9 +94,7 @@ def decode_batch(df: DataFrame, client: RegistryClient, reader: Record, policy: 
 
 def outside(sid: Column, ids: tuple[int, ...]) -> Column:
     """Whether a record's writer id ``sid`` (a column) is one and not among ``ids``."""
-    from pyspark.sql import functions as F
-
-    return sid.isNotNull() & ~sid.isin(*ids) if ids else sid.isNotNull() & F.lit(True)
+    return sid.isNotNull() & ~sid.isin(*ids)
 
 
 def taken_as_is(client: RegistryClient, ids: Iterable[int], reader: Record, policy: Policy,

@@ -127,7 +127,7 @@ class JobDecoding:
         #: The value's and the key's subjects: their versions are the writers first taken (``seen_only``).
         self.subjects = {"value": subjects[0], "key": subjects[1]}
         #: Writer ids decoded onto a reader without growing it, by (column, reader): ``seen_only``'s.
-        self._seen_ids: dict[tuple[str, str], tuple[int, ...]] = {}
+        self._seen_ids: dict[tuple[str, str], Ids] = {}
         self._asked: set[tuple[str, str]] = set()
 
     @classmethod
@@ -171,9 +171,9 @@ class JobDecoding:
 
     def properties(self, reader: Record | None = None) -> dict[str, str]:
         """The table properties that record ``reader`` (the job's current one by default) and the key's."""
-        out = {READER_PROPERTY: json.dumps((reader or self.reader).avro(), sort_keys=True)}
+        out = {READER_PROPERTY: _text(reader or self.reader)}
         if self.key_reader is not None:
-            out[KEY_READER_PROPERTY] = json.dumps(self.key_reader.avro(), sort_keys=True)
+            out[KEY_READER_PROPERTY] = _text(self.key_reader)
         return out
 
     def empty_input(self, spark: SparkSession, reader: Record | None = None) -> DataFrame:
@@ -291,7 +291,7 @@ class JobDecoding:
                 if known:  # a batch without a record (an epoch's, say) saw nothing
                     self._seen_ids[where] = tuple(sorted(known))
 
-    def _decode_values(self, df: DataFrame, reader: Record, ids: tuple[int, ...] | None) -> DecodedBatch:
+    def _decode_values(self, df: DataFrame, reader: Record, ids: Ids | None) -> DecodedBatch:
         try:
             batch = decode_batch(df, self.client, reader, self.policy, encoding=self.encoding, ids=ids)
         except SchemaChangeError as exc:
@@ -302,7 +302,7 @@ class JobDecoding:
                            ",".join(map(str, batch.unknown)))
         return batch
 
-    def _decode_keys(self, df: DataFrame, key_reader: Record, ids: tuple[int, ...] | None) -> DecodedBatch:
+    def _decode_keys(self, df: DataFrame, key_reader: Record, ids: Ids | None) -> DecodedBatch:
         """``df``'s keys decoded onto ``key_reader`` (every row kept, :data:`DECODED` the key's)."""
         assert self.key_encoding is not None  # noqa: S101 - the caller's: a key reader for a decoded key
         try:
@@ -480,6 +480,7 @@ def _check_names(job: str, reader: Record) -> None:
 
 
 def _text(reader: Record) -> str:
+    """A reader schema as its table property holds it (Avro's JSON, keys sorted): also its identity."""
     return json.dumps(reader.avro(), sort_keys=True)
 
 
