@@ -37,6 +37,11 @@ if TYPE_CHECKING:
 #: A staged Spark write starts a new file every this many rows: a closed file's footer tells what a
 #: read ahead has copied so far (its progress while it runs), at ~13 MB per file of 130-byte records.
 STAGED_FILE_ROWS = 100_000
+#: Columns a staged Spark write keeps out of Parquet's dictionary encoding: Kafka's ``offset`` and
+#: ``timestamp`` hold (nearly) one value per record, so their dictionary always outgrows its page and
+#: falls back to plain after hashing ~128k values per row group (Java Flight Recorder on a 1M-record Avro
+#: copy: ~4 % of the tasks' CPU; the copy 4 % faster). Parquet-mr's per-column setting.
+PLAIN_COLUMNS = ("offset", "timestamp")
 
 
 @dataclass(frozen=True)
@@ -104,9 +109,12 @@ class EpochStaging:
 
     def dataframe_write(self, df: DataFrame) -> Callable[[Path], None]:
         """The ``write(folder)`` of :meth:`stage_dataframe`: Spark writing ``df``'s rows into ``folder``."""
+        plain = {f"parquet.enable.dictionary#{c}": "false" for c in PLAIN_COLUMNS
+                 if c in self.target.arrow_schema.names}
+
         def write(folder: Path) -> None:
             (self.target.conform(df).write.mode("append").option("maxRecordsPerFile", STAGED_FILE_ROWS)
-             .parquet(str(folder)))
+             .options(**plain).parquet(str(folder)))
 
         return write
 

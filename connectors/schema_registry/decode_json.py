@@ -63,7 +63,7 @@ def decode_json(df: DataFrame, writers: Mapping[int, Record], reader: Record,
     """
     from pyspark.sql import functions as F  # noqa: N812
 
-    ids = schema_id(F.col(column))
+    ids = schema_id(F.col(column), writers)
     body = F.expr(f"CAST(substring(`{column}`, 6, length(`{column}`) - 5) AS STRING)")
     parsed = F.from_json(body, spark_struct(reader, corrupt=True),
                          {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})

@@ -204,7 +204,7 @@ def decode_protobuf(df: DataFrame, writers: Mapping[int, str], reader: Record,
     """
     from pyspark.sql import functions as F  # noqa: N812
 
-    ids = schema_id(F.col(column))
+    ids = schema_id(F.col(column), writers)
     known = {sid: read_proto(text) for sid, text in writers.items()}
     for message in known.values():  # a class the workers could not build fails here, not every record
         message_class(message)

@@ -333,6 +333,32 @@ def _stage(sink, df, after_epoch):
     return sink.stage_files(lambda folder: df.write.mode("append").parquet(str(folder)), after_epoch)
 
 
+def test_a_staged_spark_write_keeps_kafkas_offset_and_timestamp_out_of_the_dictionary(sink_factory, spark):
+    """Offsets and timestamps are (nearly) one value per record: their dictionary would only overflow, so
+    a staged Spark write (``dataframe_write``) writes them plain; other columns keep Parquet's default."""
+    import datetime
+
+    import pyarrow.parquet as pq
+
+    schema = "offset long, timestamp timestamp, topic string, id long"
+    s = sink_factory(schema=schema)
+    at = datetime.datetime(2026, 11, 29, tzinfo=datetime.UTC)
+    df = spark.createDataFrame([(i, at, "t", i % 3) for i in range(1000)], schema)
+    staged = s.stage_files(s.staging.dataframe_write(df), -1)
+    assert staged.rows == 1000
+    encodings: dict[str, set[str]] = {}
+    for file in staged.folder.rglob("*.parquet"):
+        meta = pq.ParquetFile(file).metadata
+        for g in range(meta.num_row_groups):
+            for c in range(meta.num_columns):
+                column = meta.row_group(g).column(c)
+                encodings.setdefault(column.path_in_schema, set()).update(column.encodings)
+    dictionary = {"PLAIN_DICTIONARY", "RLE_DICTIONARY"}
+    assert not encodings["offset"] & dictionary and not encodings["timestamp"] & dictionary, encodings
+    assert encodings["topic"] & dictionary and encodings["id"] & dictionary, encodings
+    s.discard(staged)
+
+
 def test_staged_files_commit_with_a_later_epoch_and_are_swept_when_no_commit_takes_them(
     sink_factory, rows, tmp_path, monkeypatch
 ):

@@ -75,6 +75,25 @@ def test_three_writer_versions_land_in_one_evolved_reader_as_avro_resolves_them(
     assert flat.count() == 301  # 300 records and the tombstone
 
 
+def test_a_known_ids_header_match_gives_every_value_the_id_its_hex_digits_give(spark):
+    """``schema_id(value, known)`` matches known ids on the 5-byte header (cheaper than ``conv``): for any
+    value, known id or not, framed or not, it must give what the digits-only reading gives."""
+    from pyspark.sql import functions as F
+
+    from connectors.schema_registry.decode import schema_id
+
+    values = [b"\x00" + sid.to_bytes(4, "big") + body for sid in (0, 1, 11, 12, 255, 256, 2**31, 2**32 - 1)
+              for body in (b"", b"\x02x")]
+    values += [b"\x01\x00\x00\x00\x0b", b"\x00\x00\x00\x0b", b"", b"\x00", b"\x00\x00\x00\x00\x0b\xff" * 3]
+    df = spark.createDataFrame([(i, v) for i, v in enumerate(values)] + [(len(values), None)],
+                               "offset long, value binary")
+    known = (11, 0, 2**32 - 1, 2**31, 12, -1, 2**32, 11)  # repeats, and ids no header can hold
+    got = df.select("offset", schema_id(F.col("value")).alias("digits"),
+                    schema_id(F.col("value"), known).alias("matched")).collect()
+    assert all(r["digits"] == r["matched"] for r in got), [r for r in got if r["digits"] != r["matched"]]
+    assert {r["matched"] for r in got} == {None, 0, 1, 11, 12, 255, 256, 2**31, 2**32 - 1}
+
+
 def test_a_record_of_nulls_decodes_and_a_cut_body_of_the_same_schema_does_not(spark):
     """``from_avro`` gives a body it cannot read a struct of nulls: a record whose every field is null
     (all nullable) is told from it by its exact encoding."""
