@@ -240,7 +240,7 @@ class JobDecoding:
             key_bad = F.col("key").isNotNull() & F.col(_KEY_DECODED).isNull()
             key_why = F.concat(F.lit("its key: "), _why_column(F.col(_KEY_SCHEMA_ID), keys.unknown))
             bad, why = bad | key_bad, F.when(key_bad, key_why).otherwise(why)
-        if seen is not None:  # evaluated wherever ``bad`` is (the generators' conditions): never pruned
+        if seen is not None:  # evaluated wherever ``bad`` is (rows_where's conditions): never pruned
             unseen = outside(F.col(SCHEMA_ID), seen[0])
             if keys is not None:
                 unseen = unseen | outside(F.col(_KEY_SCHEMA_ID), seen[1])
@@ -349,9 +349,9 @@ class JobDecoding:
         """The decoded rows, in a plan that fails at the first undecodable one (in the write's own pass).
 
         Spark's ``raise_error`` in the condition of :func:`~connectors.schema_registry.decode.rows_where`:
-        a generator, so the optimizer keeps it whatever columns the transform reads (a projection would
-        drop a check no output column reads) and does not push it into the decoding (a filter would decode
-        each record twice). The job turns the error into :class:`DecodeFailedError`
+        a filter the optimizer keeps whatever columns the transform reads (a projection would drop a check
+        no output column reads) and does not push into the decoding (which would decode each record
+        twice). The job turns the error into :class:`DecodeFailedError`
         (:func:`decode_failure`).
         """
         from pyspark.sql import functions as F  # noqa: N812
