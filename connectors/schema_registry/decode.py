@@ -93,12 +93,13 @@ def decode(df: DataFrame, writers: Mapping[int, str], reader: Record, column: st
             nulls = this if nulls is None else nulls | this
     if raw is None:  # no writer given: nothing decodes
         raw = F.when(F.lit(False), from_avro(body, json.dumps(reader.avro()), options))
-    staged = df.withColumn(SCHEMA_ID, ids).withColumn(_RAW, raw)
+    kept = [F.col("`" + c.replace("`", "``") + "`") for c in df.columns if c not in (SCHEMA_ID, DECODED)]
+    staged = df.withColumns({SCHEMA_ID: ids, _RAW: raw})
     struct = F.col(_RAW)
     read = reduce(operator.or_, (struct[f.name].isNotNull() for f in reader.fields), F.lit(False))
     if nulls is not None:
         read = read | nulls
-    return staged.withColumn(DECODED, F.when(read, struct)).drop(_RAW)
+    return staged.select(*kept, F.col(SCHEMA_ID), F.when(read, struct).alias(DECODED))
 
 
 def rows_where(df: DataFrame, condition: Column) -> DataFrame:

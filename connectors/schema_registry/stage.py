@@ -38,10 +38,8 @@ Encoding = Literal["avro", "json", "protobuf"]
 
 @dataclass(frozen=True)
 class DecodedBatch:
-    """A batch after decoding: rows as the reader's columns, rows that did not decode, the reader after it."""
+    """A batch after decoding: its rows decoded, the reader after it, the writer ids it held."""
 
-    rows: DataFrame
-    undecodable: DataFrame
     reader: Record
     #: every row of the batch with its writer id and decoded struct (:func:`decode`'s result), for a caller
     #: that splits the rows its own way (one pass failing at the first undecodable row, say)
@@ -49,6 +47,17 @@ class DecodedBatch:
     #: writer ids the batch held, and those the registry did not know (their records are undecodable)
     ids: tuple[int, ...]
     unknown: tuple[int, ...]
+    column: str = "value"
+
+    @property
+    def rows(self) -> DataFrame:
+        """The rows that decoded, as the reader's columns (made when asked: each DataFrame is analysed)."""
+        return columns(rows_where(self.decoded, ~undecodable(self.decoded, self.column)), self.reader)
+
+    @property
+    def undecodable(self) -> DataFrame:
+        """The rows that did not decode, as they came (with their writer id)."""
+        return self.decoded.where(undecodable(self.decoded, self.column)).drop(DECODED)
 
 
 def read_schema(text: str, encoding: Encoding) -> Record:
@@ -87,9 +96,7 @@ def decode_batch(df: DataFrame, client: RegistryClient, reader: Record, policy: 
         out = decode_protobuf(df, writers, final, column)
     else:
         out = decode_json(df, records, final, column)
-    bad = out.where(undecodable(out, column)).drop(DECODED)
-    good = columns(rows_where(out, ~undecodable(out, column)), final)
-    return DecodedBatch(good, bad, final, out, ids, tuple(unknown))
+    return DecodedBatch(final, out, ids, tuple(unknown), column)
 
 
 def outside(sid: Column, ids: tuple[int, ...]) -> Column:
