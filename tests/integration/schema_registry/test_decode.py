@@ -154,6 +154,11 @@ def test_the_fail_paths_check_holds_whatever_columns_are_read(spark):
     good = out.where(F.col("offset") < 5)
     assert columns(rows_where(good, F.when(undecodable(good), F.raise_error(F.lit("x"))).otherwise(
         F.lit(True))), V1).select("offset").count() == 5
+    # a transform's filter after it is not pushed below the check: the record it would drop still fails
+    kept = columns(rows_where(out, guard), V1)
+    for where in ("id < 3", "offset < 5", "sku = 'none'"):
+        with pytest.raises(PySparkException, match="undecodable at 5"):
+            kept.where(where).select("offset").collect()
 
 
 class _Schemas:
