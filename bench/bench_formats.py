@@ -142,7 +142,10 @@ def _write_protobuf(bootstrap: str, registry: str, topic: str) -> None:
 
 
 def _after_an_epoch(daemon: Any, source: str, timeout_s: float = 30.0) -> None:
-    """Return once ``source`` has completed an epoch since the call (each timed job starts at one)."""
+    """Return once ``source`` has completed an epoch since the call (each timed job starts at one).
+
+    After ``timeout_s`` without one it returns anyway: that job is timed unaligned, not lost.
+    """
     src = daemon.sources[source]
     seen, deadline = src.last_epoch, time.monotonic() + timeout_s
     while src.last_epoch == seen and time.monotonic() < deadline:
